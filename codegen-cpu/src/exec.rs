@@ -1,0 +1,694 @@
+//! Running kernel plans: rayon over outer work items, register programs over
+//! tiles of lanes.
+//!
+//! Safety: buffers are raw addresses (`usize`) supplied by the runtime, valid
+//! for the whole call. Index expressions come from the loop IR of this very
+//! specialization, whose sizes and strides were checked against the real
+//! tensors by the guards; data-dependent indices go through `Bounded`, which
+//! clamps and reports instead of reading out of bounds. Different work items
+//! write disjoint elements (a stage stores each output element from exactly
+//! one outer point), so parallel writes never race; scatter kernels run
+//! serially.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use half::{bf16, f16};
+use rayon::prelude::*;
+use rdyn_ir::loops::ReduceOp;
+use rdyn_ir::{DType, Kind};
+
+use crate::ops;
+use crate::plan::{BufPlan, IndexFn, Inst, InstOp, KernelPlan, StagePlan, TileMode};
+
+const TILE: usize = 1024;
+/// Below this many elements a kernel runs on the calling thread.
+const PARALLEL_MIN_WORK: usize = 1 << 15;
+
+#[derive(Clone, Debug)]
+enum Tile {
+    F32(Vec<f32>),
+    F64(Vec<f64>),
+    I64(Vec<i64>),
+}
+
+impl Tile {
+    fn new(kind: Kind, len: usize) -> Tile {
+        match kind {
+            Kind::F32 => Tile::F32(vec![0.0; len]),
+            Kind::F64 => Tile::F64(vec![0.0; len]),
+            Kind::I64 => Tile::I64(vec![0; len]),
+        }
+    }
+}
+
+/// Per-thread registers and scratch.
+struct Scratch {
+    regs: Vec<Vec<Tile>>,
+    env: Vec<i64>,
+    lane_index: Vec<i64>,
+    acc: Tile,
+    acc_index: Vec<i64>,
+    error: bool,
+}
+
+impl Scratch {
+    fn new(kernel: &KernelPlan, vars: usize) -> Scratch {
+        Scratch {
+            regs: kernel.stages.iter().map(|s| s.regs.iter().map(|k| Tile::new(*k, TILE)).collect()).collect(),
+            env: vec![0; vars + 1],
+            lane_index: vec![0; TILE],
+            acc: Tile::F64(vec![0.0; TILE]),
+            acc_index: vec![0; TILE],
+            error: false,
+        }
+    }
+}
+
+/// Addresses and layouts of the buffers, by buffer id.
+pub struct Memory<'a> {
+    pub ptrs: &'a [usize],
+    pub bufs: &'a [BufPlan],
+}
+
+/// Run `kernel`. Returns false if a data-dependent index was out of range or
+/// an integer division by zero happened.
+pub fn run_kernel(kernel: &KernelPlan, mem: &Memory) -> bool {
+    let m = kernel.outer.len();
+    let vars = kernel
+        .stages
+        .iter()
+        .map(|s| m + s.inner.len() + s.reduce.as_ref().map_or(0, |(_, r)| r.len()))
+        .max()
+        .unwrap_or(m);
+    let outer_numel: usize = kernel.outer.iter().map(|&n| n.max(0) as usize).product();
+    if outer_numel == 0 {
+        return true;
+    }
+    let per_item_work: usize = kernel
+        .stages
+        .iter()
+        .map(|s| {
+            let inner: i64 = s.inner.iter().product::<i64>() * s.reduce.as_ref().map_or(1, |(_, r)| r.iter().product::<i64>());
+            inner.max(1) as usize
+        })
+        .sum();
+    let (items, lanes_per_item) = match kernel.mode {
+        TileMode::Outer => {
+            let last = *kernel.outer.last().unwrap_or(&1) as usize;
+            let chunks = last.div_ceil(TILE);
+            (outer_numel / last.max(1) * chunks, TILE.min(last))
+        }
+        TileMode::Inner => (outer_numel, 1),
+    };
+    let total_work = items * lanes_per_item * per_item_work;
+    let failed = AtomicBool::new(false);
+    let run = |scratch: &mut Scratch, item: usize| {
+        run_item(kernel, mem, scratch, item);
+        if scratch.error {
+            failed.store(true, Ordering::Relaxed);
+            scratch.error = false;
+        }
+    };
+    if kernel.serial || total_work < PARALLEL_MIN_WORK || items == 1 {
+        let mut scratch = Scratch::new(kernel, vars);
+        for item in 0..items {
+            run(&mut scratch, item);
+        }
+    } else {
+        let min_len = (PARALLEL_MIN_WORK / (lanes_per_item * per_item_work).max(1)).clamp(1, 1 << 16);
+        (0..items)
+            .into_par_iter()
+            .with_min_len(min_len)
+            .for_each_init(|| Scratch::new(kernel, vars), |scratch, item| run(scratch, item));
+    }
+    !failed.load(Ordering::Relaxed)
+}
+
+/// Set `env[first..]` to the multi-index of `flat` over `sizes`.
+fn unravel(mut flat: usize, sizes: &[i64], env: &mut [i64], first: usize) {
+    for k in (0..sizes.len()).rev() {
+        let n = sizes[k].max(1) as usize;
+        env[first + k] = (flat % n) as i64;
+        flat /= n;
+    }
+}
+
+fn run_item(kernel: &KernelPlan, mem: &Memory, scratch: &mut Scratch, item: usize) {
+    let m = kernel.outer.len();
+    match kernel.mode {
+        TileMode::Outer => {
+            let last = kernel.outer[m - 1] as usize;
+            let chunks = last.div_ceil(TILE);
+            let (prefix, chunk) = (item / chunks, item % chunks);
+            unravel(prefix, &kernel.outer[..m - 1], &mut scratch.env, 0);
+            let start = chunk * TILE;
+            let len = TILE.min(last - start);
+            for (s, stage) in kernel.stages.iter().enumerate() {
+                scratch.env[m - 1] = start as i64;
+                run_stage_outer(stage, s, m, len, mem, scratch);
+            }
+        }
+        TileMode::Inner => {
+            unravel(item, &kernel.outer, &mut scratch.env, 0);
+            for (s, stage) in kernel.stages.iter().enumerate() {
+                run_stage_inner(stage, s, m, mem, scratch);
+            }
+        }
+    }
+}
+
+/// Odometer over `sizes` starting at `env[first]`; returns false when done.
+fn advance(env: &mut [i64], first: usize, sizes: &[i64]) -> bool {
+    for k in (0..sizes.len()).rev() {
+        env[first + k] += 1;
+        if env[first + k] < sizes[k] {
+            return true;
+        }
+        env[first + k] = 0;
+    }
+    false
+}
+
+fn red_linear(env: &[i64], first: usize, sizes: &[i64]) -> i64 {
+    sizes.iter().enumerate().fold(0, |acc, (k, n)| acc * n + env[first + k])
+}
+
+/// Lanes across the last outer dimension (`tile_var = m - 1`).
+fn run_stage_outer(stage: &StagePlan, s: usize, m: usize, len: usize, mem: &Memory, sc: &mut Scratch) {
+    let tile_var = m - 1;
+    let ni = stage.inner.len();
+    if stage.inner.iter().any(|&n| n == 0) {
+        return;
+    }
+    sc.env[m..m + ni].iter_mut().for_each(|v| *v = 0);
+    loop {
+        match &stage.reduce {
+            None => {
+                eval(stage, s, tile_var, len, mem, sc);
+                store(stage, s, tile_var, len, stage.value, None, mem, sc);
+            }
+            Some((op, red)) => {
+                let r0 = m + ni;
+                init_acc(&mut sc.acc, stage.value_kind, *op, len);
+                sc.acc_index[..len].iter_mut().for_each(|v| *v = -1);
+                let empty = red.contains(&0);
+                sc.env[r0..r0 + red.len()].iter_mut().for_each(|v| *v = 0);
+                while !empty {
+                    eval(stage, s, tile_var, len, mem, sc);
+                    let ri = red_linear(&sc.env, r0, red);
+                    let Scratch { regs, acc, acc_index, .. } = sc;
+                    combine_lanes(*op, acc, acc_index, &regs[s][stage.value as usize], len, |_| ri);
+                    if !advance(&mut sc.env, r0, red) {
+                        break;
+                    }
+                }
+                store_acc(stage, s, tile_var, len, *op, mem, sc);
+            }
+        }
+        if !advance(&mut sc.env, m, &stage.inner) {
+            break;
+        }
+    }
+}
+
+/// Lanes along the stage's own last inner (pointwise) or reduction dim.
+fn run_stage_inner(stage: &StagePlan, s: usize, m: usize, mem: &Memory, sc: &mut Scratch) {
+    let ni = stage.inner.len();
+    if stage.inner.iter().any(|&n| n == 0) {
+        return;
+    }
+    sc.env[m..m + ni].iter_mut().for_each(|v| *v = 0);
+    match &stage.reduce {
+        None => {
+            if ni == 0 {
+                let dummy = sc.env.len() - 1;
+                sc.env[dummy] = 0;
+                eval(stage, s, dummy, 1, mem, sc);
+                store(stage, s, dummy, 1, stage.value, None, mem, sc);
+                return;
+            }
+            let tile_var = m + ni - 1;
+            let last = stage.inner[ni - 1] as usize;
+            let prefix = &stage.inner[..ni - 1];
+            loop {
+                let mut start = 0;
+                while start < last {
+                    let len = TILE.min(last - start);
+                    sc.env[tile_var] = start as i64;
+                    eval(stage, s, tile_var, len, mem, sc);
+                    store(stage, s, tile_var, len, stage.value, None, mem, sc);
+                    start += len;
+                }
+                sc.env[tile_var] = 0;
+                if !advance(&mut sc.env, m, prefix) {
+                    break;
+                }
+            }
+        }
+        Some((op, red)) => {
+            let r0 = m + ni;
+            let nr = red.len();
+            let (tile_var, last) = if nr == 0 { (sc.env.len() - 1, 1usize) } else { (r0 + nr - 1, red[nr - 1] as usize) };
+            let red_prefix = if nr == 0 { &red[..] } else { &red[..nr - 1] };
+            let empty = red.contains(&0);
+            loop {
+                init_acc(&mut sc.acc, stage.value_kind, *op, TILE.min(last.max(1)));
+                sc.acc_index.iter_mut().for_each(|v| *v = -1);
+                sc.env[r0..r0 + nr].iter_mut().for_each(|v| *v = 0);
+                let mut used = 0;
+                while !empty {
+                    let mut start = 0;
+                    while start < last {
+                        let len = TILE.min(last - start);
+                        sc.env[tile_var] = start as i64;
+                        eval(stage, s, tile_var, len, mem, sc);
+                        let base = if nr == 0 { 0 } else { red_linear(&sc.env, r0, red) };
+                        let Scratch { regs, acc, acc_index, .. } = sc;
+                        combine_lanes(*op, acc, acc_index, &regs[s][stage.value as usize], len, |l| base + l as i64);
+                        used = used.max(len);
+                        start += len;
+                    }
+                    if nr > 0 {
+                        sc.env[tile_var] = 0;
+                    }
+                    if nr == 0 || !advance(&mut sc.env, r0, red_prefix) {
+                        break;
+                    }
+                }
+                fold_lanes(&mut sc.acc, &mut sc.acc_index, *op, used.max(1));
+                store_acc(stage, s, tile_var, 1, *op, mem, sc);
+                if !advance(&mut sc.env, m, &stage.inner) {
+                    break;
+                }
+            }
+        }
+    }
+}
+
+fn init_acc(acc: &mut Tile, kind: Kind, op: ReduceOp, len: usize) {
+    let len = len.max(1);
+    match kind {
+        Kind::F32 => {
+            let id = <f32 as ops::Reducible>::identity(op);
+            match acc {
+                Tile::F32(v) if v.len() >= TILE => v[..len].iter_mut().for_each(|x| *x = id),
+                _ => *acc = Tile::F32(vec![id; TILE]),
+            }
+        }
+        Kind::F64 => {
+            let id = <f64 as ops::Reducible>::identity(op);
+            match acc {
+                Tile::F64(v) if v.len() >= TILE => v[..len].iter_mut().for_each(|x| *x = id),
+                _ => *acc = Tile::F64(vec![id; TILE]),
+            }
+        }
+        Kind::I64 => {
+            let id = <i64 as ops::Reducible>::identity(op);
+            match acc {
+                Tile::I64(v) if v.len() >= TILE => v[..len].iter_mut().for_each(|x| *x = id),
+                _ => *acc = Tile::I64(vec![id; TILE]),
+            }
+        }
+    }
+}
+
+fn combine_lanes(op: ReduceOp, acc: &mut Tile, acc_index: &mut [i64], value: &Tile, len: usize, index: impl Fn(usize) -> i64) {
+    fn go<T: ops::Reducible>(op: ReduceOp, acc: &mut [T], ai: &mut [i64], v: &[T], len: usize, index: impl Fn(usize) -> i64) {
+        if matches!(op, ReduceOp::ArgMax | ReduceOp::ArgMin) {
+            for l in 0..len {
+                let i = index(l);
+                if ops::arg_better(op, acc[l], ai[l], v[l], i) {
+                    acc[l] = v[l];
+                    ai[l] = i;
+                }
+            }
+        } else {
+            for (a, &x) in acc[..len].iter_mut().zip(&v[..len]) {
+                *a = T::combine(op, *a, x);
+            }
+        }
+    }
+    match (acc, value) {
+        (Tile::F32(a), Tile::F32(v)) => go(op, a, acc_index, v, len, index),
+        (Tile::F64(a), Tile::F64(v)) => go(op, a, acc_index, v, len, index),
+        (Tile::I64(a), Tile::I64(v)) => go(op, a, acc_index, v, len, index),
+        _ => {}
+    }
+}
+
+/// Reduce the lanes of the accumulator into lane 0.
+fn fold_lanes(acc: &mut Tile, acc_index: &mut [i64], op: ReduceOp, len: usize) {
+    fn go<T: ops::Reducible>(op: ReduceOp, acc: &mut [T], ai: &mut [i64], len: usize) {
+        if matches!(op, ReduceOp::ArgMax | ReduceOp::ArgMin) {
+            for l in 1..len {
+                if ai[l] >= 0 && ops::arg_better(op, acc[0], ai[0], acc[l], ai[l]) {
+                    acc[0] = acc[l];
+                    ai[0] = ai[l];
+                }
+            }
+        } else {
+            // Pairwise tree over the lanes keeps float sums accurate.
+            let mut width = len;
+            while width > 1 {
+                let half = width.div_ceil(2);
+                for l in 0..width / 2 {
+                    acc[l] = T::combine(op, acc[l], acc[l + half]);
+                }
+                width = half;
+            }
+        }
+    }
+    match acc {
+        Tile::F32(a) => go(op, a, acc_index, len),
+        Tile::F64(a) => go(op, a, acc_index, len),
+        Tile::I64(a) => go(op, a, acc_index, len),
+    }
+}
+
+fn store_acc(stage: &StagePlan, s: usize, tile_var: usize, len: usize, op: ReduceOp, mem: &Memory, sc: &mut Scratch) {
+    if matches!(op, ReduceOp::ArgMax | ReduceOp::ArgMin) {
+        let idx = Tile::I64(sc.acc_index[..len].iter().map(|&i| i.max(0)).collect());
+        store_tile(stage, s, tile_var, len, &idx, mem, sc);
+    } else {
+        let acc = std::mem::replace(&mut sc.acc, Tile::F32(Vec::new()));
+        store_tile(stage, s, tile_var, len, &acc, mem, sc);
+        sc.acc = acc;
+    }
+}
+
+fn store(stage: &StagePlan, s: usize, tile_var: usize, len: usize, reg: u16, _unused: Option<()>, mem: &Memory, sc: &mut Scratch) {
+    let tile = std::mem::replace(&mut sc.regs[s][reg as usize], Tile::F32(Vec::new()));
+    store_tile(stage, s, tile_var, len, &tile, mem, sc);
+    sc.regs[s][reg as usize] = tile;
+}
+
+/// Per-lane storage indices of `index` (plus indirect parts) into
+/// `sc.lane_index`; returns (base, step) when that is all it takes.
+fn lane_indices(index: &IndexFn, indirect: &[(u16, i64)], s: usize, tile_var: usize, len: usize, sc: &mut Scratch) -> Option<(i64, i64)> {
+    let start = sc.env[tile_var];
+    let base = index.eval(&sc.env);
+    let affine_step = index.step(tile_var as u32);
+    if indirect.is_empty() {
+        if let Some(step) = affine_step {
+            return Some((base, step));
+        }
+    }
+    match affine_step {
+        Some(step) => {
+            for (l, slot) in sc.lane_index[..len].iter_mut().enumerate() {
+                *slot = base + step * l as i64;
+            }
+        }
+        None => {
+            for l in 0..len {
+                sc.env[tile_var] = start + l as i64;
+                sc.lane_index[l] = index.eval(&sc.env);
+            }
+            sc.env[tile_var] = start;
+        }
+    }
+    for (reg, stride) in indirect {
+        if let Tile::I64(v) = &sc.regs[s][*reg as usize] {
+            for l in 0..len {
+                sc.lane_index[l] += v[l] * stride;
+            }
+        }
+    }
+    None
+}
+
+fn store_tile(stage: &StagePlan, s: usize, tile_var: usize, len: usize, tile: &Tile, mem: &Memory, sc: &mut Scratch) {
+    let ptr = mem.ptrs[stage.out.0 as usize];
+    let dtype = mem.bufs[stage.out.0 as usize].dtype;
+    let affine = lane_indices(&stage.store, &stage.store_indirect, s, tile_var, len, sc);
+    let at = |l: usize| match affine {
+        Some((base, step)) => base + step * l as i64,
+        None => sc.lane_index[l],
+    };
+    // SAFETY: see the module comment; every index is inside the buffer.
+    unsafe {
+        match tile {
+            Tile::F32(v) => {
+                if dtype == DType::F32 && affine.is_some_and(|(_, st)| st == 1) {
+                    let base = affine.map_or(0, |(b, _)| b);
+                    let dst = std::slice::from_raw_parts_mut((ptr as *mut f32).offset(base as isize), len);
+                    dst.copy_from_slice(&v[..len]);
+                } else {
+                    for (l, &x) in v[..len].iter().enumerate() {
+                        write_f64(ptr, dtype, at(l), x as f64, x);
+                    }
+                }
+            }
+            Tile::F64(v) => {
+                for (l, &x) in v[..len].iter().enumerate() {
+                    write_f64(ptr, dtype, at(l), x, x as f32);
+                }
+            }
+            Tile::I64(v) => {
+                for (l, &x) in v[..len].iter().enumerate() {
+                    write_i64(ptr, dtype, at(l), x);
+                }
+            }
+        }
+    }
+}
+
+#[inline(always)]
+unsafe fn write_f64(ptr: usize, dtype: DType, i: i64, x: f64, x32: f32) {
+    let i = i as isize;
+    match dtype {
+        DType::F32 => *(ptr as *mut f32).offset(i) = x32,
+        DType::F64 => *(ptr as *mut f64).offset(i) = x,
+        DType::F16 => *(ptr as *mut f16).offset(i) = f16::from_f32(x32),
+        DType::BF16 => *(ptr as *mut bf16).offset(i) = bf16::from_f32(x32),
+        DType::Bool => *(ptr as *mut u8).offset(i) = (x != 0.0) as u8,
+        _ => write_i64(ptr, dtype, i as i64, x as i64),
+    }
+}
+
+#[inline(always)]
+unsafe fn write_i64(ptr: usize, dtype: DType, i: i64, x: i64) {
+    let i = i as isize;
+    match dtype {
+        DType::Bool => *(ptr as *mut u8).offset(i) = (x != 0) as u8,
+        DType::U8 => *(ptr as *mut u8).offset(i) = x as u8,
+        DType::I8 => *(ptr as *mut i8).offset(i) = x as i8,
+        DType::I16 => *(ptr as *mut i16).offset(i) = x as i16,
+        DType::I32 => *(ptr as *mut i32).offset(i) = x as i32,
+        DType::I64 => *(ptr as *mut i64).offset(i) = x,
+        DType::F32 => *(ptr as *mut f32).offset(i) = x as f32,
+        DType::F64 => *(ptr as *mut f64).offset(i) = x as f64,
+        DType::F16 => *(ptr as *mut f16).offset(i) = f16::from_f32(x as f32),
+        DType::BF16 => *(ptr as *mut bf16).offset(i) = bf16::from_f32(x as f32),
+    }
+}
+
+/// Evaluate a stage's register program for `len` lanes.
+fn eval(stage: &StagePlan, s: usize, tile_var: usize, len: usize, mem: &Memory, sc: &mut Scratch) {
+    for inst in &stage.insts {
+        exec_inst(inst, s, tile_var, len, mem, sc);
+    }
+}
+
+fn exec_inst(inst: &Inst, s: usize, tile_var: usize, len: usize, mem: &Memory, sc: &mut Scratch) {
+    let dst_index = inst.dst as usize;
+    let mut dst = std::mem::replace(&mut sc.regs[s][dst_index], Tile::F32(Vec::new()));
+    match &inst.op {
+        InstOp::Load { buf, dtype, index, indirect, mask } => {
+            let affine = lane_indices(index, indirect, s, tile_var, len, sc);
+            let mask_lanes: Option<Vec<bool>> = mask.map(|m| match &sc.regs[s][m as usize] {
+                Tile::I64(v) => v[..len].iter().map(|&x| x != 0).collect(),
+                _ => vec![true; len],
+            });
+            let ptr = mem.ptrs[buf.0 as usize];
+            load(&mut dst, ptr, *dtype, affine, &sc.lane_index, mask_lanes.as_deref(), len);
+        }
+        InstOp::ConstF(x) => fill_f(&mut dst, *x, len),
+        InstOp::ConstI(x) => fill_i(&mut dst, *x, len),
+        InstOp::Index(index) => {
+            let affine = lane_indices(index, &[], s, tile_var, len, sc);
+            if let Tile::I64(d) = &mut dst {
+                match affine {
+                    Some((base, step)) => d[..len].iter_mut().enumerate().for_each(|(l, x)| *x = base + step * l as i64),
+                    None => d[..len].copy_from_slice(&sc.lane_index[..len]),
+                }
+            }
+        }
+        InstOp::Unary(op, x) => match (&mut dst, &sc.regs[s][*x as usize]) {
+            (Tile::F32(d), Tile::F32(a)) => ops::unary_f32(*op, &a[..len], &mut d[..len]),
+            (Tile::F64(d), Tile::F64(a)) => ops::unary_f64(*op, &a[..len], &mut d[..len]),
+            (Tile::I64(d), Tile::I64(a)) => ops::unary_i64(*op, &a[..len], &mut d[..len]),
+            _ => {}
+        },
+        InstOp::Binary(op, a, b) => match (&mut dst, &sc.regs[s][*a as usize], &sc.regs[s][*b as usize]) {
+            (Tile::F32(d), Tile::F32(x), Tile::F32(y)) => ops::binary_f32(*op, &x[..len], &y[..len], &mut d[..len]),
+            (Tile::F64(d), Tile::F64(x), Tile::F64(y)) => ops::binary_f64(*op, &x[..len], &y[..len], &mut d[..len]),
+            (Tile::I64(d), Tile::I64(x), Tile::I64(y)) => ops::binary_i64(*op, &x[..len], &y[..len], &mut d[..len], &mut sc.error),
+            _ => {}
+        },
+        InstOp::Where(c, a, b) => {
+            if let Tile::I64(c) = &sc.regs[s][*c as usize] {
+                match (&mut dst, &sc.regs[s][*a as usize], &sc.regs[s][*b as usize]) {
+                    (Tile::F32(d), Tile::F32(x), Tile::F32(y)) => select(&c[..len], &x[..len], &y[..len], &mut d[..len]),
+                    (Tile::F64(d), Tile::F64(x), Tile::F64(y)) => select(&c[..len], &x[..len], &y[..len], &mut d[..len]),
+                    (Tile::I64(d), Tile::I64(x), Tile::I64(y)) => select(&c[..len], &x[..len], &y[..len], &mut d[..len]),
+                    _ => {}
+                }
+            }
+        }
+        InstOp::Cast { src, to, .. } => cast(&mut dst, &sc.regs[s][*src as usize], *to, len),
+        InstOp::Bounded { src, size } => {
+            if let (Tile::I64(d), Tile::I64(a)) = (&mut dst, &sc.regs[s][*src as usize]) {
+                for (o, &v) in d[..len].iter_mut().zip(&a[..len]) {
+                    let w = if v < 0 { v + size } else { v };
+                    if w < 0 || w >= *size {
+                        sc.error = true;
+                        *o = 0;
+                    } else {
+                        *o = w;
+                    }
+                }
+            }
+        }
+    }
+    if let Some(narrow) = inst.narrow {
+        if let Tile::I64(d) = &mut dst {
+            wrap(&mut d[..len], narrow);
+        }
+    }
+    sc.regs[s][dst_index] = dst;
+}
+
+fn select<T: Copy>(c: &[i64], a: &[T], b: &[T], out: &mut [T]) {
+    for (((o, &c), &x), &y) in out.iter_mut().zip(c).zip(a).zip(b) {
+        *o = if c != 0 { x } else { y };
+    }
+}
+
+fn fill_f(dst: &mut Tile, x: f64, len: usize) {
+    match dst {
+        Tile::F32(d) => d[..len].iter_mut().for_each(|v| *v = x as f32),
+        Tile::F64(d) => d[..len].iter_mut().for_each(|v| *v = x),
+        Tile::I64(d) => d[..len].iter_mut().for_each(|v| *v = x as i64),
+    }
+}
+
+fn fill_i(dst: &mut Tile, x: i64, len: usize) {
+    match dst {
+        Tile::F32(d) => d[..len].iter_mut().for_each(|v| *v = x as f32),
+        Tile::F64(d) => d[..len].iter_mut().for_each(|v| *v = x as f64),
+        Tile::I64(d) => d[..len].iter_mut().for_each(|v| *v = x),
+    }
+}
+
+fn wrap(d: &mut [i64], dtype: DType) {
+    match dtype {
+        DType::Bool => d.iter_mut().for_each(|v| *v = (*v != 0) as i64),
+        DType::U8 => d.iter_mut().for_each(|v| *v = *v as u8 as i64),
+        DType::I8 => d.iter_mut().for_each(|v| *v = *v as i8 as i64),
+        DType::I16 => d.iter_mut().for_each(|v| *v = *v as i16 as i64),
+        DType::I32 => d.iter_mut().for_each(|v| *v = *v as i32 as i64),
+        _ => {}
+    }
+}
+
+fn round_half(x: f32, to: DType) -> f32 {
+    match to {
+        DType::F16 => f16::from_f32(x).to_f32(),
+        DType::BF16 => bf16::from_f32(x).to_f32(),
+        _ => x,
+    }
+}
+
+fn float_to_int(x: f64, to: DType) -> i64 {
+    match to {
+        DType::Bool => (x != 0.0) as i64,
+        DType::U8 => (x as i64) as u8 as i64,
+        _ => x as i64,
+    }
+}
+
+fn cast(dst: &mut Tile, src: &Tile, to: DType, len: usize) {
+    match (dst, src) {
+        (Tile::F32(d), Tile::F32(a)) => {
+            for (o, &x) in d[..len].iter_mut().zip(&a[..len]) {
+                *o = round_half(x, to);
+            }
+        }
+        (Tile::F32(d), Tile::F64(a)) => {
+            for (o, &x) in d[..len].iter_mut().zip(&a[..len]) {
+                *o = round_half(x as f32, to);
+            }
+        }
+        (Tile::F32(d), Tile::I64(a)) => {
+            for (o, &x) in d[..len].iter_mut().zip(&a[..len]) {
+                *o = round_half(x as f32, to);
+            }
+        }
+        (Tile::F64(d), Tile::F32(a)) => d[..len].iter_mut().zip(&a[..len]).for_each(|(o, &x)| *o = x as f64),
+        (Tile::F64(d), Tile::F64(a)) => d[..len].copy_from_slice(&a[..len]),
+        (Tile::F64(d), Tile::I64(a)) => d[..len].iter_mut().zip(&a[..len]).for_each(|(o, &x)| *o = x as f64),
+        (Tile::I64(d), Tile::F32(a)) => d[..len].iter_mut().zip(&a[..len]).for_each(|(o, &x)| *o = float_to_int(x as f64, to)),
+        (Tile::I64(d), Tile::F64(a)) => d[..len].iter_mut().zip(&a[..len]).for_each(|(o, &x)| *o = float_to_int(x, to)),
+        (Tile::I64(d), Tile::I64(a)) => {
+            d[..len].copy_from_slice(&a[..len]);
+            wrap(&mut d[..len], to);
+        }
+    }
+}
+
+/// Read `len` lanes of a buffer of `dtype` into a register of its kind.
+fn load(dst: &mut Tile, ptr: usize, dtype: DType, affine: Option<(i64, i64)>, lanes: &[i64], mask: Option<&[bool]>, len: usize) {
+    macro_rules! read_into {
+        ($d:expr, $t:ty, $conv:expr) => {{
+            let p = ptr as *const $t;
+            let conv = $conv;
+            // SAFETY: see the module comment.
+            unsafe {
+                match (affine, mask) {
+                    (Some((base, 1)), None) => {
+                        let src = std::slice::from_raw_parts(p.offset(base as isize), len);
+                        for (o, &x) in $d[..len].iter_mut().zip(src) {
+                            *o = conv(x);
+                        }
+                    }
+                    (Some((base, 0)), None) => {
+                        let x = conv(*p.offset(base as isize));
+                        $d[..len].iter_mut().for_each(|o| *o = x);
+                    }
+                    (Some((base, step)), None) => {
+                        for (l, o) in $d[..len].iter_mut().enumerate() {
+                            *o = conv(*p.offset((base + step * l as i64) as isize));
+                        }
+                    }
+                    (_, _) => {
+                        for (l, o) in $d[..len].iter_mut().enumerate() {
+                            if mask.is_some_and(|m| !m[l]) {
+                                *o = Default::default();
+                                continue;
+                            }
+                            let i = match affine {
+                                Some((base, step)) => base + step * l as i64,
+                                None => lanes[l],
+                            };
+                            *o = conv(*p.offset(i as isize));
+                        }
+                    }
+                }
+            }
+        }};
+    }
+    match (dst, dtype) {
+        (Tile::F32(d), DType::F32) => read_into!(d, f32, |x: f32| x),
+        (Tile::F32(d), DType::F16) => read_into!(d, f16, |x: f16| x.to_f32()),
+        (Tile::F32(d), DType::BF16) => read_into!(d, bf16, |x: bf16| x.to_f32()),
+        (Tile::F64(d), DType::F64) => read_into!(d, f64, |x: f64| x),
+        (Tile::I64(d), DType::I64) => read_into!(d, i64, |x: i64| x),
+        (Tile::I64(d), DType::I32) => read_into!(d, i32, |x: i32| x as i64),
+        (Tile::I64(d), DType::I16) => read_into!(d, i16, |x: i16| x as i64),
+        (Tile::I64(d), DType::I8) => read_into!(d, i8, |x: i8| x as i64),
+        (Tile::I64(d), DType::U8) => read_into!(d, u8, |x: u8| x as i64),
+        (Tile::I64(d), DType::Bool) => read_into!(d, u8, |x: u8| (x != 0) as i64),
+        _ => {}
+    }
+}

@@ -1,0 +1,266 @@
+//! One loop-IR kernel → one CPU kernel plan.
+
+use std::collections::HashMap;
+
+use rdyn_ir::loops::{Kernel, Program, ScalarId, ScalarOp, Stage};
+use rdyn_ir::{Ctx, DType, Expr, Kind, Var};
+
+use crate::plan::{operand_kind, Inst, InstOp, IndexFn, KernelPlan, Reg, StagePlan, TileMode};
+use crate::CodegenError;
+
+fn concrete(e: &Expr, ctx: &Ctx) -> Result<i64, CodegenError> {
+    e.simplify(ctx).as_const().ok_or_else(|| CodegenError::Symbolic(format!("range {e}")))
+}
+
+/// Every index expression a stage evaluates.
+fn stage_exprs(program: &Program, stage: &Stage) -> Vec<Expr> {
+    let mut roots = vec![stage.value];
+    roots.extend(stage.store_indirect.iter().map(|(s, _)| *s));
+    let mut out = vec![stage.store.clone()];
+    for id in program.scalars.topo(&roots) {
+        match &program.scalars.get(id).op {
+            ScalarOp::Load { index, .. } => out.push(index.clone()),
+            ScalarOp::Index(e) => out.push(e.clone()),
+            _ => {}
+        }
+    }
+    out
+}
+
+/// Groups of consecutive outer dims that every expression walks as one:
+/// `coef(k) == coef(k+1) · size(k+1)` everywhere.
+fn collapse_groups(outer: &[i64], exprs: &[Expr]) -> Vec<Vec<usize>> {
+    let mut groups: Vec<Vec<usize>> = Vec::new();
+    for k in 0..outer.len() {
+        let mergeable = k > 0
+            && exprs.iter().all(|e| {
+                let (a, b) = (Var(k as u32 - 1), Var(k as u32));
+                if !e.mentions_var(a) && !e.mentions_var(b) {
+                    return true;
+                }
+                matches!((e.linear_coef(a), e.linear_coef(b)), (Some(ca), Some(cb)) if ca == cb * outer[k])
+            });
+        match groups.last_mut() {
+            Some(last) if mergeable => last.push(k),
+            _ => groups.push(vec![k]),
+        }
+    }
+    groups
+}
+
+fn narrow_of(dtype: DType) -> Option<DType> {
+    match dtype {
+        DType::Bool | DType::U8 | DType::I8 | DType::I16 | DType::I32 => Some(dtype),
+        _ => None,
+    }
+}
+
+struct RegAlloc {
+    kinds: Vec<Kind>,
+    free: Vec<Reg>,
+}
+
+impl RegAlloc {
+    fn take(&mut self, kind: Kind) -> Reg {
+        if let Some(pos) = self.free.iter().position(|r| self.kinds[*r as usize] == kind) {
+            return self.free.swap_remove(pos);
+        }
+        self.kinds.push(kind);
+        (self.kinds.len() - 1) as Reg
+    }
+}
+
+pub(crate) fn kernel_plan(program: &Program, kernel: &Kernel, syms: &Ctx, name: String) -> Result<KernelPlan, CodegenError> {
+    let outer: Vec<i64> = kernel.outer.iter().map(|e| concrete(e, syms)).collect::<Result<_, _>>()?;
+    let m = outer.len();
+    let mut all_exprs = Vec::new();
+    for stage in &kernel.stages {
+        all_exprs.extend(stage_exprs(program, stage).into_iter().map(|e| e.simplify(syms)));
+    }
+    let serial = kernel.stages.iter().any(|s| !s.store_indirect.is_empty());
+    let groups = if serial { (0..m).map(|k| vec![k]).collect() } else { collapse_groups(&outer, &all_exprs) };
+    let new_outer: Vec<i64> = groups.iter().map(|g| g.iter().map(|k| outer[*k]).product()).collect();
+    let m_new = new_outer.len();
+    let mut stages = Vec::new();
+    for stage in &kernel.stages {
+        let ranges: Vec<i64> = stage.ranges.iter().map(|e| concrete(e, syms)).collect::<Result<_, _>>()?;
+        let inner: Vec<i64> = ranges[m..].to_vec();
+        let reduce = match &stage.reduce {
+            Some(r) => Some((r.op, r.ranges.iter().map(|e| concrete(e, syms)).collect::<Result<Vec<_>, _>>()?)),
+            None => None,
+        };
+        let total_vars = m + inner.len() + reduce.as_ref().map_or(0, |(_, r)| r.len());
+        // Old variable → expression over the collapsed variables.
+        let mut remap = vec![Expr::zero(); total_vars];
+        for (g, group) in groups.iter().enumerate() {
+            if let Some(last) = group.last() {
+                remap[*last] = Expr::v(g as u32);
+            }
+        }
+        for (k, slot) in remap.iter_mut().enumerate().skip(m) {
+            *slot = Expr::v((k - m + m_new) as u32);
+        }
+        let mut extents = new_outer.clone();
+        extents.extend(inner.iter().copied());
+        if let Some((_, r)) = &reduce {
+            extents.extend(r.iter().copied());
+        }
+        let mut ctx = Ctx::with_extents(&extents);
+        ctx.sym_values = syms.sym_values.clone();
+        let index = |e: &Expr| IndexFn::new(&e.simplify(syms).substitute_vars(&remap, &ctx));
+        stages.push(compile_stage(program, stage, inner, reduce, &index, syms)?);
+    }
+    let mode = choose_mode(&new_outer, &stages);
+    Ok(KernelPlan { name, outer: new_outer, mode, stages, serial })
+}
+
+fn choose_mode(outer: &[i64], stages: &[StagePlan]) -> TileMode {
+    let Some(&last_outer) = outer.last() else { return TileMode::Inner };
+    let with_tail: Vec<&StagePlan> = stages.iter().filter(|s| !s.inner.is_empty() || s.reduce.is_some()).collect();
+    if with_tail.is_empty() {
+        return TileMode::Outer;
+    }
+    let m = outer.len() as u32;
+    let mut along_tail = 0;
+    let mut along_outer = 0;
+    let mut tail_len = i64::MAX;
+    for stage in &with_tail {
+        let tail_vars = stage.inner.len() + stage.reduce.as_ref().map_or(0, |(_, r)| r.len());
+        let tail_var = m + tail_vars as u32 - 1;
+        let last = stage.reduce.as_ref().and_then(|(_, r)| r.last().copied()).or(stage.inner.last().copied()).unwrap_or(1);
+        tail_len = tail_len.min(last);
+        for inst in &stage.insts {
+            if let InstOp::Load { index, .. } = &inst.op {
+                if index.step(tail_var) == Some(1) {
+                    along_tail += 1;
+                }
+                if index.step(m - 1) == Some(1) {
+                    along_outer += 1;
+                }
+            }
+        }
+    }
+    if tail_len >= 16 && along_tail >= along_outer {
+        TileMode::Inner
+    } else if last_outer >= 8 {
+        TileMode::Outer
+    } else {
+        TileMode::Inner
+    }
+}
+
+fn compile_stage(
+    program: &Program,
+    stage: &Stage,
+    inner: Vec<i64>,
+    reduce: Option<(rdyn_ir::loops::ReduceOp, Vec<i64>)>,
+    index: &dyn Fn(&Expr) -> IndexFn,
+    syms: &Ctx,
+) -> Result<StagePlan, CodegenError> {
+    let scalars = &program.scalars;
+    let mut roots = vec![stage.value];
+    roots.extend(stage.store_indirect.iter().map(|(s, _)| *s));
+    let order = scalars.topo(&roots);
+    let mut last_use: HashMap<ScalarId, usize> = HashMap::new();
+    for (pos, id) in order.iter().enumerate() {
+        for operand in scalars.operands(*id) {
+            last_use.insert(operand, pos);
+        }
+    }
+    for r in &roots {
+        last_use.insert(*r, usize::MAX);
+    }
+    let mut alloc = RegAlloc { kinds: Vec::new(), free: Vec::new() };
+    let mut reg_of: HashMap<ScalarId, Reg> = HashMap::new();
+    let mut insts = Vec::new();
+    for (pos, id) in order.iter().enumerate() {
+        let node = scalars.get(*id);
+        let kind = node.dtype.kind();
+        let reg = |s: &ScalarId| reg_of.get(s).copied().ok_or(CodegenError::Internal("operand without register"));
+        let op_kind = operand_kind(program, *id);
+        let op = match &node.op {
+            ScalarOp::Load { buf, index: idx, indirect, mask } => InstOp::Load {
+                buf: *buf,
+                dtype: program.buffer(*buf).dtype,
+                index: index(idx),
+                indirect: indirect
+                    .iter()
+                    .map(|(s, stride)| {
+                        let st = stride.simplify(syms).as_const().ok_or_else(|| CodegenError::Symbolic(format!("stride {stride}")))?;
+                        Ok((reg(s)?, st))
+                    })
+                    .collect::<Result<_, CodegenError>>()?,
+                mask: mask.map(|m| reg(&m)).transpose()?,
+            },
+            ScalarOp::Const { bits } => {
+                if node.dtype.is_float() {
+                    InstOp::ConstF(f64::from_bits(*bits))
+                } else {
+                    InstOp::ConstI(*bits as i64)
+                }
+            }
+            ScalarOp::Index(e) => InstOp::Index(index(e)),
+            ScalarOp::Unary(op, x) => InstOp::Unary(*op, reg(x)?),
+            ScalarOp::Binary(op, a, b) => InstOp::Binary(*op, reg(a)?, reg(b)?),
+            ScalarOp::Where(c, a, b) => InstOp::Where(reg(c)?, reg(a)?, reg(b)?),
+            ScalarOp::Cast(x) => InstOp::Cast { src: reg(x)?, from: scalars.dtype(*x).kind(), to: node.dtype },
+            ScalarOp::Bounded(x, size) => InstOp::Bounded {
+                src: reg(x)?,
+                size: size.simplify(syms).as_const().ok_or_else(|| CodegenError::Symbolic(format!("size {size}")))?,
+            },
+        };
+        let operands = scalars.operands(*id);
+        let cross_kind = op_kind != kind && matches!(op, InstOp::Unary(..) | InstOp::Binary(..));
+        // Free operands whose last use is here before picking the result
+        // register (an op may write over its own operand).
+        let release: Vec<Reg> = operands
+            .iter()
+            .filter(|o| last_use.get(o) == Some(&pos))
+            .filter_map(|o| reg_of.get(o).copied())
+            .collect();
+        // The result never shares a register with its operands: the
+        // executor reads operands while it writes the result.
+        if cross_kind {
+            // e.g. a comparison of floats: compute in the operands' kind,
+            // then convert to bool.
+            let tmp = alloc.take(op_kind);
+            insts.push(Inst { dst: tmp, kind: op_kind, narrow: None, op });
+            let dst = alloc.take(kind);
+            insts.push(Inst { dst, kind, narrow: None, op: InstOp::Cast { src: tmp, from: op_kind, to: node.dtype } });
+            alloc.free.push(tmp);
+            reg_of.insert(*id, dst);
+        } else {
+            let dst = alloc.take(kind);
+            let narrow = if matches!(op, InstOp::Cast { .. } | InstOp::Load { .. }) { None } else { narrow_of(node.dtype) };
+            insts.push(Inst { dst, kind, narrow, op });
+            reg_of.insert(*id, dst);
+        }
+        for r in release {
+            if !alloc.free.contains(&r) {
+                alloc.free.push(r);
+            }
+        }
+    }
+    let value = reg_of.get(&stage.value).copied().ok_or(CodegenError::Internal("stage value has no register"))?;
+    let store_indirect = stage
+        .store_indirect
+        .iter()
+        .map(|(s, stride)| {
+            let r = reg_of.get(s).copied().ok_or(CodegenError::Internal("scatter index has no register"))?;
+            let st = stride.simplify(syms).as_const().ok_or_else(|| CodegenError::Symbolic(format!("stride {stride}")))?;
+            Ok((r, st))
+        })
+        .collect::<Result<_, CodegenError>>()?;
+    Ok(StagePlan {
+        out: stage.out,
+        out_dtype: program.buffer(stage.out).dtype,
+        inner,
+        reduce,
+        insts,
+        value,
+        value_kind: scalars.dtype(stage.value).kind(),
+        store: index(&stage.store),
+        store_indirect,
+        regs: alloc.kinds,
+    })
+}

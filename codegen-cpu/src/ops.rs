@@ -1,0 +1,307 @@
+//! Element-wise operations over tiles. Each function runs one tight loop
+//! over slices, so dispatch happens once per tile, never per element, and the
+//! loops auto-vectorise where the math allows.
+
+use rdyn_ir::loops::{BinaryOp, ReduceOp, UnaryOp};
+
+macro_rules! float_ops {
+    ($t:ident, $unary:ident, $binary:ident, $erfinv:ident, $digamma:ident, $libm_erf:path, $libm_erfc:path, $libm_lgamma:path, $libm_nextafter:path) => {
+        pub fn $unary(op: UnaryOp, x: &[$t], out: &mut [$t]) {
+            macro_rules! map {
+                ($f:expr) => {
+                    for (o, &v) in out.iter_mut().zip(x) {
+                        *o = $f(v);
+                    }
+                };
+            }
+            match op {
+                UnaryOp::Neg => map!(|v: $t| -v),
+                UnaryOp::Abs => map!(|v: $t| v.abs()),
+                UnaryOp::Exp => map!(|v: $t| v.exp()),
+                UnaryOp::Exp2 => map!(|v: $t| v.exp2()),
+                UnaryOp::Expm1 => map!(|v: $t| v.exp_m1()),
+                UnaryOp::Log => map!(|v: $t| v.ln()),
+                UnaryOp::Log2 => map!(|v: $t| v.log2()),
+                UnaryOp::Log10 => map!(|v: $t| v.log10()),
+                UnaryOp::Log1p => map!(|v: $t| v.ln_1p()),
+                UnaryOp::Sqrt => map!(|v: $t| v.sqrt()),
+                UnaryOp::Rsqrt => map!(|v: $t| 1.0 / v.sqrt()),
+                UnaryOp::Sin => map!(|v: $t| v.sin()),
+                UnaryOp::Cos => map!(|v: $t| v.cos()),
+                UnaryOp::Tan => map!(|v: $t| v.tan()),
+                UnaryOp::Asin => map!(|v: $t| v.asin()),
+                UnaryOp::Acos => map!(|v: $t| v.acos()),
+                UnaryOp::Atan => map!(|v: $t| v.atan()),
+                UnaryOp::Sinh => map!(|v: $t| v.sinh()),
+                UnaryOp::Cosh => map!(|v: $t| v.cosh()),
+                UnaryOp::Tanh => map!(|v: $t| v.tanh()),
+                UnaryOp::Asinh => map!(|v: $t| v.asinh()),
+                UnaryOp::Acosh => map!(|v: $t| v.acosh()),
+                UnaryOp::Atanh => map!(|v: $t| v.atanh()),
+                UnaryOp::Sigmoid => map!(|v: $t| 1.0 / (1.0 + (-v).exp())),
+                UnaryOp::Erf => map!(|v: $t| $libm_erf(v)),
+                UnaryOp::Erfc => map!(|v: $t| $libm_erfc(v)),
+                UnaryOp::Erfinv => map!(|v: $t| $erfinv(v)),
+                UnaryOp::Floor => map!(|v: $t| v.floor()),
+                UnaryOp::Ceil => map!(|v: $t| v.ceil()),
+                UnaryOp::Round => map!(|v: $t| v.round_ties_even()),
+                UnaryOp::Trunc => map!(|v: $t| v.trunc()),
+                UnaryOp::Sign => map!(|v: $t| if v > 0.0 { 1.0 } else if v < 0.0 { -1.0 } else { v }),
+                UnaryOp::Reciprocal => map!(|v: $t| 1.0 / v),
+                UnaryOp::Not => map!(|v: $t| (v == 0.0) as u8 as $t),
+                UnaryOp::BitNot => map!(|v: $t| v),
+                UnaryOp::IsNan => map!(|v: $t| v.is_nan() as u8 as $t),
+                UnaryOp::IsInf => map!(|v: $t| v.is_infinite() as u8 as $t),
+                UnaryOp::Signbit => map!(|v: $t| v.is_sign_negative() as u8 as $t),
+                UnaryOp::Lgamma => map!(|v: $t| $libm_lgamma(v)),
+                UnaryOp::Digamma => map!(|v: $t| $digamma(v)),
+            }
+        }
+
+        pub fn $binary(op: BinaryOp, a: &[$t], b: &[$t], out: &mut [$t]) {
+            macro_rules! zip {
+                ($f:expr) => {
+                    for ((o, &x), &y) in out.iter_mut().zip(a).zip(b) {
+                        *o = $f(x, y);
+                    }
+                };
+            }
+            match op {
+                BinaryOp::Add => zip!(|x: $t, y: $t| x + y),
+                BinaryOp::Sub => zip!(|x: $t, y: $t| x - y),
+                BinaryOp::Mul => zip!(|x: $t, y: $t| x * y),
+                BinaryOp::Div => zip!(|x: $t, y: $t| x / y),
+                BinaryOp::FloorDiv => zip!(|x: $t, y: $t| (x / y).floor()),
+                BinaryOp::TruncDiv => zip!(|x: $t, y: $t| (x / y).trunc()),
+                BinaryOp::Rem => zip!(|x: $t, y: $t| {
+                    let r = x % y;
+                    if r != 0.0 && ((r < 0.0) != (y < 0.0)) { r + y } else { r }
+                }),
+                BinaryOp::Fmod => zip!(|x: $t, y: $t| x % y),
+                BinaryOp::Pow => zip!(|x: $t, y: $t| x.powf(y)),
+                BinaryOp::Max => zip!(|x: $t, y: $t| if x.is_nan() || x > y { x } else if y.is_nan() { y } else { y }),
+                BinaryOp::Min => zip!(|x: $t, y: $t| if x.is_nan() || x < y { x } else { y }),
+                BinaryOp::Fmax => zip!(|x: $t, y: $t| x.max(y)),
+                BinaryOp::Fmin => zip!(|x: $t, y: $t| x.min(y)),
+                BinaryOp::Atan2 => zip!(|x: $t, y: $t| x.atan2(y)),
+                BinaryOp::Hypot => zip!(|x: $t, y: $t| x.hypot(y)),
+                BinaryOp::Copysign => zip!(|x: $t, y: $t| x.copysign(y)),
+                BinaryOp::Nextafter => zip!(|x: $t, y: $t| $libm_nextafter(x, y)),
+                BinaryOp::Eq => zip!(|x: $t, y: $t| (x == y) as u8 as $t),
+                BinaryOp::Ne => zip!(|x: $t, y: $t| (x != y) as u8 as $t),
+                BinaryOp::Lt => zip!(|x: $t, y: $t| (x < y) as u8 as $t),
+                BinaryOp::Le => zip!(|x: $t, y: $t| (x <= y) as u8 as $t),
+                BinaryOp::Gt => zip!(|x: $t, y: $t| (x > y) as u8 as $t),
+                BinaryOp::Ge => zip!(|x: $t, y: $t| (x >= y) as u8 as $t),
+                BinaryOp::And => zip!(|x: $t, y: $t| (x != 0.0 && y != 0.0) as u8 as $t),
+                BinaryOp::Or => zip!(|x: $t, y: $t| (x != 0.0 || y != 0.0) as u8 as $t),
+                BinaryOp::Xor => zip!(|x: $t, y: $t| ((x != 0.0) != (y != 0.0)) as u8 as $t),
+                BinaryOp::BitAnd | BinaryOp::BitOr | BinaryOp::BitXor | BinaryOp::Shl | BinaryOp::Shr => {
+                    zip!(|x: $t, _y: $t| x)
+                }
+            }
+        }
+
+        /// Inverse error function (Giles, 2010), refined by two Newton steps.
+        fn $erfinv(y: $t) -> $t {
+            if y <= -1.0 {
+                return if y == -1.0 { <$t>::NEG_INFINITY } else { <$t>::NAN };
+            }
+            if y >= 1.0 {
+                return if y == 1.0 { <$t>::INFINITY } else { <$t>::NAN };
+            }
+            let yd = y as f64;
+            let w = -((1.0 - yd) * (1.0 + yd)).ln();
+            let mut x = if w < 5.0 {
+                let w = w - 2.5;
+                let mut p = 2.810_226_36e-08;
+                for c in [3.432_739_39e-07, -3.523_387_7e-06, -4.391_506_54e-06, 0.000_218_580_87, -0.001_253_725_03, -0.004_177_681_64, 0.246_640_727, 1.501_409_41] {
+                    p = c + p * w;
+                }
+                p * yd
+            } else {
+                let w = w.sqrt() - 3.0;
+                let mut p = -0.000_200_214_257;
+                for c in [0.000_100_950_558, 0.001_349_343_22, -0.003_673_428_44, 0.005_739_507_73, -0.007_622_461_3, 0.009_438_870_47, 1.001_674_06, 2.832_976_82] {
+                    p = c + p * w;
+                }
+                p * yd
+            };
+            for _ in 0..2 {
+                let err = libm::erf(x) - yd;
+                x -= err / (2.0 / std::f64::consts::PI.sqrt() * (-x * x).exp());
+            }
+            x as $t
+        }
+
+        /// Digamma by recurrence to x ≥ 6 and the asymptotic series.
+        fn $digamma(x: $t) -> $t {
+            let mut x = x as f64;
+            if x == 0.0 {
+                return if x.is_sign_negative() { <$t>::INFINITY } else { <$t>::NEG_INFINITY };
+            }
+            if x < 0.0 && x == x.floor() {
+                return <$t>::NAN;
+            }
+            let mut result = 0.0;
+            if x < 0.0 {
+                // Reflection: ψ(1 - x) - ψ(x) = π cot(πx)
+                let pi = std::f64::consts::PI;
+                result -= pi / (pi * x).tan();
+                x = 1.0 - x;
+            }
+            while x < 6.0 {
+                result -= 1.0 / x;
+                x += 1.0;
+            }
+            let inv = 1.0 / x;
+            let inv2 = inv * inv;
+            result += x.ln() - 0.5 * inv
+                - inv2 * (1.0 / 12.0 - inv2 * (1.0 / 120.0 - inv2 * (1.0 / 252.0 - inv2 * (1.0 / 240.0 - inv2 / 132.0))));
+            result as $t
+        }
+    };
+}
+
+float_ops!(f32, unary_f32, binary_f32, erfinv_f32, digamma_f32, libm::erff, libm::erfcf, libm::lgammaf, libm::nextafterf);
+float_ops!(f64, unary_f64, binary_f64, erfinv_f64, digamma_f64, libm::erf, libm::erfc, libm::lgamma, libm::nextafter);
+
+/// Integer (and bool, as 0/1) unary ops. Float-only ops never reach here:
+/// lowering rejects them for integer dtypes.
+pub fn unary_i64(op: UnaryOp, x: &[i64], out: &mut [i64]) {
+    for (o, &v) in out.iter_mut().zip(x) {
+        *o = match op {
+            UnaryOp::Neg => v.wrapping_neg(),
+            UnaryOp::Abs => v.wrapping_abs(),
+            UnaryOp::Sign => v.signum(),
+            UnaryOp::Not => (v == 0) as i64,
+            UnaryOp::BitNot => !v,
+            UnaryOp::IsNan | UnaryOp::IsInf => 0,
+            UnaryOp::Signbit => (v < 0) as i64,
+            _ => v,
+        };
+    }
+}
+
+pub fn binary_i64(op: BinaryOp, a: &[i64], b: &[i64], out: &mut [i64], error: &mut bool) {
+    macro_rules! zip {
+        ($f:expr) => {
+            for ((o, &x), &y) in out.iter_mut().zip(a).zip(b) {
+                *o = $f(x, y);
+            }
+        };
+    }
+    match op {
+        BinaryOp::Add => zip!(|x: i64, y: i64| x.wrapping_add(y)),
+        BinaryOp::Sub => zip!(|x: i64, y: i64| x.wrapping_sub(y)),
+        BinaryOp::Mul => zip!(|x: i64, y: i64| x.wrapping_mul(y)),
+        BinaryOp::Div | BinaryOp::TruncDiv | BinaryOp::FloorDiv | BinaryOp::Rem | BinaryOp::Fmod => {
+            if b.iter().take(out.len()).any(|&y| y == 0) {
+                *error = true;
+            }
+            match op {
+                BinaryOp::FloorDiv => zip!(|x: i64, y: i64| if y == 0 { 0 } else { x.wrapping_div_euclid(y) - if (x.wrapping_rem_euclid(y) != 0) && y < 0 { 1 } else { 0 } }),
+                BinaryOp::Rem => zip!(|x: i64, y: i64| if y == 0 { 0 } else { let r = x.wrapping_rem(y); if r != 0 && ((r < 0) != (y < 0)) { r + y } else { r } }),
+                BinaryOp::Fmod => zip!(|x: i64, y: i64| if y == 0 { 0 } else { x.wrapping_rem(y) }),
+                _ => zip!(|x: i64, y: i64| if y == 0 { 0 } else { x.wrapping_div(y) }),
+            }
+        }
+        BinaryOp::Pow => zip!(|x: i64, y: i64| if y < 0 { if x == 1 { 1 } else if x == -1 { if y % 2 == 0 { 1 } else { -1 } } else { 0 } } else { x.wrapping_pow(y.min(u32::MAX as i64) as u32) }),
+        BinaryOp::Max | BinaryOp::Fmax => zip!(|x: i64, y: i64| x.max(y)),
+        BinaryOp::Min | BinaryOp::Fmin => zip!(|x: i64, y: i64| x.min(y)),
+        BinaryOp::Eq => zip!(|x: i64, y: i64| (x == y) as i64),
+        BinaryOp::Ne => zip!(|x: i64, y: i64| (x != y) as i64),
+        BinaryOp::Lt => zip!(|x: i64, y: i64| (x < y) as i64),
+        BinaryOp::Le => zip!(|x: i64, y: i64| (x <= y) as i64),
+        BinaryOp::Gt => zip!(|x: i64, y: i64| (x > y) as i64),
+        BinaryOp::Ge => zip!(|x: i64, y: i64| (x >= y) as i64),
+        BinaryOp::And => zip!(|x: i64, y: i64| (x != 0 && y != 0) as i64),
+        BinaryOp::Or => zip!(|x: i64, y: i64| (x != 0 || y != 0) as i64),
+        BinaryOp::Xor => zip!(|x: i64, y: i64| ((x != 0) != (y != 0)) as i64),
+        BinaryOp::BitAnd => zip!(|x: i64, y: i64| x & y),
+        BinaryOp::BitOr => zip!(|x: i64, y: i64| x | y),
+        BinaryOp::BitXor => zip!(|x: i64, y: i64| x ^ y),
+        BinaryOp::Shl => zip!(|x: i64, y: i64| if (0..64).contains(&y) { x.wrapping_shl(y as u32) } else { 0 }),
+        BinaryOp::Shr => zip!(|x: i64, y: i64| if (0..64).contains(&y) { x >> y } else if x < 0 { -1 } else { 0 }),
+        BinaryOp::Atan2 | BinaryOp::Hypot | BinaryOp::Copysign | BinaryOp::Nextafter => zip!(|x: i64, _y: i64| x),
+    }
+}
+
+/// Reduction identities and combines, NaN-propagating like PyTorch.
+pub trait Reducible: Copy + PartialOrd {
+    fn identity(op: ReduceOp) -> Self;
+    fn combine(op: ReduceOp, acc: Self, x: Self) -> Self;
+    fn is_nan_value(self) -> bool;
+}
+
+macro_rules! reducible_float {
+    ($t:ty) => {
+        impl Reducible for $t {
+            fn identity(op: ReduceOp) -> $t {
+                match op {
+                    ReduceOp::Sum | ReduceOp::Any => 0.0,
+                    ReduceOp::Prod | ReduceOp::All => 1.0,
+                    ReduceOp::Max | ReduceOp::ArgMax => <$t>::NEG_INFINITY,
+                    ReduceOp::Min | ReduceOp::ArgMin => <$t>::INFINITY,
+                }
+            }
+            #[inline(always)]
+            fn combine(op: ReduceOp, acc: $t, x: $t) -> $t {
+                match op {
+                    ReduceOp::Sum => acc + x,
+                    ReduceOp::Prod => acc * x,
+                    ReduceOp::Max | ReduceOp::ArgMax => if acc.is_nan() || acc > x { acc } else if x.is_nan() || x > acc { x } else { acc },
+                    ReduceOp::Min | ReduceOp::ArgMin => if acc.is_nan() || acc < x { acc } else if x.is_nan() || x < acc { x } else { acc },
+                    ReduceOp::Any => ((acc != 0.0) || (x != 0.0)) as u8 as $t,
+                    ReduceOp::All => ((acc != 0.0) && (x != 0.0)) as u8 as $t,
+                }
+            }
+            fn is_nan_value(self) -> bool {
+                self.is_nan()
+            }
+        }
+    };
+}
+
+reducible_float!(f32);
+reducible_float!(f64);
+
+impl Reducible for i64 {
+    fn identity(op: ReduceOp) -> i64 {
+        match op {
+            ReduceOp::Sum | ReduceOp::Any => 0,
+            ReduceOp::Prod | ReduceOp::All => 1,
+            ReduceOp::Max | ReduceOp::ArgMax => i64::MIN,
+            ReduceOp::Min | ReduceOp::ArgMin => i64::MAX,
+        }
+    }
+    #[inline(always)]
+    fn combine(op: ReduceOp, acc: i64, x: i64) -> i64 {
+        match op {
+            ReduceOp::Sum => acc.wrapping_add(x),
+            ReduceOp::Prod => acc.wrapping_mul(x),
+            ReduceOp::Max | ReduceOp::ArgMax => acc.max(x),
+            ReduceOp::Min | ReduceOp::ArgMin => acc.min(x),
+            ReduceOp::Any => ((acc != 0) || (x != 0)) as i64,
+            ReduceOp::All => ((acc != 0) && (x != 0)) as i64,
+        }
+    }
+    fn is_nan_value(self) -> bool {
+        false
+    }
+}
+
+/// Whether candidate `(x, xi)` beats the current arg-reduction `(acc, ai)`:
+/// strictly better, or NaN first, with ties to the lower index.
+#[inline(always)]
+pub fn arg_better<T: Reducible>(op: ReduceOp, acc: T, ai: i64, x: T, xi: i64) -> bool {
+    if ai < 0 {
+        return true;
+    }
+    let (acc_nan, x_nan) = (acc.is_nan_value(), x.is_nan_value());
+    if acc_nan || x_nan {
+        return x_nan && (!acc_nan || xi < ai);
+    }
+    let better = if op == ReduceOp::ArgMax { x > acc } else { x < acc };
+    better || (x == acc && xi < ai)
+}

@@ -1,0 +1,395 @@
+//! Loop IR (with concrete sizes) → CPU kernel plans.
+//!
+//! A plan is built once per specialization: outer dimensions that every
+//! index walks contiguously are collapsed, each kernel picks a tile axis,
+//! each stage's scalar DAG becomes a register program, and temporaries get
+//! arena offsets by liveness. The plan's text form is what `explain()` shows
+//! as the kernel's source.
+
+use std::fmt::Write;
+
+use rdyn_ir::loops::{BinaryOp, BufId, BufRole, ExternKind, Program, ProgramOutput, ReduceOp, ScalarId, ScalarOp, Step, UnaryOp};
+use rdyn_ir::{Ctx, DType, Expr, Kind, Var};
+
+use crate::CodegenError;
+
+/// A register number.
+pub type Reg = u16;
+
+/// Where a buffer's storage comes from at run time.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Storage {
+    Input(usize),
+    /// Scratch at a byte offset of the per-call arena.
+    Arena(usize),
+    /// Allocated by the host as a torch tensor (graph outputs, and buffers
+    /// that eager fallbacks read).
+    Host,
+    /// Produced by an extern call.
+    Extern,
+    View(BufId),
+}
+
+#[derive(Clone, Debug)]
+pub struct BufPlan {
+    pub dtype: DType,
+    pub sizes: Vec<i64>,
+    pub strides: Vec<i64>,
+    pub offset: i64,
+    pub storage: Storage,
+}
+
+impl BufPlan {
+    /// Bytes from storage element 0 to one past the last element reached.
+    pub fn extent_bytes(&self) -> usize {
+        if self.sizes.contains(&0) {
+            return 0;
+        }
+        let mut last = self.offset;
+        for (s, st) in self.sizes.iter().zip(&self.strides) {
+            last += (s - 1) * st.max(&0);
+        }
+        ((last + 1).max(0) as usize) * self.dtype.itemsize()
+    }
+}
+
+/// An index as a function of the stage variables.
+#[derive(Clone, Debug)]
+pub enum IndexFn {
+    /// `c0 + Σ coef·var`.
+    Affine { c0: i64, coefs: Vec<(u32, i64)> },
+    General(Expr),
+}
+
+impl IndexFn {
+    pub fn new(expr: &Expr) -> IndexFn {
+        let Some(max) = expr.max_var() else {
+            return IndexFn::Affine { c0: expr.constant(), coefs: Vec::new() };
+        };
+        let mut coefs = Vec::new();
+        for v in 0..=max {
+            match expr.linear_coef(Var(v)) {
+                Some(0) => {}
+                Some(c) => coefs.push((v, c)),
+                None => return IndexFn::General(expr.clone()),
+            }
+        }
+        // Affine in every variable and free of atoms other than variables.
+        let rebuilt = coefs.iter().fold(Expr::c(expr.constant()), |acc, (v, c)| acc.add(&Expr::v(*v).scale(*c)));
+        if &rebuilt == expr {
+            IndexFn::Affine { c0: expr.constant(), coefs }
+        } else {
+            IndexFn::General(expr.clone())
+        }
+    }
+
+    #[inline]
+    pub fn eval(&self, env: &[i64]) -> i64 {
+        match self {
+            IndexFn::Affine { c0, coefs } => coefs.iter().fold(*c0, |acc, (v, c)| acc + c * env[*v as usize]),
+            IndexFn::General(e) => e.eval(env, &[]),
+        }
+    }
+
+    /// Step per unit of `var`, when the index is affine in it.
+    pub fn step(&self, var: u32) -> Option<i64> {
+        match self {
+            IndexFn::Affine { coefs, .. } => Some(coefs.iter().find(|(v, _)| *v == var).map_or(0, |(_, c)| *c)),
+            IndexFn::General(e) => e.linear_coef(Var(var)).filter(|_| IndexFn::new(e).is_affine()),
+        }
+    }
+
+    fn is_affine(&self) -> bool {
+        matches!(self, IndexFn::Affine { .. })
+    }
+}
+
+impl std::fmt::Display for IndexFn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            IndexFn::Affine { c0, coefs } => {
+                let mut e = Expr::c(*c0);
+                for (v, c) in coefs {
+                    e = e.add(&Expr::v(*v).scale(*c));
+                }
+                write!(f, "{e}")
+            }
+            IndexFn::General(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+pub enum InstOp {
+    Load { buf: BufId, dtype: DType, index: IndexFn, indirect: Vec<(Reg, i64)>, mask: Option<Reg> },
+    ConstF(f64),
+    ConstI(i64),
+    Index(IndexFn),
+    Unary(UnaryOp, Reg),
+    Binary(BinaryOp, Reg, Reg),
+    Where(Reg, Reg, Reg),
+    /// Convert from register kind `from` into the instruction's kind, with
+    /// `to`'s narrowing (wrap, round to half, bool).
+    Cast { src: Reg, from: Kind, to: DType },
+    Bounded { src: Reg, size: i64 },
+}
+
+#[derive(Clone, Debug)]
+pub struct Inst {
+    pub dst: Reg,
+    pub kind: Kind,
+    /// Narrow integer / bool result to wrap after the op.
+    pub narrow: Option<DType>,
+    pub op: InstOp,
+}
+
+#[derive(Clone, Debug)]
+pub struct StagePlan {
+    pub out: BufId,
+    pub out_dtype: DType,
+    /// Ranges after the kernel's outer ranges.
+    pub inner: Vec<i64>,
+    pub reduce: Option<(ReduceOp, Vec<i64>)>,
+    pub insts: Vec<Inst>,
+    pub value: Reg,
+    pub value_kind: Kind,
+    pub store: IndexFn,
+    pub store_indirect: Vec<(Reg, i64)>,
+    pub regs: Vec<Kind>,
+}
+
+/// How a kernel vectorises.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TileMode {
+    /// Lanes are consecutive points of the last outer dimension.
+    Outer,
+    /// Lanes run along each stage's own last inner/reduction dimension.
+    Inner,
+}
+
+#[derive(Clone, Debug)]
+pub struct KernelPlan {
+    pub name: String,
+    pub outer: Vec<i64>,
+    pub mode: TileMode,
+    pub stages: Vec<StagePlan>,
+    /// Scatter kernels run on one thread, in index order.
+    pub serial: bool,
+}
+
+#[derive(Clone, Debug)]
+pub enum CpuStep {
+    Kernel(KernelPlan),
+    Gemm { a: BufId, b: BufId, out: BufId, accumulate: bool },
+    /// Runs through the host (ATen): a library kernel or an eager fallback.
+    Host { node: u32, target: String, fallback: bool, inputs: Vec<BufId>, outputs: Vec<BufId> },
+}
+
+#[derive(Clone, Debug)]
+pub enum OutputPlan {
+    Buffer(BufId),
+    Int(i64),
+    None,
+}
+
+/// A program ready to run on the CPU.
+#[derive(Clone, Debug)]
+pub struct CpuProgram {
+    pub buffers: Vec<BufPlan>,
+    pub steps: Vec<CpuStep>,
+    pub arena_bytes: usize,
+    pub outputs: Vec<OutputPlan>,
+}
+
+fn concrete(e: &Expr, ctx: &Ctx, what: &str) -> Result<i64, CodegenError> {
+    e.simplify(ctx).as_const().ok_or_else(|| CodegenError::Symbolic(format!("{what} {e}")))
+}
+
+fn concrete_all(es: &[Expr], ctx: &Ctx, what: &str) -> Result<Vec<i64>, CodegenError> {
+    es.iter().map(|e| concrete(e, ctx, what)).collect()
+}
+
+const ARENA_ALIGN: usize = 64;
+
+/// Build the CPU plan of `program` with the symbol values in `syms`.
+pub fn plan(program: &Program, syms: &Ctx) -> Result<CpuProgram, CodegenError> {
+    let mut host_visible = vec![false; program.buffers.len()];
+    for out in &program.outputs {
+        if let ProgramOutput::Buffer(b) = out {
+            host_visible[program.storage_of(*b).0 as usize] = true;
+        }
+    }
+    for step in &program.steps {
+        if let Step::Extern(ext) = step {
+            if !matches!(ext.kind, ExternKind::Gemm { .. }) {
+                for b in &ext.inputs {
+                    host_visible[program.storage_of(*b).0 as usize] = true;
+                }
+            }
+        }
+    }
+    let mut buffers = Vec::with_capacity(program.buffers.len());
+    for (k, buf) in program.buffers.iter().enumerate() {
+        let storage = match &buf.role {
+            BufRole::Input(n) => Storage::Input(*n),
+            BufRole::ExternOut => Storage::Extern,
+            BufRole::View(base) => Storage::View(*base),
+            BufRole::Temp if host_visible[k] => Storage::Host,
+            BufRole::Temp => Storage::Arena(0),
+        };
+        buffers.push(BufPlan {
+            dtype: buf.dtype,
+            sizes: concrete_all(&buf.sizes, syms, "buffer size")?,
+            strides: concrete_all(&buf.strides, syms, "buffer stride")?,
+            offset: concrete(&buf.offset, syms, "buffer offset")?,
+            storage,
+        });
+    }
+    let mut steps = Vec::new();
+    let mut kernel_count = 0;
+    for step in &program.steps {
+        steps.push(match step {
+            Step::Kernel(kernel) => {
+                let name = format!("k{kernel_count}");
+                kernel_count += 1;
+                CpuStep::Kernel(crate::lower_kernel::kernel_plan(program, kernel, syms, name)?)
+            }
+            Step::Extern(ext) => match &ext.kind {
+                ExternKind::Gemm { accumulate } => CpuStep::Gemm {
+                    a: ext.inputs[0],
+                    b: ext.inputs[1],
+                    out: ext.outputs[0],
+                    accumulate: *accumulate,
+                },
+                ExternKind::Library { node, target } | ExternKind::Fallback { node, target } => CpuStep::Host {
+                    node: *node,
+                    target: target.clone(),
+                    fallback: matches!(ext.kind, ExternKind::Fallback { .. }),
+                    inputs: ext.inputs.clone(),
+                    outputs: ext.outputs.clone(),
+                },
+            },
+        });
+    }
+    let arena_bytes = assign_arena(&mut buffers, &steps, program);
+    let outputs = program
+        .outputs
+        .iter()
+        .map(|o| match o {
+            ProgramOutput::Buffer(b) => Ok(OutputPlan::Buffer(*b)),
+            ProgramOutput::Int(e) => Ok(OutputPlan::Int(concrete(e, syms, "output")?)),
+            ProgramOutput::None => Ok(OutputPlan::None),
+        })
+        .collect::<Result<_, CodegenError>>()?;
+    Ok(CpuProgram { buffers, steps, arena_bytes, outputs })
+}
+
+/// Give arena buffers offsets, reusing space whose buffer is dead.
+fn assign_arena(buffers: &mut [BufPlan], steps: &[CpuStep], program: &Program) -> usize {
+    let n = buffers.len();
+    let mut first = vec![usize::MAX; n];
+    let mut last = vec![0usize; n];
+    let storage = |b: BufId| program.storage_of(b).0 as usize;
+    let mut touch = |b: usize, at: usize, first: &mut Vec<usize>, last: &mut Vec<usize>| {
+        first[b] = first[b].min(at);
+        last[b] = last[b].max(at);
+    };
+    for (at, step) in steps.iter().enumerate() {
+        let mut used = Vec::new();
+        match step {
+            CpuStep::Kernel(k) => {
+                for s in &k.stages {
+                    used.push(storage(s.out));
+                    for inst in &s.insts {
+                        if let InstOp::Load { buf, .. } = &inst.op {
+                            used.push(storage(*buf));
+                        }
+                    }
+                }
+            }
+            CpuStep::Gemm { a, b, out, .. } => used.extend([storage(*a), storage(*b), storage(*out)]),
+            CpuStep::Host { inputs, outputs, .. } => used.extend(inputs.iter().chain(outputs).map(|b| storage(*b))),
+        }
+        for b in used {
+            touch(b, at, &mut first, &mut last);
+        }
+    }
+    let mut order: Vec<usize> = (0..n).filter(|&b| matches!(buffers[b].storage, Storage::Arena(_))).collect();
+    order.sort_by_key(|&b| first[b]);
+    // (offset, size, last use) of placed blocks.
+    let mut placed: Vec<(usize, usize, usize)> = Vec::new();
+    let mut total = 0usize;
+    for b in order {
+        let size = buffers[b].extent_bytes().div_ceil(ARENA_ALIGN) * ARENA_ALIGN;
+        let live: Vec<&(usize, usize, usize)> = placed.iter().filter(|(_, _, end)| *end >= first[b]).collect();
+        let mut offset = 0usize;
+        let mut sorted: Vec<(usize, usize)> = live.iter().map(|(o, s, _)| (*o, *s)).collect();
+        sorted.sort();
+        for (o, s) in sorted {
+            if offset + size <= o {
+                break;
+            }
+            offset = offset.max(o + s);
+        }
+        buffers[b].storage = Storage::Arena(offset);
+        placed.push((offset, size, last[b]));
+        total = total.max(offset + size);
+    }
+    total
+}
+
+impl CpuProgram {
+    /// The kernel plan as text: what `RDYN_LOG=kernels` and `explain()` show.
+    pub fn kernel_source(kernel: &KernelPlan) -> String {
+        let mut out = String::new();
+        let _ = writeln!(
+            out,
+            "cpu kernel {} outer {:?} tile {:?}{}",
+            kernel.name,
+            kernel.outer,
+            kernel.mode,
+            if kernel.serial { " serial" } else { " parallel" }
+        );
+        for stage in &kernel.stages {
+            let red = match &stage.reduce {
+                Some((op, r)) => format!(" {op} over {r:?}"),
+                None => String::new(),
+            };
+            let _ = writeln!(out, "  stage -> {} ({}) inner {:?}{red}", stage.out, stage.out_dtype, stage.inner);
+            for inst in &stage.insts {
+                let _ = writeln!(out, "    r{} {:?} = {}", inst.dst, inst.kind, fmt_inst(&inst.op));
+            }
+            let scatter: String = stage.store_indirect.iter().map(|(r, s)| format!(" + r{r}*{s}")).collect();
+            let _ = writeln!(out, "    store {}[{}{scatter}] = r{}", stage.out, stage.store, stage.value);
+        }
+        out
+    }
+}
+
+fn fmt_inst(op: &InstOp) -> String {
+    match op {
+        InstOp::Load { buf, dtype, index, indirect, mask } => {
+            let ind: String = indirect.iter().map(|(r, s)| format!(" + r{r}*{s}")).collect();
+            let m = mask.map(|m| format!(" if r{m}")).unwrap_or_default();
+            format!("load {buf}:{dtype}[{index}{ind}]{m}")
+        }
+        InstOp::ConstF(v) => format!("{v:?}"),
+        InstOp::ConstI(v) => format!("{v}"),
+        InstOp::Index(e) => format!("index {e}"),
+        InstOp::Unary(op, x) => format!("{op} r{x}"),
+        InstOp::Binary(op, a, b) => format!("{op} r{a}, r{b}"),
+        InstOp::Where(c, a, b) => format!("where r{c}, r{a}, r{b}"),
+        InstOp::Cast { src, to, .. } => format!("cast<{to}> r{src}"),
+        InstOp::Bounded { src, size } => format!("bounded r{src} < {size}"),
+    }
+}
+
+/// Whether a scalar op's operands are computed in a different kind than its
+/// result (comparisons; casts handle their own).
+pub(crate) fn operand_kind(program: &Program, id: ScalarId) -> Kind {
+    match &program.scalars.get(id).op {
+        ScalarOp::Binary(_, a, _) => program.scalars.dtype(*a).kind(),
+        ScalarOp::Unary(UnaryOp::IsNan | UnaryOp::IsInf | UnaryOp::Signbit | UnaryOp::Not, x) => program.scalars.dtype(*x).kind(),
+        _ => program.scalars.dtype(id).kind(),
+    }
+}

@@ -1,0 +1,191 @@
+//! The Python side of a call: reading torch tensors, allocating outputs and
+//! running eager nodes through the Python runner object.
+
+use pyo3::prelude::*;
+use pyo3::types::{PyList, PyTuple};
+
+use rdyn_codegen_cpu::plan::{BufPlan, Storage};
+use rdyn_ir::loops::BufId;
+use rdyn_ir::{DType, Device};
+use rdyn_runtime::compiled::Host;
+use rdyn_runtime::guard::{CallArg, TensorArg};
+use rdyn_runtime::RuntimeError;
+
+/// torch objects looked up once.
+pub struct Torch {
+    pub tensor_type: Py<PyAny>,
+    pub dtypes: Vec<(Py<PyAny>, DType)>,
+    pub as_strided: Py<PyAny>,
+}
+
+impl Torch {
+    pub fn load(py: Python<'_>) -> PyResult<Torch> {
+        let torch = py.import("torch")?;
+        let dtypes = DType::ALL
+            .iter()
+            .map(|d| Ok((torch.getattr(d.name())?.unbind(), *d)))
+            .collect::<PyResult<_>>()?;
+        Ok(Torch {
+            tensor_type: torch.getattr("Tensor")?.unbind(),
+            dtypes,
+            as_strided: torch.getattr("as_strided")?.unbind(),
+        })
+    }
+
+    pub fn dtype_of(&self, obj: &Bound<'_, PyAny>) -> Option<DType> {
+        self.dtypes.iter().find(|(o, _)| o.bind(obj.py()).is(obj)).map(|(_, d)| *d)
+    }
+
+    pub fn dtype_object<'py>(&self, py: Python<'py>, dtype: DType) -> Option<Bound<'py, PyAny>> {
+        self.dtypes.iter().find(|(_, d)| *d == dtype).map(|(o, _)| o.bind(py).clone())
+    }
+}
+
+/// Read the metadata of each call argument. `with_ptr` is false for fake
+/// tensors (explain), which have no storage.
+pub fn call_args(torch: &Torch, args: &Bound<'_, PyAny>, with_ptr: bool) -> PyResult<(Vec<CallArg>, Vec<Py<PyAny>>)> {
+    let py = args.py();
+    let tensor_type = torch.tensor_type.bind(py);
+    let mut out = Vec::new();
+    let mut objects = Vec::new();
+    for item in args.try_iter()? {
+        let item = item?;
+        if item.is_instance(tensor_type)? {
+            let dtype_obj = item.getattr("dtype")?;
+            let dtype = torch.dtype_of(&dtype_obj).ok_or_else(|| {
+                pyo3::exceptions::PyTypeError::new_err(format!(
+                    "rdyn: input tensor has dtype {dtype_obj}, which rdyn does not support; use a real floating, integer or bool dtype"
+                ))
+            })?;
+            let device: String = item.getattr("device")?.getattr("type")?.extract()?;
+            let device = match device.as_str() {
+                "cpu" => Device::Cpu,
+                "cuda" => Device::Cuda(0),
+                "meta" => Device::Meta,
+                other => {
+                    return Err(pyo3::exceptions::PyValueError::new_err(format!(
+                        "rdyn: tensors on device '{other}' are not supported; move them to the CPU"
+                    )))
+                }
+            };
+            let sizes: Vec<i64> = item.call_method0("size")?.extract()?;
+            let strides: Vec<i64> = item.call_method0("stride")?.extract()?;
+            let storage_offset: i64 = item.call_method0("storage_offset")?.extract()?;
+            let ptr: usize = if with_ptr { item.call_method0("data_ptr")?.extract()? } else { 0 };
+            out.push(CallArg::Tensor(TensorArg { ptr, dtype, device, sizes, strides, storage_offset }));
+        } else if let Ok(v) = item.extract::<i64>() {
+            out.push(CallArg::Int(v));
+        } else {
+            out.push(CallArg::Other);
+        }
+        objects.push(item.unbind());
+    }
+    Ok((out, objects))
+}
+
+/// A call in progress: the torch tensors behind buffers.
+pub struct PyHost<'py, 'a> {
+    pub py: Python<'py>,
+    pub torch: &'a Torch,
+    pub runner: &'a Bound<'py, PyAny>,
+    /// The tensor that owns each storage root, and the storage offset of
+    /// that root's element 0.
+    pub tensors: Vec<Option<(Bound<'py, PyAny>, i64)>>,
+    pub error: Option<PyErr>,
+}
+
+impl<'py> PyHost<'py, '_> {
+    fn fail(&mut self, e: PyErr) -> RuntimeError {
+        let msg = e.to_string();
+        self.error = Some(e);
+        RuntimeError::Host(msg)
+    }
+
+    fn root(bufs: &[BufPlan], b: BufId) -> usize {
+        match bufs[b.0 as usize].storage {
+            Storage::View(base) => base.0 as usize,
+            _ => b.0 as usize,
+        }
+    }
+
+    /// A torch tensor for buffer `b` (the root tensor itself, or a view).
+    pub fn tensor(&self, b: BufId, bufs: &[BufPlan]) -> PyResult<Bound<'py, PyAny>> {
+        let root = Self::root(bufs, b);
+        let Some((tensor, base)) = &self.tensors[root] else {
+            return Err(pyo3::exceptions::PyRuntimeError::new_err(format!(
+                "rdyn internal error: buffer {b} has no torch tensor"
+            )));
+        };
+        let plan = &bufs[b.0 as usize];
+        if root == b.0 as usize && plan.offset == 0 {
+            let sizes: Vec<i64> = tensor.call_method0("size")?.extract()?;
+            let strides: Vec<i64> = tensor.call_method0("stride")?.extract()?;
+            if sizes == plan.sizes && strides == plan.strides {
+                return Ok(tensor.clone());
+            }
+        }
+        let args = PyTuple::new(
+            self.py,
+            [
+                tensor.clone().into_any(),
+                PyList::new(self.py, &plan.sizes)?.into_any(),
+                PyList::new(self.py, &plan.strides)?.into_any(),
+                (base + plan.offset).into_pyobject(self.py)?.into_any(),
+            ],
+        )?;
+        self.torch.as_strided.bind(self.py).call1(args)
+    }
+}
+
+impl Host for PyHost<'_, '_> {
+    fn alloc(&mut self, buf: BufId, plan: &BufPlan) -> Result<usize, RuntimeError> {
+        let result = (|| -> PyResult<(Bound<'_, PyAny>, usize)> {
+            let dtype = self
+                .torch
+                .dtype_object(self.py, plan.dtype)
+                .ok_or_else(|| pyo3::exceptions::PyTypeError::new_err("dtype"))?;
+            let t = self.runner.call_method1("alloc", (plan.sizes.clone(), plan.strides.clone(), dtype))?;
+            let ptr: usize = t.call_method0("data_ptr")?.extract()?;
+            Ok((t, ptr))
+        })();
+        match result {
+            Ok((t, ptr)) => {
+                self.tensors[buf.0 as usize] = Some((t, 0));
+                Ok(ptr)
+            }
+            Err(e) => Err(self.fail(e)),
+        }
+    }
+
+    fn run_node(&mut self, node: u32, inputs: &[BufId], outputs: &[BufId], bufs: &[BufPlan], ptrs: &mut [usize]) -> Result<(), RuntimeError> {
+        let result = (|| -> PyResult<Vec<(Bound<'_, PyAny>, usize, i64)>> {
+            let tensors: Vec<Bound<'_, PyAny>> = inputs.iter().map(|b| self.tensor(*b, bufs)).collect::<PyResult<_>>()?;
+            let layouts: Vec<(Vec<i64>, Vec<i64>)> = outputs
+                .iter()
+                .map(|b| (bufs[b.0 as usize].sizes.clone(), bufs[b.0 as usize].strides.clone()))
+                .collect();
+            let results = self.runner.call_method1("run_node", (node, PyList::new(self.py, tensors)?, layouts))?;
+            let mut out = Vec::new();
+            for r in results.try_iter()? {
+                let r = r?;
+                let ptr: usize = r.call_method0("data_ptr")?.extract()?;
+                let so: i64 = r.call_method0("storage_offset")?.extract()?;
+                out.push((r, ptr, so));
+            }
+            Ok(out)
+        })();
+        match result {
+            Ok(results) => {
+                if results.len() != outputs.len() {
+                    return Err(RuntimeError::Host(format!("eager node {node} returned {} tensors, expected {}", results.len(), outputs.len())));
+                }
+                for (b, (t, ptr, so)) in outputs.iter().zip(results) {
+                    ptrs[b.0 as usize] = ptr;
+                    self.tensors[b.0 as usize] = Some((t, so));
+                }
+                Ok(())
+            }
+            Err(e) => Err(self.fail(e)),
+        }
+    }
+}

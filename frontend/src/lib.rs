@@ -1,0 +1,211 @@
+//! `rdyn._rdyn`: the Python extension. Owns the boundary: importing FX graphs,
+//! reading tensors, and making sure no Rust panic reaches Python (every entry
+//! point catches unwinding and raises `RuntimeError` instead of pyo3's
+//! `PanicException`, which `except Exception` would not catch).
+
+mod host;
+mod import;
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::OnceLock;
+
+use pyo3::exceptions::{PyIndexError, PyRuntimeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyList};
+
+use rdyn_codegen_cpu::plan::{CpuProgram, CpuStep, OutputPlan, Storage};
+use rdyn_ir::loops::BufId;
+use rdyn_runtime::compiled::{execute, CompiledGraph as RtGraph, Selected};
+use rdyn_runtime::guard::CallArg;
+use rdyn_runtime::stats::STATS;
+use rdyn_runtime::RuntimeError;
+
+use host::{call_args, PyHost, Torch};
+
+static TORCH: OnceLock<Torch> = OnceLock::new();
+
+fn torch(py: Python<'_>) -> PyResult<&'static Torch> {
+    if let Some(t) = TORCH.get() {
+        return Ok(t);
+    }
+    let loaded = Torch::load(py)?;
+    Ok(TORCH.get_or_init(|| loaded))
+}
+
+/// Run `f`, turning a panic into a Python `RuntimeError`.
+fn guarded<T>(f: impl FnOnce() -> PyResult<T>) -> PyResult<T> {
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(result) => result,
+        Err(payload) => {
+            let msg = payload
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_else(|| "unknown panic".to_string());
+            Err(PyRuntimeError::new_err(format!("rdyn internal error (please report): {msg}")))
+        }
+    }
+}
+
+fn to_py(e: RuntimeError) -> PyErr {
+    match e {
+        RuntimeError::Input(msg) => PyValueError::new_err(format!("rdyn: {msg}")),
+        RuntimeError::Kernel(msg) => PyIndexError::new_err(format!("rdyn: {msg}")),
+        other => PyRuntimeError::new_err(format!("rdyn: {other}")),
+    }
+}
+
+fn log_enabled(topic: &str) -> bool {
+    static TOPICS: OnceLock<String> = OnceLock::new();
+    let topics = TOPICS.get_or_init(|| std::env::var("RDYN_LOG").unwrap_or_default());
+    topics.split(',').any(|t| t.trim() == topic || t.trim() == "all")
+}
+
+/// A graph compiled by rdyn; calling it runs the graph.
+#[pyclass(module = "rdyn._rdyn")]
+struct CompiledGraph {
+    inner: RtGraph,
+    runner: Py<PyAny>,
+}
+
+#[pymethods]
+impl CompiledGraph {
+    #[new]
+    fn new(graph_data: &Bound<'_, PyAny>, runner: Py<PyAny>) -> PyResult<Self> {
+        guarded(|| {
+            let graph = import::graph(graph_data)?;
+            Ok(CompiledGraph { inner: RtGraph::new(graph), runner })
+        })
+    }
+
+    /// Run on a list of inputs; returns the list of outputs.
+    fn __call__<'py>(&self, py: Python<'py>, args: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyList>> {
+        guarded(|| {
+            let torch = torch(py)?;
+            let (call, objects) = call_args(torch, args, true)?;
+            let mut key = Vec::new();
+            let misses = STATS.guard_misses.load(std::sync::atomic::Ordering::Relaxed);
+            let selected = self.inner.select(&call, &mut key).map_err(to_py)?;
+            if log_enabled("guards") {
+                let missed = STATS.guard_misses.load(std::sync::atomic::Ordering::Relaxed) != misses;
+                eprintln!("[rdyn guards] {} key {:?}", if missed { "miss" } else { "hit" }, key);
+            }
+            if let Selected::Spec(spec) = &selected {
+                if spec.plan.steps.is_empty() || log_enabled("kernels") {
+                    // (printing happens once per specialization in Python)
+                }
+            }
+            let runner = self.runner.bind(py);
+            let mut host = PyHost { py, torch, runner, tensors: vec![None; selected.plan().buffers.len()], error: None };
+            for (k, buf) in selected.plan().buffers.iter().enumerate() {
+                if let Storage::Input(n) = buf.storage {
+                    if let (Some(obj), Some(CallArg::Tensor(t))) = (objects.get(n), call.get(n)) {
+                        host.tensors[k] = Some((obj.bind(py).clone(), t.storage_offset - buf.offset));
+                    }
+                }
+            }
+            let result = execute(&selected, &call, &mut host);
+            if let Some(err) = host.error.take() {
+                return Err(err);
+            }
+            result.map_err(to_py)?;
+            outputs(&host, selected.plan())
+        })
+    }
+
+    /// Build (without running) the specialization for inputs with this
+    /// metadata (real or fake tensors) and describe it: a dict with the loop
+    /// IR, the kernels' sources and node counts.
+    fn describe<'py>(&self, py: Python<'py>, args: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyDict>> {
+        guarded(|| {
+            let torch = torch(py)?;
+            let (call, _) = call_args(torch, args, false)?;
+            let mut key = Vec::new();
+            let selected = self.inner.select(&call, &mut key).map_err(to_py)?;
+            let out = PyDict::new(py);
+            out.set_item("graph", self.inner.graph.to_string())?;
+            let kernels = PyList::empty(py);
+            for step in &selected.plan().steps {
+                match step {
+                    CpuStep::Kernel(k) => kernels.append((k.name.clone(), "cpu", CpuProgram::kernel_source(k)))?,
+                    CpuStep::Gemm { a, b, out: o, accumulate } => kernels.append((
+                        "gemm",
+                        "cpu",
+                        format!("gemm crate: {o} {}= {a} @ {b}\n", if *accumulate { "+" } else { "" }),
+                    ))?,
+                    CpuStep::Host { target, fallback, .. } => kernels.append((
+                        if *fallback { "fallback" } else { "library" },
+                        "cpu",
+                        format!("{} {target} (ATen)\n", if *fallback { "eager fallback" } else { "library call" }),
+                    ))?,
+                }
+            }
+            out.set_item("kernels", kernels)?;
+            if let Selected::Spec(spec) = &selected {
+                out.set_item("ir", spec.program.to_string())?;
+                out.set_item("nodes_native", spec.counts.native)?;
+                out.set_item("nodes_extern", spec.counts.extern_)?;
+                out.set_item("nodes_fallback", spec.counts.fallback)?;
+                out.set_item("fallback_ops", spec.counts.fallback_ops.clone())?;
+                out.set_item("fallback_reasons", spec.counts.fallback_reasons.clone())?;
+            }
+            Ok(out)
+        })
+    }
+
+    /// Number of cached specializations.
+    fn specializations(&self) -> usize {
+        self.inner.specializations().len()
+    }
+
+    /// The ATen graph in rdyn's text form.
+    fn graph_text(&self) -> String {
+        self.inner.graph.to_string()
+    }
+}
+
+fn outputs<'py>(host: &PyHost<'py, '_>, plan: &CpuProgram) -> PyResult<Bound<'py, PyList>> {
+    let list = PyList::empty(host.py);
+    for out in &plan.outputs {
+        match out {
+            OutputPlan::Buffer(b) => list.append(host.tensor(*b, &plan.buffers)?)?,
+            OutputPlan::Int(v) => list.append(*v)?,
+            OutputPlan::None => list.append(host.py.None())?,
+        }
+    }
+    Ok(list)
+}
+
+#[pyfunction]
+fn stats<'py>(py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+    let snap = STATS.snapshot();
+    let out = PyDict::new(py);
+    for (name, value) in snap.counters {
+        out.set_item(name, value)?;
+    }
+    out.set_item("compile_seconds", snap.compile_seconds)?;
+    out.set_item("fallback_ops", snap.fallback_ops)?;
+    Ok(out)
+}
+
+#[pyfunction]
+fn reset_stats() {
+    STATS.reset();
+}
+
+/// How many worker threads CPU kernels use.
+#[pyfunction]
+fn num_threads() -> usize {
+    rayon::current_num_threads()
+}
+
+#[pymodule]
+fn _rdyn(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<CompiledGraph>()?;
+    m.add_function(wrap_pyfunction!(stats, m)?)?;
+    m.add_function(wrap_pyfunction!(reset_stats, m)?)?;
+    m.add_function(wrap_pyfunction!(num_threads, m)?)?;
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    let _ = BufId(0);
+    Ok(())
+}

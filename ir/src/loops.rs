@@ -1,0 +1,527 @@
+//! The loop-level IR: buffers defined by functions from an index to a value.
+//!
+//! A [`Stage`] computes one buffer: over its `ranges` (and, for a reduction,
+//! its reduction ranges) it evaluates a scalar expression DAG and stores the
+//! value at `store`. Scalar expressions live in one hash-consed arena per
+//! program ([`Scalars`]), so inlining a producer into a consumer is a
+//! substitution that shares structure instead of copying it.
+//!
+//! A [`Kernel`] is a group of stages that share an outer iteration space and
+//! run in order for each outer point: pointwise fusion, reductions with their
+//! prologue and epilogue, and horizontal fusion are all this one shape.
+
+use std::collections::HashMap;
+use std::fmt;
+
+use crate::dtype::DType;
+use crate::expr::{Ctx, Expr};
+
+/// A buffer (`buf3`).
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct BufId(pub u32);
+
+/// A scalar expression node (`t7`).
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ScalarId(pub u32);
+
+impl fmt::Display for BufId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "buf{}", self.0)
+    }
+}
+
+impl fmt::Display for ScalarId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "t{}", self.0)
+    }
+}
+
+/// What a buffer is to the program.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum BufRole {
+    /// Graph input number `n`.
+    Input(usize),
+    /// Scratch owned by the program for one call.
+    Temp,
+    /// Filled by an extern call (library or eager fallback) that allocates it.
+    ExternOut,
+    /// A strided view of another buffer's storage.
+    View(BufId),
+}
+
+/// A buffer: element type and strided layout.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Buffer {
+    pub dtype: DType,
+    pub sizes: Vec<Expr>,
+    pub strides: Vec<Expr>,
+    pub offset: Expr,
+    pub role: BufRole,
+}
+
+impl Buffer {
+    /// Storage index of the element at `index` (one expression per dim).
+    pub fn address(&self, index: &[Expr]) -> Expr {
+        let mut acc = self.offset.clone();
+        for (i, s) in index.iter().zip(&self.strides) {
+            acc = acc.add(&i.mul(s));
+        }
+        acc
+    }
+}
+
+/// Contiguous strides for `sizes`.
+pub fn contiguous_strides(sizes: &[Expr]) -> Vec<Expr> {
+    let mut strides = vec![Expr::c(1); sizes.len()];
+    let mut acc = Expr::c(1);
+    for k in (0..sizes.len()).rev() {
+        strides[k] = acc.clone();
+        let size = if sizes[k].is_const(0) { Expr::c(1) } else { sizes[k].clone() };
+        acc = acc.mul(&size);
+    }
+    strides
+}
+
+macro_rules! simple_enum {
+    ($(#[$doc:meta])* $name:ident { $($variant:ident => $text:literal,)* }) => {
+        $(#[$doc])*
+        #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        pub enum $name { $($variant,)* }
+        impl $name {
+            pub fn name(self) -> &'static str {
+                match self { $($name::$variant => $text,)* }
+            }
+        }
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result { f.write_str(self.name()) }
+        }
+    };
+}
+
+simple_enum! {
+    /// One-operand scalar operations.
+    UnaryOp {
+        Neg => "neg", Abs => "abs", Exp => "exp", Exp2 => "exp2", Expm1 => "expm1",
+        Log => "log", Log2 => "log2", Log10 => "log10", Log1p => "log1p",
+        Sqrt => "sqrt", Rsqrt => "rsqrt", Sin => "sin", Cos => "cos", Tan => "tan",
+        Asin => "asin", Acos => "acos", Atan => "atan", Sinh => "sinh", Cosh => "cosh",
+        Tanh => "tanh", Asinh => "asinh", Acosh => "acosh", Atanh => "atanh",
+        Sigmoid => "sigmoid", Erf => "erf", Erfc => "erfc", Erfinv => "erfinv",
+        Floor => "floor", Ceil => "ceil", Round => "round", Trunc => "trunc",
+        Sign => "sign", Reciprocal => "reciprocal", Not => "not", BitNot => "bitnot",
+        IsNan => "isnan", IsInf => "isinf", Signbit => "signbit", Lgamma => "lgamma",
+        Digamma => "digamma",
+    }
+}
+
+simple_enum! {
+    /// Two-operand scalar operations. Operands share the result's kind,
+    /// except comparisons, whose operands share a kind and whose result is bool.
+    BinaryOp {
+        Add => "add", Sub => "sub", Mul => "mul", Div => "div",
+        FloorDiv => "floordiv", TruncDiv => "truncdiv", Rem => "rem", Fmod => "fmod",
+        Pow => "pow", Max => "max", Min => "min", Fmax => "fmax", Fmin => "fmin",
+        Atan2 => "atan2", Hypot => "hypot", Copysign => "copysign", Nextafter => "nextafter",
+        Eq => "eq", Ne => "ne", Lt => "lt", Le => "le", Gt => "gt", Ge => "ge",
+        And => "and", Or => "or", Xor => "xor",
+        BitAnd => "bitand", BitOr => "bitor", BitXor => "bitxor", Shl => "shl", Shr => "shr",
+    }
+}
+
+impl BinaryOp {
+    pub fn is_comparison(self) -> bool {
+        matches!(self, BinaryOp::Eq | BinaryOp::Ne | BinaryOp::Lt | BinaryOp::Le | BinaryOp::Gt | BinaryOp::Ge)
+    }
+}
+
+simple_enum! {
+    /// How a reduction combines values.
+    ReduceOp {
+        Sum => "sum", Prod => "prod", Max => "max", Min => "min",
+        ArgMax => "argmax", ArgMin => "argmin", Any => "any", All => "all",
+    }
+}
+
+/// A node of a scalar expression DAG, evaluated at one index.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum ScalarOp {
+    /// Read `buf` at storage index `index + Σ value(s)·stride`. With a mask,
+    /// lanes where the mask is false read nothing and yield zero.
+    Load { buf: BufId, index: Expr, indirect: Vec<(ScalarId, Expr)>, mask: Option<ScalarId> },
+    /// A literal: float bits for float dtypes, the integer otherwise.
+    Const { bits: u64 },
+    /// The value of an index expression.
+    Index(Expr),
+    Unary(UnaryOp, ScalarId),
+    Binary(BinaryOp, ScalarId, ScalarId),
+    Where(ScalarId, ScalarId, ScalarId),
+    /// Convert to the node's dtype (wrapping for integers, rounding for
+    /// narrow floats).
+    Cast(ScalarId),
+    /// An index read from data: negative values wrap once by `size`; a value
+    /// still outside `0..size` is an error the kernel reports (and reads 0).
+    Bounded(ScalarId, Expr),
+}
+
+/// A scalar node: operation plus the dtype of its value.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Scalar {
+    pub op: ScalarOp,
+    pub dtype: DType,
+}
+
+/// Hash-consed arena of scalar expressions.
+#[derive(Clone, Debug, Default)]
+pub struct Scalars {
+    nodes: Vec<Scalar>,
+    dedup: HashMap<Scalar, ScalarId>,
+}
+
+impl Scalars {
+    pub fn get(&self, id: ScalarId) -> &Scalar {
+        &self.nodes[id.0 as usize]
+    }
+
+    pub fn len(&self) -> usize {
+        self.nodes.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.nodes.is_empty()
+    }
+
+    pub fn add(&mut self, op: ScalarOp, dtype: DType) -> ScalarId {
+        let node = Scalar { op, dtype };
+        if let Some(id) = self.dedup.get(&node) {
+            return *id;
+        }
+        let id = ScalarId(self.nodes.len() as u32);
+        self.nodes.push(node.clone());
+        self.dedup.insert(node, id);
+        id
+    }
+
+    pub fn dtype(&self, id: ScalarId) -> DType {
+        self.get(id).dtype
+    }
+
+    pub fn constant(&mut self, value: f64, dtype: DType) -> ScalarId {
+        let bits = if dtype.is_float() { value.to_bits() } else { (value as i64) as u64 };
+        self.add(ScalarOp::Const { bits }, dtype)
+    }
+
+    pub fn int_constant(&mut self, value: i64, dtype: DType) -> ScalarId {
+        self.add(ScalarOp::Const { bits: value as u64 }, dtype)
+    }
+
+    /// `x` converted to `dtype` (no node when it already has it).
+    pub fn cast(&mut self, x: ScalarId, dtype: DType) -> ScalarId {
+        if self.dtype(x) == dtype {
+            return x;
+        }
+        if let ScalarOp::Const { bits } = self.get(x).op {
+            let from = self.dtype(x);
+            let value = if from.is_float() { f64::from_bits(bits) } else { bits as i64 as f64 };
+            if dtype.is_float() || !from.is_float() {
+                return match dtype {
+                    DType::Bool => self.int_constant((value != 0.0) as i64, dtype),
+                    d if d.is_float() => self.constant(value, d),
+                    d => self.int_constant(bits as i64, d),
+                };
+            }
+        }
+        self.add(ScalarOp::Cast(x), dtype)
+    }
+
+    pub fn unary(&mut self, op: UnaryOp, x: ScalarId, dtype: DType) -> ScalarId {
+        self.add(ScalarOp::Unary(op, x), dtype)
+    }
+
+    pub fn binary(&mut self, op: BinaryOp, a: ScalarId, b: ScalarId, dtype: DType) -> ScalarId {
+        self.add(ScalarOp::Binary(op, a, b), dtype)
+    }
+
+    pub fn select(&mut self, cond: ScalarId, a: ScalarId, b: ScalarId, dtype: DType) -> ScalarId {
+        self.add(ScalarOp::Where(cond, a, b), dtype)
+    }
+
+    pub fn index(&mut self, expr: Expr) -> ScalarId {
+        self.add(ScalarOp::Index(expr), DType::I64)
+    }
+
+    /// Rewrite every index expression under `root` by substituting its
+    /// variables with `vars` (positionally). Shared subtrees stay shared.
+    pub fn substitute(&mut self, root: ScalarId, vars: &[Expr], ctx: &Ctx) -> ScalarId {
+        let mut memo = HashMap::new();
+        self.substitute_rec(root, vars, ctx, &mut memo)
+    }
+
+    fn substitute_rec(
+        &mut self,
+        id: ScalarId,
+        vars: &[Expr],
+        ctx: &Ctx,
+        memo: &mut HashMap<ScalarId, ScalarId>,
+    ) -> ScalarId {
+        if let Some(done) = memo.get(&id) {
+            return *done;
+        }
+        let node = self.get(id).clone();
+        let op = match node.op {
+            ScalarOp::Load { buf, index, indirect, mask } => {
+                let indirect = indirect
+                    .into_iter()
+                    .map(|(s, stride)| (self.substitute_rec(s, vars, ctx, memo), stride))
+                    .collect();
+                let mask = mask.map(|m| self.substitute_rec(m, vars, ctx, memo));
+                ScalarOp::Load { buf, index: index.substitute_vars(vars, ctx), indirect, mask }
+            }
+            ScalarOp::Const { bits } => ScalarOp::Const { bits },
+            ScalarOp::Index(e) => ScalarOp::Index(e.substitute_vars(vars, ctx)),
+            ScalarOp::Unary(op, x) => ScalarOp::Unary(op, self.substitute_rec(x, vars, ctx, memo)),
+            ScalarOp::Binary(op, a, b) => {
+                let a = self.substitute_rec(a, vars, ctx, memo);
+                let b = self.substitute_rec(b, vars, ctx, memo);
+                ScalarOp::Binary(op, a, b)
+            }
+            ScalarOp::Where(c, a, b) => {
+                let c = self.substitute_rec(c, vars, ctx, memo);
+                let a = self.substitute_rec(a, vars, ctx, memo);
+                let b = self.substitute_rec(b, vars, ctx, memo);
+                ScalarOp::Where(c, a, b)
+            }
+            ScalarOp::Cast(x) => ScalarOp::Cast(self.substitute_rec(x, vars, ctx, memo)),
+            ScalarOp::Bounded(x, size) => ScalarOp::Bounded(self.substitute_rec(x, vars, ctx, memo), size.simplify(ctx)),
+        };
+        let out = self.add(op, node.dtype);
+        memo.insert(id, out);
+        out
+    }
+
+    /// Rebuild `root` so that every load under it is masked by `mask`
+    /// (combined with any mask it already has).
+    pub fn add_mask(&mut self, root: ScalarId, mask: ScalarId) -> ScalarId {
+        let mut memo = HashMap::new();
+        self.add_mask_rec(root, mask, &mut memo)
+    }
+
+    fn add_mask_rec(&mut self, id: ScalarId, mask: ScalarId, memo: &mut HashMap<ScalarId, ScalarId>) -> ScalarId {
+        if let Some(done) = memo.get(&id) {
+            return *done;
+        }
+        let node = self.get(id).clone();
+        let op = match node.op {
+            ScalarOp::Load { buf, index, indirect, mask: old } => {
+                let indirect = indirect.into_iter().map(|(s, st)| (self.add_mask_rec(s, mask, memo), st)).collect();
+                let combined = match old {
+                    Some(m) => {
+                        let m = self.add_mask_rec(m, mask, memo);
+                        self.binary(BinaryOp::And, m, mask, DType::Bool)
+                    }
+                    None => mask,
+                };
+                ScalarOp::Load { buf, index, indirect, mask: Some(combined) }
+            }
+            ScalarOp::Const { .. } | ScalarOp::Index(_) => node.op,
+            ScalarOp::Unary(op, x) => ScalarOp::Unary(op, self.add_mask_rec(x, mask, memo)),
+            ScalarOp::Binary(op, a, b) => {
+                let a = self.add_mask_rec(a, mask, memo);
+                let b = self.add_mask_rec(b, mask, memo);
+                ScalarOp::Binary(op, a, b)
+            }
+            ScalarOp::Where(c, a, b) => {
+                let c = self.add_mask_rec(c, mask, memo);
+                let a = self.add_mask_rec(a, mask, memo);
+                let b = self.add_mask_rec(b, mask, memo);
+                ScalarOp::Where(c, a, b)
+            }
+            ScalarOp::Cast(x) => ScalarOp::Cast(self.add_mask_rec(x, mask, memo)),
+            ScalarOp::Bounded(x, size) => ScalarOp::Bounded(self.add_mask_rec(x, mask, memo), size),
+        };
+        let out = self.add(op, node.dtype);
+        memo.insert(id, out);
+        out
+    }
+
+    /// Nodes reachable from `roots`, in dependency order (operands first).
+    pub fn topo(&self, roots: &[ScalarId]) -> Vec<ScalarId> {
+        let mut seen = vec![false; self.nodes.len()];
+        let mut order = Vec::new();
+        let mut stack: Vec<(ScalarId, bool)> = roots.iter().rev().map(|r| (*r, false)).collect();
+        while let Some((id, expanded)) = stack.pop() {
+            if expanded {
+                order.push(id);
+                continue;
+            }
+            if seen[id.0 as usize] {
+                continue;
+            }
+            seen[id.0 as usize] = true;
+            stack.push((id, true));
+            for operand in self.operands(id).into_iter().rev() {
+                if !seen[operand.0 as usize] {
+                    stack.push((operand, false));
+                }
+            }
+        }
+        order
+    }
+
+    pub fn operands(&self, id: ScalarId) -> Vec<ScalarId> {
+        match &self.get(id).op {
+            ScalarOp::Load { indirect, mask, .. } => {
+                let mut out: Vec<ScalarId> = mask.iter().copied().collect();
+                out.extend(indirect.iter().map(|(s, _)| *s));
+                out
+            }
+            ScalarOp::Const { .. } | ScalarOp::Index(_) => Vec::new(),
+            ScalarOp::Unary(_, x) | ScalarOp::Cast(x) | ScalarOp::Bounded(x, _) => vec![*x],
+            ScalarOp::Binary(_, a, b) => vec![*a, *b],
+            ScalarOp::Where(c, a, b) => vec![*c, *a, *b],
+        }
+    }
+
+    /// Buffers read under `roots`.
+    pub fn loaded_buffers(&self, roots: &[ScalarId]) -> Vec<BufId> {
+        let mut out = Vec::new();
+        for id in self.topo(roots) {
+            if let ScalarOp::Load { buf, .. } = &self.get(id).op {
+                if !out.contains(buf) {
+                    out.push(*buf);
+                }
+            }
+        }
+        out
+    }
+
+    /// Write one node in the text format.
+    pub fn fmt_node(&self, id: ScalarId) -> String {
+        let node = self.get(id);
+        let body = match &node.op {
+            ScalarOp::Load { buf, index, indirect, mask } => {
+                let mut text = format!("load {buf}[{index}");
+                for (s, stride) in indirect {
+                    text.push_str(&format!(" + {s}*({stride})"));
+                }
+                text.push(']');
+                if let Some(m) = mask {
+                    text.push_str(&format!(" if {m}"));
+                }
+                text
+            }
+            ScalarOp::Const { bits } => {
+                if node.dtype.is_float() {
+                    format!("const {:?}", f64::from_bits(*bits))
+                } else {
+                    format!("const {}", *bits as i64)
+                }
+            }
+            ScalarOp::Index(e) => format!("index {e}"),
+            ScalarOp::Unary(op, x) => format!("{op} {x}"),
+            ScalarOp::Binary(op, a, b) => format!("{op} {a}, {b}"),
+            ScalarOp::Where(c, a, b) => format!("where {c}, {a}, {b}"),
+            ScalarOp::Cast(x) => format!("cast {x}"),
+            ScalarOp::Bounded(x, size) => format!("bounded {x}, {size}"),
+        };
+        format!("{id}: {} = {body}", node.dtype)
+    }
+}
+
+/// A reduction's ranges and combine op.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Reduce {
+    pub op: ReduceOp,
+    pub ranges: Vec<Expr>,
+}
+
+/// One buffer computed over an iteration space. Variables `0..ranges.len()`
+/// index the output; reduction variables follow them.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Stage {
+    pub out: BufId,
+    pub ranges: Vec<Expr>,
+    pub reduce: Option<Reduce>,
+    pub value: ScalarId,
+    /// Storage index of the result, over the output variables.
+    pub store: Expr,
+    /// Data-dependent part of the store index (scatter): `Σ value(s)·stride`.
+    /// Stages with one run serially, in index order.
+    pub store_indirect: Vec<(ScalarId, Expr)>,
+}
+
+/// Stages that share `outer` (a prefix of every stage's ranges) and run in
+/// order for each outer point.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Kernel {
+    pub outer: Vec<Expr>,
+    pub stages: Vec<Stage>,
+}
+
+/// A call rdyn does not generate code for.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum ExternKind {
+    /// `out = a @ b`, or `out += a @ b` when `accumulate` (the output was
+    /// pre-filled with the bias); batched when the buffers are 3-D.
+    Gemm { accumulate: bool },
+    /// A library kernel run through ATen (e.g. convolution).
+    Library { node: u32, target: String },
+    /// An op rdyn does not lower: the ATen node runs eagerly.
+    Fallback { node: u32, target: String },
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Extern {
+    pub kind: ExternKind,
+    pub inputs: Vec<BufId>,
+    pub outputs: Vec<BufId>,
+}
+
+/// One step of a program.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Step {
+    Kernel(Kernel),
+    Extern(Extern),
+}
+
+/// A lowered graph: buffers, scalar arena and the steps that fill buffers.
+#[derive(Clone, Debug, Default)]
+pub struct Program {
+    pub buffers: Vec<Buffer>,
+    pub scalars: Scalars,
+    pub steps: Vec<Step>,
+    /// Graph outputs: a buffer, or an integer (SymInt) output.
+    pub outputs: Vec<ProgramOutput>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum ProgramOutput {
+    Buffer(BufId),
+    Int(Expr),
+    None,
+}
+
+impl Program {
+    pub fn buffer(&self, id: BufId) -> &Buffer {
+        &self.buffers[id.0 as usize]
+    }
+
+    pub fn add_buffer(&mut self, buffer: Buffer) -> BufId {
+        self.buffers.push(buffer);
+        BufId(self.buffers.len() as u32 - 1)
+    }
+
+    /// Follow `View` roles to the buffer that owns the storage.
+    pub fn storage_of(&self, mut id: BufId) -> BufId {
+        while let BufRole::View(base) = self.buffer(id).role {
+            id = base;
+        }
+        id
+    }
+
+    pub fn kernels(&self) -> impl Iterator<Item = &Kernel> {
+        self.steps.iter().filter_map(|s| match s {
+            Step::Kernel(k) => Some(k),
+            Step::Extern(_) => None,
+        })
+    }
+}

@@ -1,0 +1,85 @@
+//! Text form of a [`Program`]: what `RDYN_LOG=ir` prints and what the IR
+//! tests compare against.
+
+use std::fmt::{self, Write};
+
+use crate::loops::{BufRole, ExternKind, Kernel, Program, ProgramOutput, Step};
+
+fn join<T: fmt::Display>(items: &[T]) -> String {
+    items.iter().map(|x| x.to_string()).collect::<Vec<_>>().join(", ")
+}
+
+impl Program {
+    /// Print one kernel: its outer space, then each stage's scalar DAG.
+    pub fn fmt_kernel(&self, index: usize, kernel: &Kernel) -> String {
+        let mut out = String::new();
+        let _ = writeln!(out, "kernel k{index} outer [{}]", join(&kernel.outer));
+        for stage in &kernel.stages {
+            let inner = &stage.ranges[kernel.outer.len().min(stage.ranges.len())..];
+            let red = match &stage.reduce {
+                Some(r) => format!(" {} over [{}]", r.op, join(&r.ranges)),
+                None => String::new(),
+            };
+            let _ = writeln!(out, "  {}[{}] = stage inner [{}]{red}:", stage.out, stage.store, join(inner));
+            let mut roots = vec![stage.value];
+            roots.extend(stage.store_indirect.iter().map(|(s, _)| *s));
+            if !stage.store_indirect.is_empty() {
+                let parts: Vec<String> = stage.store_indirect.iter().map(|(s, st)| format!("{s}*({st})")).collect();
+                let _ = writeln!(out, "    scatter + {}", parts.join(" + "));
+            }
+            for id in self.scalars.topo(&roots) {
+                let _ = writeln!(out, "    {}", self.scalars.fmt_node(id));
+            }
+            let _ = writeln!(out, "    -> {}", stage.value);
+        }
+        out
+    }
+}
+
+impl fmt::Display for Program {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (k, buf) in self.buffers.iter().enumerate() {
+            let role = match &buf.role {
+                BufRole::Input(n) => format!("input {n}"),
+                BufRole::Temp => "temp".to_string(),
+                BufRole::ExternOut => "extern".to_string(),
+                BufRole::View(base) => format!("view of {base}"),
+            };
+            writeln!(
+                f,
+                "buf{k}: {}[{}] strides [{}] offset {} ({role})",
+                buf.dtype,
+                join(&buf.sizes),
+                join(&buf.strides),
+                buf.offset
+            )?;
+        }
+        let mut kernel_index = 0;
+        for step in &self.steps {
+            match step {
+                Step::Kernel(kernel) => {
+                    f.write_str(&self.fmt_kernel(kernel_index, kernel))?;
+                    kernel_index += 1;
+                }
+                Step::Extern(ext) => {
+                    let what = match &ext.kind {
+                        ExternKind::Gemm { accumulate } => format!("gemm{}", if *accumulate { " +=" } else { "" }),
+                        ExternKind::Library { target, .. } => format!("library {target}"),
+                        ExternKind::Fallback { target, .. } => format!("fallback {target}"),
+                    };
+                    writeln!(f, "extern {what} ({}) -> ({})", join(&ext.inputs), join(&ext.outputs))?;
+                }
+            }
+        }
+        let outs: Vec<String> = self
+            .outputs
+            .iter()
+            .map(|o| match o {
+                ProgramOutput::Buffer(b) => b.to_string(),
+                ProgramOutput::Int(e) => e.to_string(),
+                ProgramOutput::None => "None".to_string(),
+            })
+            .collect();
+        writeln!(f, "return ({})", outs.join(", "))
+    }
+}

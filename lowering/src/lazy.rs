@@ -1,0 +1,173 @@
+//! Lazy tensors: a value defined by a scalar expression over its index.
+
+use crate::ir::graph::Arg;
+use crate::ir::loops::{contiguous_strides, BufId, BufRole, Buffer, Kernel, ScalarId, ScalarOp, Stage, Step};
+use crate::ir::{DType, Expr, Var};
+use crate::lower::Lowerer;
+use crate::LowerError;
+
+/// A tensor not (necessarily) in memory: `value` is its element at index
+/// `(i0, …, i{ndim-1})`.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct Lazy {
+    pub sizes: Vec<Expr>,
+    pub value: ScalarId,
+    pub dtype: DType,
+}
+
+impl Lazy {
+    pub fn ndim(&self) -> usize {
+        self.sizes.len()
+    }
+}
+
+/// The index variables `i0..n` as expressions.
+pub(crate) fn vars(n: usize) -> Vec<Expr> {
+    (0..n as u32).map(Expr::v).collect()
+}
+
+impl Lowerer<'_> {
+    /// The lazy tensor that reads `buf` element by element.
+    pub(crate) fn load_buffer(&mut self, buf: BufId) -> Lazy {
+        let buffer = self.prog.buffer(buf).clone();
+        let index = buffer.address(&vars(buffer.sizes.len())).simplify(&self.ctx_for(&buffer.sizes));
+        let value = self.prog.scalars.add(
+            ScalarOp::Load { buf, index, indirect: Vec::new(), mask: None },
+            buffer.dtype,
+        );
+        Lazy { sizes: buffer.sizes, value, dtype: buffer.dtype }
+    }
+
+    /// A view: the new tensor has `sizes`, and its element at `i` is the old
+    /// tensor's element at `map(i)` (one expression per old dimension).
+    pub(crate) fn view(&mut self, lazy: &Lazy, sizes: Vec<Expr>, map: &[Expr]) -> Lazy {
+        let ctx = self.ctx_for(&sizes);
+        let value = self.prog.scalars.substitute(lazy.value, map, &ctx);
+        Lazy { sizes, value, dtype: lazy.dtype }
+    }
+
+    /// Broadcast to `sizes` (right-aligned, size-1 dimensions stretched).
+    pub(crate) fn broadcast_to(&mut self, lazy: &Lazy, sizes: &[Expr]) -> Lazy {
+        if lazy.sizes == sizes {
+            return lazy.clone();
+        }
+        let shift = sizes.len().saturating_sub(lazy.ndim());
+        let map: Vec<Expr> = (0..lazy.ndim())
+            .map(|k| {
+                let out_dim = k + shift;
+                if lazy.sizes[k].is_const(1) && !sizes.get(out_dim).is_some_and(|s| s.is_const(1)) {
+                    Expr::zero()
+                } else {
+                    Expr::v(out_dim as u32)
+                }
+            })
+            .collect();
+        self.view(lazy, sizes.to_vec(), &map)
+    }
+
+    /// The value of a tensor or scalar argument at the output index, cast to
+    /// `dtype`, broadcast to `sizes`.
+    pub(crate) fn operand(&mut self, arg: &Arg, sizes: &[Expr], dtype: DType, op: &str) -> Result<ScalarId, LowerError> {
+        let value = match arg {
+            Arg::Tensor(v) => {
+                let lazy = self.value(*v, op)?;
+                self.broadcast_to(&lazy, sizes).value
+            }
+            Arg::Float(x) => self.prog.scalars.constant(*x, DType::F64),
+            Arg::Int(e) => match e.as_const() {
+                Some(n) => self.prog.scalars.int_constant(n, DType::I64),
+                None => self.prog.scalars.index(e.clone()),
+            },
+            Arg::Bool(b) => self.prog.scalars.int_constant(*b as i64, DType::Bool),
+            other => return Err(crate::unsupported(op, format!("operand {other} is not a tensor or number"))),
+        };
+        Ok(self.prog.scalars.cast(value, dtype))
+    }
+
+    /// Store `lazy` into a new temporary buffer (contiguous unless `strides`
+    /// says otherwise) and return it.
+    pub(crate) fn realize(&mut self, lazy: &Lazy, strides: Option<Vec<Expr>>) -> BufId {
+        let strides = strides.unwrap_or_else(|| contiguous_strides(&lazy.sizes));
+        let buf = self.prog.add_buffer(Buffer {
+            dtype: lazy.dtype,
+            sizes: lazy.sizes.clone(),
+            strides,
+            offset: Expr::zero(),
+            role: BufRole::Temp,
+        });
+        let store = self.prog.buffer(buf).address(&vars(lazy.ndim())).simplify(&self.ctx_for(&lazy.sizes));
+        self.prog.steps.push(Step::Kernel(Kernel {
+            outer: lazy.sizes.clone(),
+            stages: vec![Stage {
+                out: buf,
+                ranges: lazy.sizes.clone(),
+                reduce: None,
+                value: lazy.value,
+                store,
+                store_indirect: Vec::new(),
+            }],
+        }));
+        buf
+    }
+
+    /// If `lazy` reads one buffer through an affine index (a strided view),
+    /// the buffer and that view's strides and offset.
+    pub(crate) fn strided_source(&self, lazy: &Lazy) -> Option<(BufId, Vec<Expr>, Expr)> {
+        let ScalarOp::Load { buf, index, indirect, mask } = &self.prog.scalars.get(lazy.value).op else {
+            return None;
+        };
+        if !indirect.is_empty() || mask.is_some() || self.prog.buffer(*buf).dtype != lazy.dtype {
+            return None;
+        }
+        let mut strides = Vec::with_capacity(lazy.ndim());
+        for k in 0..lazy.ndim() {
+            let var = Var(k as u32);
+            let coef = index.linear_coef(var)?;
+            // A size-1 dimension may have any stride; PyTorch's is fine.
+            strides.push(Expr::c(coef));
+        }
+        let zero: Vec<Expr> = vec![Expr::zero(); lazy.ndim()];
+        let offset = index.substitute_vars(&zero, &self.syms);
+        if offset.max_var().is_some() {
+            return None;
+        }
+        Some((*buf, strides, offset))
+    }
+
+    /// A view buffer over the storage `lazy` reads, if it is a strided view.
+    pub(crate) fn as_view(&mut self, lazy: &Lazy) -> Option<BufId> {
+        let (buf, strides, offset) = self.strided_source(lazy)?;
+        let base = self.prog.storage_of(buf);
+        let source = self.prog.buffer(buf);
+        if source.sizes == lazy.sizes && source.strides == strides && source.offset == offset {
+            return Some(buf);
+        }
+        Some(self.prog.add_buffer(Buffer {
+            dtype: lazy.dtype,
+            sizes: lazy.sizes.clone(),
+            strides,
+            offset,
+            role: BufRole::View(base),
+        }))
+    }
+
+    /// A view of a graph input (so an output can alias it), if that is what
+    /// `lazy` is.
+    pub(crate) fn as_input_view(&mut self, lazy: &Lazy) -> Option<BufId> {
+        let (buf, _, _) = self.strided_source(lazy)?;
+        let base = self.prog.storage_of(buf);
+        if !matches!(self.prog.buffer(base).role, BufRole::Input(_)) {
+            return None;
+        }
+        self.as_view(lazy)
+    }
+
+    /// A buffer holding `lazy` for a library or eager call: the source itself
+    /// when it is a strided view, else a new contiguous buffer.
+    pub(crate) fn buffer_for_extern(&mut self, lazy: &Lazy) -> BufId {
+        match self.as_view(lazy) {
+            Some(buf) => buf,
+            None => self.realize(lazy, None),
+        }
+    }
+}

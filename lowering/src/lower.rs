@@ -1,0 +1,240 @@
+//! The lowering driver: walks the graph in order, lowers each node, and turns
+//! unsupported nodes into eager fallbacks.
+
+use std::collections::BTreeMap;
+
+use crate::ir::graph::{Arg, Graph, Input, Node, ValueId};
+use crate::ir::loops::{BufId, BufRole, Buffer, Extern, ExternKind, Program, ProgramOutput, Step};
+use crate::ir::op::Op;
+use crate::ir::{Ctx, Expr};
+use crate::lazy::Lazy;
+use crate::{schedule, LowerError};
+
+/// The layout of one tensor input at the call being specialized: sizes,
+/// strides and storage offset, concrete or symbolic.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct InputLayout {
+    pub sizes: Vec<Expr>,
+    pub strides: Vec<Expr>,
+    pub offset: Expr,
+}
+
+/// How the graph's nodes were handled.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct NodeCounts {
+    /// Lowered into rdyn-generated kernels (or pure views).
+    pub native: u32,
+    /// Run by a library routine (GEMM, convolution).
+    pub extern_: u32,
+    /// Run eagerly by ATen because rdyn does not lower them.
+    pub fallback: u32,
+    pub fallback_ops: BTreeMap<String, u32>,
+    /// Why each fallback op was not lowered (first reason seen).
+    pub fallback_reasons: BTreeMap<String, String>,
+}
+
+/// The result of lowering: the fused program and how nodes were handled.
+#[derive(Clone, Debug)]
+pub struct Lowered {
+    pub program: Program,
+    pub counts: NodeCounts,
+}
+
+pub(crate) enum Handled {
+    Native(Vec<Lazy>),
+    Extern(Vec<Lazy>),
+}
+
+pub(crate) struct Lowerer<'g> {
+    pub graph: &'g Graph,
+    pub prog: Program,
+    pub env: Vec<Option<Lazy>>,
+    /// Symbol values known for this specialization.
+    pub syms: Ctx,
+    pub uses: Vec<u32>,
+    pub counts: NodeCounts,
+}
+
+/// Bodies larger than this are stored once rather than recomputed in every
+/// consumer when a value has several users.
+const RECOMPUTE_LIMIT: usize = 12;
+
+/// Lower `graph` for inputs with the given layouts (one entry per graph
+/// input; `None` for non-tensor inputs). `syms` holds the size-symbol values
+/// of this specialization (empty for the shape-generic program).
+pub fn lower(graph: &Graph, inputs: &[Option<InputLayout>], syms: &Ctx) -> Result<Lowered, LowerError> {
+    let mut lw = Lowerer {
+        graph,
+        prog: Program::default(),
+        env: vec![None; graph.values.len()],
+        syms: syms.clone(),
+        uses: graph.use_counts(),
+        counts: NodeCounts::default(),
+    };
+    for (k, input) in graph.inputs.iter().enumerate() {
+        let Input::Tensor(v) = input else { continue };
+        let layout = inputs
+            .get(k)
+            .cloned()
+            .flatten()
+            .ok_or_else(|| crate::invalid("input", format!("no layout given for tensor input {k}")))?;
+        let meta = graph.meta(*v);
+        let buf = lw.prog.add_buffer(Buffer {
+            dtype: meta.dtype,
+            sizes: layout.sizes,
+            strides: layout.strides,
+            offset: layout.offset,
+            role: BufRole::Input(k),
+        });
+        lw.env[v.0 as usize] = Some(lw.load_buffer(buf));
+    }
+    for node in &graph.nodes {
+        lw.lower_one(node)?;
+    }
+    lw.lower_outputs()?;
+    let mut program = lw.prog;
+    check(&program, "lowering")?;
+    schedule::run(&mut program);
+    check(&program, "schedule")?;
+    Ok(Lowered { program, counts: lw.counts })
+}
+
+fn check(program: &Program, pass: &'static str) -> Result<(), LowerError> {
+    if cfg!(debug_assertions) {
+        crate::ir::verify::verify(program).map_err(|error| LowerError::Verify { pass, error })?;
+    }
+    Ok(())
+}
+
+impl Lowerer<'_> {
+    fn lower_one(&mut self, node: &Node) -> Result<(), LowerError> {
+        let result = if node.op == Op::Other {
+            Err(crate::unsupported(&node.target, "no lowering for this op"))
+        } else {
+            self.lower_node(node)
+        };
+        let outs = match result {
+            Ok(Handled::Native(outs)) => {
+                self.counts.native += 1;
+                outs
+            }
+            Ok(Handled::Extern(outs)) => {
+                self.counts.extern_ += 1;
+                outs
+            }
+            Err(LowerError::Unsupported { reason, .. }) => {
+                self.counts.fallback += 1;
+                *self.counts.fallback_ops.entry(node.target.clone()).or_insert(0) += 1;
+                self.counts.fallback_reasons.entry(node.target.clone()).or_insert(reason);
+                self.extern_call(node, ExternKind::Fallback { node: node.index, target: node.target.clone() })?
+            }
+            Err(other) => return Err(other),
+        };
+        for (v, lazy) in node.outputs.iter().zip(outs) {
+            let lazy = if self.uses[v.0 as usize] > 1 && self.body_size(&lazy) > RECOMPUTE_LIMIT {
+                let strides = self.meta_strides(*v);
+                let buf = self.realize(&lazy, Some(strides));
+                self.load_buffer(buf)
+            } else {
+                lazy
+            };
+            self.env[v.0 as usize] = Some(lazy);
+        }
+        Ok(())
+    }
+
+    /// Run `node` outside rdyn's kernels: its tensor inputs become buffers,
+    /// its outputs buffers that the call fills.
+    pub(crate) fn extern_call(&mut self, node: &Node, kind: ExternKind) -> Result<Vec<Lazy>, LowerError> {
+        let mut inputs = Vec::new();
+        for v in node.tensor_inputs() {
+            let lazy = self.value(v, &node.target)?;
+            inputs.push(self.buffer_for_extern(&lazy));
+        }
+        let mut outputs = Vec::new();
+        let mut lazies = Vec::new();
+        for v in &node.outputs {
+            let meta = self.graph.meta(*v);
+            let buf = self.prog.add_buffer(Buffer {
+                dtype: meta.dtype,
+                sizes: self.meta_sizes(*v),
+                strides: self.meta_strides(*v),
+                offset: Expr::zero(),
+                role: BufRole::ExternOut,
+            });
+            outputs.push(buf);
+            lazies.push(self.load_buffer(buf));
+        }
+        self.prog.steps.push(Step::Extern(Extern { kind, inputs, outputs }));
+        Ok(lazies)
+    }
+
+    pub(crate) fn value(&self, v: ValueId, op: &str) -> Result<Lazy, LowerError> {
+        self.env
+            .get(v.0 as usize)
+            .cloned()
+            .flatten()
+            .ok_or_else(|| crate::invalid(op, format!("{v} is used before it is defined")))
+    }
+
+    /// The lazy tensor behind a tensor argument.
+    pub(crate) fn tensor_arg(&self, node: &Node, pos: usize, name: &str) -> Result<Lazy, LowerError> {
+        match node.arg(pos, name) {
+            Arg::Tensor(v) => self.value(*v, &node.target),
+            other => Err(crate::unsupported(&node.target, format!("argument {name} is {other}, expected a tensor"))),
+        }
+    }
+
+    pub(crate) fn meta_sizes(&self, v: ValueId) -> Vec<Expr> {
+        self.graph.meta(v).sizes.iter().map(|s| s.simplify(&self.syms)).collect()
+    }
+
+    pub(crate) fn meta_strides(&self, v: ValueId) -> Vec<Expr> {
+        self.graph.meta(v).strides.iter().map(|s| s.simplify(&self.syms)).collect()
+    }
+
+    /// A simplification context for index variables ranging over `sizes`.
+    pub(crate) fn ctx_for(&self, sizes: &[Expr]) -> Ctx {
+        let mut ctx = self.syms.clone();
+        for (k, size) in sizes.iter().enumerate() {
+            if let Some(n) = size.as_const() {
+                ctx.var_ranges.insert(crate::ir::Var(k as u32), (0, (n - 1).max(0)));
+            }
+        }
+        ctx
+    }
+
+    fn body_size(&self, lazy: &Lazy) -> usize {
+        self.prog.scalars.topo(&[lazy.value]).len()
+    }
+
+    fn lower_outputs(&mut self) -> Result<(), LowerError> {
+        let mut done: BTreeMap<ValueId, BufId> = BTreeMap::new();
+        let outputs = self.graph.outputs.clone();
+        for arg in &outputs {
+            let out = match arg {
+                Arg::Tensor(v) => {
+                    if let Some(buf) = done.get(v) {
+                        ProgramOutput::Buffer(*buf)
+                    } else {
+                        let lazy = self.value(*v, "output")?;
+                        let buf = match self.as_input_view(&lazy) {
+                            Some(view) => view,
+                            None => {
+                                let strides = self.meta_strides(*v);
+                                self.realize(&lazy, Some(strides))
+                            }
+                        };
+                        done.insert(*v, buf);
+                        ProgramOutput::Buffer(buf)
+                    }
+                }
+                Arg::Int(e) => ProgramOutput::Int(e.simplify(&self.syms)),
+                Arg::Bool(b) => ProgramOutput::Int(Expr::c(*b as i64)),
+                _ => ProgramOutput::None,
+            };
+            self.prog.outputs.push(out);
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,401 @@
+//! Node dispatch and elementwise ops.
+//!
+//! Result dtypes come from PyTorch's FakeTensor metadata; an op computes in
+//! the result dtype, except comparisons, which compute in the promoted dtype
+//! of their operands.
+
+use crate::ir::graph::{Arg, Node};
+use crate::ir::loops::{BinaryOp, ScalarId, UnaryOp};
+use crate::ir::op::Op;
+use crate::ir::{DType, Expr};
+use crate::lazy::Lazy;
+use crate::lower::{Handled, Lowerer};
+use crate::LowerError;
+
+type Res = Result<Handled, LowerError>;
+
+impl Lowerer<'_> {
+    pub(crate) fn lower_node(&mut self, node: &Node) -> Res {
+        use Op::*;
+        match node.op {
+            Abs | Neg | Exp | Exp2 | Expm1 | Log | Log2 | Log10 | Log1p | Sqrt | Rsqrt | Sin | Cos | Tan | Asin
+            | Acos | Atan | Sinh | Cosh | Tanh | Asinh | Acosh | Atanh | Sigmoid | Erf | Erfc | Erfinv | Floor
+            | Ceil | Trunc | Sign | Sgn | Reciprocal | LogicalNot | BitwiseNot | IsNan | IsInf | Signbit
+            | Lgamma | Digamma | Relu | Square | Frac | IsFinite | IsPosInf | IsNegInf | Positive | Deg2Rad
+            | Rad2Deg | Round | Sinc => self.unary(node),
+            Add | Sub | Rsub | Mul | Div | TrueDivide | FloorDivide | Remainder | Fmod | Pow | Maximum
+            | Minimum | Fmax | Fmin | Atan2 | Hypot | Copysign | Nextafter | Eq | Ne | Lt | Le | Gt | Ge
+            | LogicalAnd | LogicalOr | LogicalXor | BitwiseAnd | BitwiseOr | BitwiseXor | BitwiseLeftShift
+            | BitwiseRightShift | Xlogy | Heaviside | LogAddExp => self.binary(node),
+            Where => self.where_(node),
+            Clamp | ClampMin | ClampMax => self.clamp(node),
+            Lerp => self.lerp(node),
+            Addcmul | Addcdiv => self.addc(node),
+            Clone | ToCopy | Alias | LiftFreshCopy | Contiguous | Detach | Copy => self.copy_like(node),
+            Sum | Mean | Prod | Amax | Amin | Argmax | Argmin | Any | All | Var | Std | VarMean | Max | Min
+            | Logsumexp => self.reduction(node),
+            View | UnsafeView | Reshape | Permute | Expand | Squeeze | Unsqueeze | Slice | Select | AsStrided
+            | Unfold | T | Transpose | Diagonal | Flip | Repeat => self.view_op(node),
+            Cat | ConstantPadNd | Gather | Index | IndexSelect | Embedding | Scatter | IndexPut | Iota | Arange
+            | Full | FullLike | Zeros | ZerosLike | Ones | OnesLike | ScalarTensor | Fill | Empty | EmptyLike
+            | EmptyStrided | Tril | Triu | Roll => self.data_op(node),
+            Mm | Bmm | Addmm => self.gemm(node),
+            Convolution => self.library(node),
+            _ => Err(crate::unsupported(&node.target, "no lowering for this op")),
+        }
+    }
+
+    /// The result's sizes and dtype, from PyTorch's metadata.
+    pub(crate) fn out_meta(&self, node: &Node) -> Result<(Vec<Expr>, DType), LowerError> {
+        let v = node.outputs.first().ok_or_else(|| crate::invalid(&node.target, "node has no tensor output"))?;
+        Ok((self.meta_sizes(*v), self.graph.meta(*v).dtype))
+    }
+
+    fn native(&self, sizes: Vec<Expr>, value: ScalarId, dtype: DType) -> Res {
+        Ok(Handled::Native(vec![Lazy { sizes, value, dtype }]))
+    }
+
+    /// The promoted dtype of the operands (PyTorch's category rules: tensors
+    /// with dimensions win over zero-dim tensors, which win over numbers).
+    pub(crate) fn promote_args(&self, args: &[&Arg]) -> DType {
+        let mut dims: Option<DType> = None;
+        let mut zero_dim: Option<DType> = None;
+        let mut number: Option<DType> = None;
+        for arg in args {
+            let (slot, dt) = match arg {
+                Arg::Tensor(v) => {
+                    let meta = self.graph.meta(*v);
+                    if meta.ndim() == 0 {
+                        (&mut zero_dim, meta.dtype)
+                    } else {
+                        (&mut dims, meta.dtype)
+                    }
+                }
+                Arg::Float(_) => (&mut number, DType::F32),
+                Arg::Int(_) => (&mut number, DType::I64),
+                Arg::Bool(_) => (&mut number, DType::Bool),
+                _ => continue,
+            };
+            *slot = Some(slot.map_or(dt, |d| DType::promote(d, dt)));
+        }
+        let category = |d: DType| if d.is_float() { 2 } else if d == DType::Bool { 0 } else { 1 };
+        let mut result = dims;
+        for candidate in [zero_dim, number].into_iter().flatten() {
+            match result {
+                Some(r) if category(candidate) <= category(r) => {}
+                _ => result = Some(candidate),
+            }
+        }
+        result.unwrap_or(DType::F32)
+    }
+
+    fn unary(&mut self, node: &Node) -> Res {
+        use Op::*;
+        let (sizes, out) = self.out_meta(node)?;
+        let input = self.tensor_arg(node, 0, "self")?;
+        let x_dtype = input.dtype;
+        let compute = if matches!(node.op, IsNan | IsInf | IsFinite | IsPosInf | IsNegInf | Signbit) { x_dtype } else { out };
+        let x = self.operand(node.arg(0, "self"), &sizes, compute, &node.target)?;
+        let s = &mut self.prog.scalars;
+        let simple = |op| Some(op);
+        let op = match node.op {
+            Abs => simple(UnaryOp::Abs),
+            Neg => simple(UnaryOp::Neg),
+            Exp => simple(UnaryOp::Exp),
+            Exp2 => simple(UnaryOp::Exp2),
+            Expm1 => simple(UnaryOp::Expm1),
+            Log => simple(UnaryOp::Log),
+            Log2 => simple(UnaryOp::Log2),
+            Log10 => simple(UnaryOp::Log10),
+            Log1p => simple(UnaryOp::Log1p),
+            Sqrt => simple(UnaryOp::Sqrt),
+            Rsqrt => simple(UnaryOp::Rsqrt),
+            Sin => simple(UnaryOp::Sin),
+            Cos => simple(UnaryOp::Cos),
+            Tan => simple(UnaryOp::Tan),
+            Asin => simple(UnaryOp::Asin),
+            Acos => simple(UnaryOp::Acos),
+            Atan => simple(UnaryOp::Atan),
+            Sinh => simple(UnaryOp::Sinh),
+            Cosh => simple(UnaryOp::Cosh),
+            Tanh => simple(UnaryOp::Tanh),
+            Asinh => simple(UnaryOp::Asinh),
+            Acosh => simple(UnaryOp::Acosh),
+            Atanh => simple(UnaryOp::Atanh),
+            Sigmoid => simple(UnaryOp::Sigmoid),
+            Erf => simple(UnaryOp::Erf),
+            Erfc => simple(UnaryOp::Erfc),
+            Erfinv => simple(UnaryOp::Erfinv),
+            Floor => simple(UnaryOp::Floor),
+            Ceil => simple(UnaryOp::Ceil),
+            Trunc => simple(UnaryOp::Trunc),
+            Sign | Sgn => simple(UnaryOp::Sign),
+            Reciprocal => simple(UnaryOp::Reciprocal),
+            LogicalNot => simple(UnaryOp::Not),
+            BitwiseNot => simple(if out == DType::Bool { UnaryOp::Not } else { UnaryOp::BitNot }),
+            IsNan => simple(UnaryOp::IsNan),
+            IsInf => simple(UnaryOp::IsInf),
+            Signbit => simple(UnaryOp::Signbit),
+            Lgamma => simple(UnaryOp::Lgamma),
+            Digamma => simple(UnaryOp::Digamma),
+            _ => None,
+        };
+        if let Some(op) = op {
+            if !out.is_float() && needs_float(op) {
+                return Err(crate::unsupported(&node.target, format!("{op} on {out}")));
+            }
+            let v = s.unary(op, x, out);
+            return self.native(sizes, v, out);
+        }
+        let value = match node.op {
+            Positive => x,
+            Relu => {
+                let zero = s.constant(0.0, out);
+                s.binary(BinaryOp::Max, x, zero, out)
+            }
+            Square => s.binary(BinaryOp::Mul, x, x, out),
+            Frac => {
+                let t = s.unary(UnaryOp::Trunc, x, out);
+                s.binary(BinaryOp::Sub, x, t, out)
+            }
+            Deg2Rad | Rad2Deg => {
+                let k = if node.op == Deg2Rad { std::f64::consts::PI / 180.0 } else { 180.0 / std::f64::consts::PI };
+                let k = s.constant(k, out);
+                s.binary(BinaryOp::Mul, x, k, out)
+            }
+            IsFinite | IsPosInf | IsNegInf => {
+                if !x_dtype.is_float() {
+                    let v = (node.op == IsFinite) as i64;
+                    s.int_constant(v, DType::Bool)
+                } else {
+                    let target = match node.op {
+                        IsPosInf => f64::INFINITY,
+                        IsNegInf => f64::NEG_INFINITY,
+                        _ => f64::NAN,
+                    };
+                    if node.op == IsFinite {
+                        let nan = s.unary(UnaryOp::IsNan, x, DType::Bool);
+                        let inf = s.unary(UnaryOp::IsInf, x, DType::Bool);
+                        let bad = s.binary(BinaryOp::Or, nan, inf, DType::Bool);
+                        s.unary(UnaryOp::Not, bad, DType::Bool)
+                    } else {
+                        let t = s.constant(target, x_dtype);
+                        s.binary(BinaryOp::Eq, x, t, DType::Bool)
+                    }
+                }
+            }
+            Round => {
+                let decimals = node.kwarg("decimals").as_int().unwrap_or(0);
+                if decimals != 0 {
+                    return Err(crate::unsupported(&node.target, "round with decimals"));
+                }
+                s.unary(UnaryOp::Round, x, out)
+            }
+            Sinc => {
+                // sin(pi x) / (pi x), 1 at 0.
+                let pi = s.constant(std::f64::consts::PI, out);
+                let px = s.binary(BinaryOp::Mul, x, pi, out);
+                let sin = s.unary(UnaryOp::Sin, px, out);
+                let q = s.binary(BinaryOp::Div, sin, px, out);
+                let zero = s.constant(0.0, out);
+                let one = s.constant(1.0, out);
+                let is_zero = s.binary(BinaryOp::Eq, x, zero, DType::Bool);
+                s.select(is_zero, one, q, out)
+            }
+            _ => return Err(crate::unsupported(&node.target, "no lowering for this op")),
+        };
+        self.native(sizes, value, out)
+    }
+
+    fn binary(&mut self, node: &Node) -> Res {
+        use Op::*;
+        let (sizes, out) = self.out_meta(node)?;
+        let a_arg = node.arg(0, "self").clone();
+        let b_arg = node.arg(1, "other").clone();
+        let is_cmp = matches!(node.op, Eq | Ne | Lt | Le | Gt | Ge);
+        let is_logical = matches!(node.op, LogicalAnd | LogicalOr | LogicalXor);
+        let compute = if is_cmp {
+            self.promote_args(&[&a_arg, &b_arg])
+        } else if is_logical {
+            DType::Bool
+        } else {
+            out
+        };
+        let mut a = self.operand(&a_arg, &sizes, compute, &node.target)?;
+        let mut b = self.operand(&b_arg, &sizes, compute, &node.target)?;
+        let s = &mut self.prog.scalars;
+        // add/sub take an `alpha` multiplier for the second operand.
+        if let Some(alpha) = node.kwarg("alpha").as_float().or_else(|| node.args.get(2).and_then(|a| a.as_float())) {
+            if matches!(node.op, Add | Sub | Rsub) && alpha != 1.0 {
+                let k = s.constant(alpha, compute);
+                b = s.binary(BinaryOp::Mul, b, k, compute);
+            }
+        }
+        if node.op == Rsub {
+            std::mem::swap(&mut a, &mut b);
+        }
+        let op = match node.op {
+            Add => BinaryOp::Add,
+            Sub | Rsub => BinaryOp::Sub,
+            Mul => BinaryOp::Mul,
+            Div | TrueDivide => match node.kwarg("rounding_mode") {
+                Arg::Str(mode) if mode == "trunc" => BinaryOp::TruncDiv,
+                Arg::Str(mode) if mode == "floor" => BinaryOp::FloorDiv,
+                _ => BinaryOp::Div,
+            },
+            FloorDivide => BinaryOp::FloorDiv,
+            Remainder => BinaryOp::Rem,
+            Fmod => BinaryOp::Fmod,
+            Pow => BinaryOp::Pow,
+            Maximum => BinaryOp::Max,
+            Minimum => BinaryOp::Min,
+            Fmax => BinaryOp::Fmax,
+            Fmin => BinaryOp::Fmin,
+            Atan2 => BinaryOp::Atan2,
+            Hypot => BinaryOp::Hypot,
+            Copysign => BinaryOp::Copysign,
+            Nextafter => BinaryOp::Nextafter,
+            Eq => BinaryOp::Eq,
+            Ne => BinaryOp::Ne,
+            Lt => BinaryOp::Lt,
+            Le => BinaryOp::Le,
+            Gt => BinaryOp::Gt,
+            Ge => BinaryOp::Ge,
+            LogicalAnd => BinaryOp::And,
+            LogicalOr => BinaryOp::Or,
+            LogicalXor => BinaryOp::Xor,
+            BitwiseAnd => bool_or(out, BinaryOp::And, BinaryOp::BitAnd),
+            BitwiseOr => bool_or(out, BinaryOp::Or, BinaryOp::BitOr),
+            BitwiseXor => bool_or(out, BinaryOp::Xor, BinaryOp::BitXor),
+            BitwiseLeftShift => BinaryOp::Shl,
+            BitwiseRightShift => BinaryOp::Shr,
+            Xlogy => {
+                // x * log(y), 0 where x == 0, nan where y is nan.
+                let log = s.unary(UnaryOp::Log, b, out);
+                let prod = s.binary(BinaryOp::Mul, a, log, out);
+                let zero = s.constant(0.0, out);
+                let x_zero = s.binary(BinaryOp::Eq, a, zero, DType::Bool);
+                let y_nan = s.unary(UnaryOp::IsNan, b, DType::Bool);
+                let nan = s.constant(f64::NAN, out);
+                let z = s.select(x_zero, zero, prod, out);
+                let v = s.select(y_nan, nan, z, out);
+                return self.native(sizes, v, out);
+            }
+            Heaviside => {
+                let zero = s.constant(0.0, out);
+                let one = s.constant(1.0, out);
+                let is_zero = s.binary(BinaryOp::Eq, a, zero, DType::Bool);
+                let pos = s.binary(BinaryOp::Gt, a, zero, DType::Bool);
+                let step = s.select(pos, one, zero, out);
+                let v = s.select(is_zero, b, step, out);
+                return self.native(sizes, v, out);
+            }
+            LogAddExp => {
+                // max + log1p(exp(-|a - b|)), exact for equal infinities.
+                let mx = s.binary(BinaryOp::Max, a, b, out);
+                let mn = s.binary(BinaryOp::Min, a, b, out);
+                let d = s.binary(BinaryOp::Sub, mn, mx, out);
+                let e = s.unary(UnaryOp::Exp, d, out);
+                let l = s.unary(UnaryOp::Log1p, e, out);
+                let sum = s.binary(BinaryOp::Add, mx, l, out);
+                let same = s.binary(BinaryOp::Eq, a, b, DType::Bool);
+                let inf = s.unary(UnaryOp::IsInf, a, DType::Bool);
+                let both = s.binary(BinaryOp::And, same, inf, DType::Bool);
+                let v = s.select(both, a, sum, out);
+                return self.native(sizes, v, out);
+            }
+            _ => return Err(crate::unsupported(&node.target, "no lowering for this op")),
+        };
+        if !compute.is_float() && matches!(op, BinaryOp::Atan2 | BinaryOp::Hypot | BinaryOp::Copysign | BinaryOp::Nextafter) {
+            return Err(crate::unsupported(&node.target, format!("{op} on {compute}")));
+        }
+        let result_dtype = if is_cmp || is_logical { DType::Bool } else { out };
+        let v = s.binary(op, a, b, result_dtype);
+        let v = s.cast(v, out);
+        self.native(sizes, v, out)
+    }
+
+    fn where_(&mut self, node: &Node) -> Res {
+        let (sizes, out) = self.out_meta(node)?;
+        let c = self.operand(node.arg(0, "condition"), &sizes, DType::Bool, &node.target)?;
+        let a = self.operand(node.arg(1, "self"), &sizes, out, &node.target)?;
+        let b = self.operand(node.arg(2, "other"), &sizes, out, &node.target)?;
+        let v = self.prog.scalars.select(c, a, b, out);
+        self.native(sizes, v, out)
+    }
+
+    fn clamp(&mut self, node: &Node) -> Res {
+        let (sizes, out) = self.out_meta(node)?;
+        let mut x = self.operand(node.arg(0, "self"), &sizes, out, &node.target)?;
+        let (lo, hi) = match node.op {
+            Op::ClampMin => (node.arg(1, "min").clone(), Arg::None),
+            Op::ClampMax => (Arg::None, node.arg(1, "max").clone()),
+            _ => (node.arg(1, "min").clone(), node.arg(2, "max").clone()),
+        };
+        if !lo.is_none() {
+            let lo = self.operand(&lo, &sizes, out, &node.target)?;
+            x = self.prog.scalars.binary(BinaryOp::Max, x, lo, out);
+        }
+        if !hi.is_none() {
+            let hi = self.operand(&hi, &sizes, out, &node.target)?;
+            x = self.prog.scalars.binary(BinaryOp::Min, x, hi, out);
+        }
+        self.native(sizes, x, out)
+    }
+
+    fn lerp(&mut self, node: &Node) -> Res {
+        let (sizes, out) = self.out_meta(node)?;
+        let a = self.operand(node.arg(0, "self"), &sizes, out, &node.target)?;
+        let b = self.operand(node.arg(1, "end"), &sizes, out, &node.target)?;
+        let w = self.operand(node.arg(2, "weight"), &sizes, out, &node.target)?;
+        let s = &mut self.prog.scalars;
+        let d = s.binary(BinaryOp::Sub, b, a, out);
+        let wd = s.binary(BinaryOp::Mul, w, d, out);
+        let v = s.binary(BinaryOp::Add, a, wd, out);
+        self.native(sizes, v, out)
+    }
+
+    fn addc(&mut self, node: &Node) -> Res {
+        let (sizes, out) = self.out_meta(node)?;
+        let x = self.operand(node.arg(0, "self"), &sizes, out, &node.target)?;
+        let t1 = self.operand(node.arg(1, "tensor1"), &sizes, out, &node.target)?;
+        let t2 = self.operand(node.arg(2, "tensor2"), &sizes, out, &node.target)?;
+        let value = node.arg(3, "value").as_float().unwrap_or(1.0);
+        let s = &mut self.prog.scalars;
+        let op = if node.op == Op::Addcmul { BinaryOp::Mul } else { BinaryOp::Div };
+        let p = s.binary(op, t1, t2, out);
+        let k = s.constant(value, out);
+        let p = s.binary(BinaryOp::Mul, p, k, out);
+        let v = s.binary(BinaryOp::Add, x, p, out);
+        self.native(sizes, v, out)
+    }
+
+    /// clone, _to_copy (dtype casts on the same device), alias, detach.
+    fn copy_like(&mut self, node: &Node) -> Res {
+        let (sizes, out) = self.out_meta(node)?;
+        let src = if node.op == Op::Copy { node.arg(1, "src") } else { node.arg(0, "self") };
+        let in_meta = src.as_tensor().map(|v| self.graph.meta(v).device);
+        let out_device = node.outputs.first().map(|v| self.graph.meta(*v).device);
+        if in_meta != out_device {
+            return Err(crate::unsupported(&node.target, "copy across devices"));
+        }
+        let x = self.operand(src, &sizes, out, &node.target)?;
+        self.native(sizes, x, out)
+    }
+}
+
+fn bool_or(dtype: DType, logical: BinaryOp, bitwise: BinaryOp) -> BinaryOp {
+    if dtype == DType::Bool {
+        logical
+    } else {
+        bitwise
+    }
+}
+
+fn needs_float(op: UnaryOp) -> bool {
+    !matches!(
+        op,
+        UnaryOp::Neg | UnaryOp::Abs | UnaryOp::Sign | UnaryOp::Not | UnaryOp::BitNot | UnaryOp::Floor | UnaryOp::Ceil | UnaryOp::Trunc
+            | UnaryOp::Round | UnaryOp::IsNan | UnaryOp::IsInf | UnaryOp::Signbit
+    )
+}

@@ -1,0 +1,279 @@
+//! Reductions. Each becomes a reduction stage whose body is the (inlined)
+//! input; derived results (mean, var, std, logsumexp) are lazy epilogues over
+//! the reduced buffer, which the scheduler fuses into the same kernel.
+//!
+//! Variance is computed in two passes (mean, then the sum of squared
+//! deviations) inside one kernel: as stable as Welford, and each pass is an
+//! ordinary sum the backends already vectorise.
+
+use crate::ir::graph::{Arg, Node};
+use crate::ir::loops::{contiguous_strides, BinaryOp, BufRole, Buffer, Kernel, Reduce, ReduceOp, Stage, Step, UnaryOp};
+use crate::ir::op::Op;
+use crate::ir::{DType, Expr};
+use crate::lazy::{vars, Lazy};
+use crate::lower::{Handled, Lowerer};
+use crate::LowerError;
+
+type Res = Result<Handled, LowerError>;
+
+/// Normalise a `dim` argument (int, list, or None/empty = all dims).
+pub(crate) fn reduce_dims(arg: &Arg, ndim: usize, op: &str) -> Result<Vec<usize>, LowerError> {
+    let raw: Vec<i64> = match arg {
+        Arg::None => return Ok((0..ndim).collect()),
+        Arg::List(items) if items.is_empty() => return Ok((0..ndim).collect()),
+        Arg::List(items) => items
+            .iter()
+            .map(|a| a.as_int().ok_or_else(|| crate::unsupported(op, "symbolic reduction dim")))
+            .collect::<Result<_, _>>()?,
+        other => vec![other.as_int().ok_or_else(|| crate::unsupported(op, format!("dim {other}")))?],
+    };
+    let mut dims = Vec::new();
+    for d in raw {
+        let n = ndim.max(1) as i64;
+        let d = if d < 0 { d + n } else { d };
+        if d < 0 || d >= n {
+            return Err(crate::invalid(op, format!("dim {d} out of range for {ndim}-d input")));
+        }
+        if ndim > 0 && !dims.contains(&(d as usize)) {
+            dims.push(d as usize);
+        }
+    }
+    dims.sort_unstable();
+    Ok(dims)
+}
+
+fn acc_dtype(dtype: DType) -> DType {
+    match dtype {
+        DType::F16 | DType::BF16 => DType::F32,
+        other => other,
+    }
+}
+
+impl Lowerer<'_> {
+    /// Reduce `input` over `dims` with `op`; the result keeps reduced dims as
+    /// size 1 when `keepdim`. Returns the lazy view of the reduced buffer.
+    pub(crate) fn reduce(&mut self, input: &Lazy, dims: &[usize], keepdim: bool, op: ReduceOp, dtype: DType) -> Lazy {
+        let mut out_sizes = Vec::new();
+        let mut red_sizes = Vec::new();
+        let mut map = Vec::new();
+        for (d, size) in input.sizes.iter().enumerate() {
+            if dims.contains(&d) {
+                if keepdim {
+                    out_sizes.push(Expr::c(1));
+                }
+                red_sizes.push(size.clone());
+                map.push(None);
+            } else {
+                map.push(Some(out_sizes.len()));
+                out_sizes.push(size.clone());
+            }
+        }
+        let n_out = out_sizes.len() as u32;
+        let mut red_index = 0u32;
+        let map: Vec<Expr> = map
+            .into_iter()
+            .map(|slot| match slot {
+                Some(pos) => Expr::v(pos as u32),
+                None => {
+                    red_index += 1;
+                    Expr::v(n_out + red_index - 1)
+                }
+            })
+            .collect();
+        let mut all_sizes = out_sizes.clone();
+        all_sizes.extend(red_sizes.iter().cloned());
+        let ctx = self.ctx_for(&all_sizes);
+        let body = self.prog.scalars.substitute(input.value, &map, &ctx);
+        let buf_dtype = match op {
+            ReduceOp::ArgMax | ReduceOp::ArgMin => DType::I64,
+            ReduceOp::Any | ReduceOp::All => DType::Bool,
+            _ => dtype,
+        };
+        let body = match op {
+            ReduceOp::Any | ReduceOp::All => self.prog.scalars.cast(body, DType::Bool),
+            ReduceOp::Sum | ReduceOp::Prod => self.prog.scalars.cast(body, dtype),
+            _ => body,
+        };
+        let buf = self.prog.add_buffer(Buffer {
+            dtype: buf_dtype,
+            sizes: out_sizes.clone(),
+            strides: contiguous_strides(&out_sizes),
+            offset: Expr::zero(),
+            role: BufRole::Temp,
+        });
+        let store = self.prog.buffer(buf).address(&vars(out_sizes.len())).simplify(&self.ctx_for(&out_sizes));
+        self.prog.steps.push(Step::Kernel(Kernel {
+            outer: out_sizes.clone(),
+            stages: vec![Stage {
+                out: buf,
+                ranges: out_sizes,
+                reduce: Some(Reduce { op, ranges: red_sizes }),
+                value: body,
+                store,
+                store_indirect: Vec::new(),
+            }],
+        }));
+        self.load_buffer(buf)
+    }
+
+    fn numel_of(&mut self, input: &Lazy, dims: &[usize], dtype: DType) -> crate::ir::loops::ScalarId {
+        let n = dims.iter().fold(Expr::c(1), |acc, d| acc.mul(&input.sizes[*d]));
+        let idx = match n.as_const() {
+            Some(k) => self.prog.scalars.int_constant(k, DType::I64),
+            None => self.prog.scalars.index(n),
+        };
+        self.prog.scalars.cast(idx, dtype)
+    }
+
+    pub(crate) fn reduction(&mut self, node: &Node) -> Res {
+        use Op::*;
+        let x = self.tensor_arg(node, 0, "self")?;
+        let ndim = x.ndim();
+        let overload = node.overload();
+        // max.other / min.other are elementwise.
+        if matches!(node.op, Max | Min) && matches!(node.arg(1, "other"), Arg::Tensor(_)) {
+            let (sizes, out) = self.out_meta(node)?;
+            let a = self.operand(node.arg(0, "self"), &sizes, out, &node.target)?;
+            let b = self.operand(node.arg(1, "other"), &sizes, out, &node.target)?;
+            let op = if node.op == Max { BinaryOp::Max } else { BinaryOp::Min };
+            let v = self.prog.scalars.binary(op, a, b, out);
+            return Ok(Handled::Native(vec![Lazy { sizes, value: v, dtype: out }]));
+        }
+        let (dim_arg, keepdim) = match node.op {
+            Var | Std | VarMean => (node.arg(1, "dim").clone(), node.kwarg("keepdim").as_bool().unwrap_or(false)),
+            _ if overload == "default" && matches!(node.op, Sum | Prod | Max | Min | Any | All | Mean) => (Arg::None, false),
+            _ => (node.arg(1, "dim").clone(), node.arg(2, "keepdim").as_bool().unwrap_or(false)),
+        };
+        let dims = reduce_dims(&dim_arg, ndim, &node.target)?;
+        let (_, out) = self.out_meta(node)?;
+        let keep = keepdim || ndim == 0;
+        let results = match node.op {
+            Sum | Prod => {
+                let op = if node.op == Sum { ReduceOp::Sum } else { ReduceOp::Prod };
+                let r = self.reduce(&x, &dims, keep, op, acc_dtype(out));
+                vec![self.cast_lazy(r, out)]
+            }
+            Mean => {
+                let acc = acc_dtype(out);
+                let r = self.reduce(&x, &dims, keep, ReduceOp::Sum, acc);
+                let n = self.numel_of(&x, &dims, acc);
+                let v = self.prog.scalars.binary(BinaryOp::Div, r.value, n, acc);
+                vec![self.cast_lazy(Lazy { value: v, ..r }, out)]
+            }
+            Amax | Amin | Max | Min => {
+                let op = if matches!(node.op, Amax | Max) { ReduceOp::Max } else { ReduceOp::Min };
+                let values = self.reduce(&x, &dims, keep, op, x.dtype);
+                if node.outputs.len() == 2 {
+                    let arg = if op == ReduceOp::Max { ReduceOp::ArgMax } else { ReduceOp::ArgMin };
+                    let idx = self.reduce(&x, &dims, keep, arg, DType::I64);
+                    vec![values, idx]
+                } else {
+                    vec![values]
+                }
+            }
+            Argmax | Argmin => {
+                let op = if node.op == Argmax { ReduceOp::ArgMax } else { ReduceOp::ArgMin };
+                let keep_arg = keepdim && !dim_arg.is_none();
+                let r = self.reduce(&x, &dims, keep_arg || ndim == 0, op, DType::I64);
+                if keepdim && dim_arg.is_none() {
+                    let (sizes, _) = self.out_meta(node)?;
+                    let zeros = vec![Expr::zero(); r.ndim()];
+                    vec![self.view(&r, sizes, &zeros)]
+                } else {
+                    vec![r]
+                }
+            }
+            Any | All => {
+                let op = if node.op == Any { ReduceOp::Any } else { ReduceOp::All };
+                vec![self.reduce(&x, &dims, keep, op, DType::Bool)]
+            }
+            Var | Std | VarMean => {
+                let correction = match node.kwarg("correction") {
+                    Arg::None => 1.0,
+                    other => other.as_float().unwrap_or(1.0),
+                };
+                let acc = acc_dtype(if out.is_float() { out } else { DType::F32 });
+                let xf = self.cast_lazy(x.clone(), acc);
+                let sum = self.reduce(&xf, &dims, true, ReduceOp::Sum, acc);
+                let n = self.numel_of(&x, &dims, acc);
+                let mean_v = self.prog.scalars.binary(BinaryOp::Div, sum.value, n, acc);
+                let mean = Lazy { value: mean_v, ..sum };
+                let mean_b = self.broadcast_to(&mean, &x.sizes);
+                let s = &mut self.prog.scalars;
+                let d = s.binary(BinaryOp::Sub, xf.value, mean_b.value, acc);
+                let sq = s.binary(BinaryOp::Mul, d, d, acc);
+                let sq = Lazy { sizes: x.sizes.clone(), value: sq, dtype: acc };
+                let ss = self.reduce(&sq, &dims, keep, ReduceOp::Sum, acc);
+                let s = &mut self.prog.scalars;
+                let c = s.constant(correction, acc);
+                let dof = s.binary(BinaryOp::Sub, n, c, acc);
+                let zero = s.constant(0.0, acc);
+                let dof = s.binary(BinaryOp::Max, dof, zero, acc);
+                let mut var = s.binary(BinaryOp::Div, ss.value, dof, acc);
+                if node.op == Std {
+                    var = s.unary(UnaryOp::Sqrt, var, acc);
+                }
+                let var = self.cast_lazy(Lazy { value: var, ..ss.clone() }, out);
+                if node.op == VarMean {
+                    let mean_out = if keep {
+                        mean
+                    } else {
+                        let zeros_map: Vec<Expr> = self.keepdim_map(ndim, &dims);
+                        self.view(&mean, ss.sizes.clone(), &zeros_map)
+                    };
+                    vec![var, self.cast_lazy(mean_out, out)]
+                } else {
+                    vec![var]
+                }
+            }
+            Logsumexp => {
+                let acc = acc_dtype(if out.is_float() { out } else { DType::F32 });
+                let xf = self.cast_lazy(x.clone(), acc);
+                let m = self.reduce(&xf, &dims, true, ReduceOp::Max, acc);
+                let s = &mut self.prog.scalars;
+                let inf = s.unary(UnaryOp::IsInf, m.value, DType::Bool);
+                let zero = s.constant(0.0, acc);
+                let m_safe = s.select(inf, zero, m.value, acc);
+                let m_safe = Lazy { value: m_safe, ..m };
+                let mb = self.broadcast_to(&m_safe, &x.sizes);
+                let s = &mut self.prog.scalars;
+                let d = s.binary(BinaryOp::Sub, xf.value, mb.value, acc);
+                let e = s.unary(UnaryOp::Exp, d, acc);
+                let e = Lazy { sizes: x.sizes.clone(), value: e, dtype: acc };
+                let total = self.reduce(&e, &dims, keep, ReduceOp::Sum, acc);
+                let m_out = if keep {
+                    m_safe
+                } else {
+                    let map = self.keepdim_map(ndim, &dims);
+                    self.view(&m_safe, total.sizes.clone(), &map)
+                };
+                let s = &mut self.prog.scalars;
+                let l = s.unary(UnaryOp::Log, total.value, acc);
+                let v = s.binary(BinaryOp::Add, l, m_out.value, acc);
+                vec![self.cast_lazy(Lazy { value: v, ..total }, out)]
+            }
+            _ => return Err(crate::unsupported(&node.target, "no lowering for this reduction")),
+        };
+        Ok(Handled::Native(results))
+    }
+
+    /// Index map from a reduced (no keepdim) tensor into its keepdim form.
+    fn keepdim_map(&self, ndim: usize, dims: &[usize]) -> Vec<Expr> {
+        let mut pos = 0u32;
+        (0..ndim)
+            .map(|d| {
+                if dims.contains(&d) {
+                    Expr::zero()
+                } else {
+                    pos += 1;
+                    Expr::v(pos - 1)
+                }
+            })
+            .collect()
+    }
+
+    pub(crate) fn cast_lazy(&mut self, lazy: Lazy, dtype: DType) -> Lazy {
+        let value = self.prog.scalars.cast(lazy.value, dtype);
+        Lazy { value, dtype, ..lazy }
+    }
+}

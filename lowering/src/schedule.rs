@@ -1,0 +1,190 @@
+//! Fusion: merge consecutive kernels into groups that share an outer
+//! iteration space.
+//!
+//! Lowering emits one single-stage kernel per realized buffer. This pass
+//! walks them in order and appends a kernel's stage to the previous group
+//! when (1) both share a non-trivial outer prefix of their ranges, and
+//! (2) every read of a buffer written inside the group happens at the outer
+//! point that wrote it — so running the stages one after another per outer
+//! point is the same as running them one after another over everything.
+//! That single rule gives softmax and layer norm as one kernel (reductions
+//! plus their epilogue), horizontal fusion of sibling reductions, and
+//! multi-output pointwise kernels.
+
+use crate::ir::loops::{BufId, Kernel, Program, ScalarOp, Stage, Step};
+use crate::ir::Expr;
+
+/// Outer spaces smaller than this are not worth losing parallelism for.
+const MIN_PARALLEL_OUTER: i64 = 16;
+
+/// Run the pass over `program`.
+pub fn run(program: &mut Program) {
+    let steps = std::mem::take(&mut program.steps);
+    let mut out: Vec<Step> = Vec::with_capacity(steps.len());
+    for step in steps {
+        let Step::Kernel(kernel) = step else {
+            out.push(step);
+            continue;
+        };
+        if let Some(Step::Kernel(group)) = out.last_mut() {
+            if try_merge(program, group, &kernel) {
+                continue;
+            }
+        }
+        out.push(Step::Kernel(kernel));
+    }
+    program.steps = out;
+}
+
+fn common_prefix(a: &[Expr], b: &[Expr]) -> Vec<Expr> {
+    a.iter().zip(b).take_while(|(x, y)| x == y).map(|(x, _)| x.clone()).collect()
+}
+
+fn numel(sizes: &[Expr]) -> Option<i64> {
+    sizes.iter().try_fold(1i64, |acc, s| s.as_const().map(|n| acc * n))
+}
+
+/// The ranges a stage iterates beyond the outer prefix (inner, or reduction).
+fn tail_ranges(stage: &Stage, outer_len: usize) -> Vec<Expr> {
+    let mut tail: Vec<Expr> = stage.ranges[outer_len.min(stage.ranges.len())..].to_vec();
+    if let Some(r) = &stage.reduce {
+        tail.extend(r.ranges.iter().cloned());
+    }
+    tail
+}
+
+fn try_merge(program: &Program, group: &mut Kernel, next: &Kernel) -> bool {
+    let [stage] = next.stages.as_slice() else { return false };
+    if !stage.store_indirect.is_empty() || group.stages.iter().any(|s| !s.store_indirect.is_empty()) {
+        return false;
+    }
+    let outer = common_prefix(&group.outer, &stage.ranges);
+    if outer.is_empty() {
+        return false;
+    }
+    let shrinks = outer.len() < group.outer.len() || outer.len() < stage.ranges.len();
+    if shrinks && numel(&outer).is_some_and(|n| n < MIN_PARALLEL_OUTER) {
+        return false;
+    }
+    // Every group stage must still have the new outer as a prefix.
+    if group.stages.iter().any(|s| s.ranges.len() < outer.len() || s.ranges[..outer.len()] != outer[..]) {
+        return false;
+    }
+    if !reads_are_local(program, group, stage, outer.len()) {
+        return false;
+    }
+    group.outer = outer;
+    group.stages.push(stage.clone());
+    true
+}
+
+/// Whether every load `stage` makes of a buffer written in `group` reads the
+/// element written at the same outer point.
+fn reads_are_local(program: &Program, group: &Kernel, stage: &Stage, outer_len: usize) -> bool {
+    let writers: Vec<(BufId, &Stage)> = group.stages.iter().map(|s| (program.storage_of(s.out), s)).collect();
+    let mut roots = vec![stage.value];
+    roots.extend(stage.store_indirect.iter().map(|(s, _)| *s));
+    for id in program.scalars.topo(&roots) {
+        let ScalarOp::Load { buf, index, indirect, .. } = &program.scalars.get(id).op else { continue };
+        let storage = program.storage_of(*buf);
+        for (written, producer) in &writers {
+            if *written != storage {
+                continue;
+            }
+            if !indirect.is_empty() || *buf != producer.out || *index != producer.store {
+                return false;
+            }
+            let producer_tail = tail_ranges(producer, outer_len);
+            if producer.reduce.is_some() {
+                // One element per outer point: the read must not vary inside.
+                if index.max_var().is_some_and(|v| v as usize >= outer_len) {
+                    return false;
+                }
+            } else if producer_tail != tail_ranges(stage, outer_len) {
+                return false;
+            }
+        }
+    }
+    true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ir::loops::{contiguous_strides, BufRole, Buffer, Reduce, ReduceOp};
+    use crate::ir::DType;
+
+    fn buffer(program: &mut Program, sizes: &[i64], role: BufRole) -> BufId {
+        let sizes: Vec<Expr> = sizes.iter().map(|s| Expr::c(*s)).collect();
+        program.add_buffer(Buffer {
+            dtype: DType::F32,
+            strides: contiguous_strides(&sizes),
+            sizes,
+            offset: Expr::zero(),
+            role,
+        })
+    }
+
+    fn load(program: &mut Program, buf: BufId, index: Expr) -> crate::ir::loops::ScalarId {
+        program.scalars.add(ScalarOp::Load { buf, index, indirect: vec![], mask: None }, DType::F32)
+    }
+
+    /// sum over rows, then x / sum: one kernel with two stages.
+    #[test]
+    fn reduction_and_epilogue_fuse() {
+        let mut p = Program::default();
+        let x = buffer(&mut p, &[64, 32], BufRole::Input(0));
+        let s = buffer(&mut p, &[64, 1], BufRole::Temp);
+        let y = buffer(&mut p, &[64, 32], BufRole::Temp);
+        let row = Expr::v(0).scale(32).add(&Expr::v(1));
+        let xv = load(&mut p, x, row.clone());
+        let row_sum = load(&mut p, x, Expr::v(0).scale(32).add(&Expr::v(2)));
+        p.steps.push(Step::Kernel(Kernel {
+            outer: vec![Expr::c(64), Expr::c(1)],
+            stages: vec![Stage {
+                out: s,
+                ranges: vec![Expr::c(64), Expr::c(1)],
+                reduce: Some(Reduce { op: ReduceOp::Sum, ranges: vec![Expr::c(32)] }),
+                value: row_sum,
+                store: Expr::v(0),
+                store_indirect: vec![],
+            }],
+        }));
+        let sv = load(&mut p, s, Expr::v(0));
+        // (stores over size-1 dims are simplified to the outer index by lowering)
+        let div = p.scalars.binary(crate::ir::loops::BinaryOp::Div, xv, sv, DType::F32);
+        p.steps.push(Step::Kernel(Kernel {
+            outer: vec![Expr::c(64), Expr::c(32)],
+            stages: vec![Stage {
+                out: y,
+                ranges: vec![Expr::c(64), Expr::c(32)],
+                reduce: None,
+                value: div,
+                store: row,
+                store_indirect: vec![],
+            }],
+        }));
+        run(&mut p);
+        assert_eq!(p.kernels().count(), 1, "{p}");
+        assert_eq!(p.kernels().next().map(|k| k.stages.len()), Some(2));
+    }
+
+    /// A consumer reading a neighbour's element must not fuse.
+    #[test]
+    fn shifted_read_does_not_fuse() {
+        let mut p = Program::default();
+        let x = buffer(&mut p, &[64], BufRole::Input(0));
+        let a = buffer(&mut p, &[64], BufRole::Temp);
+        let b = buffer(&mut p, &[64], BufRole::Temp);
+        let xv = load(&mut p, x, Expr::v(0));
+        let shifted = load(&mut p, a, Expr::c(63).sub(&Expr::v(0)));
+        for (out, value) in [(a, xv), (b, shifted)] {
+            p.steps.push(Step::Kernel(Kernel {
+                outer: vec![Expr::c(64)],
+                stages: vec![Stage { out, ranges: vec![Expr::c(64)], reduce: None, value, store: Expr::v(0), store_indirect: vec![] }],
+            }));
+        }
+        run(&mut p);
+        assert_eq!(p.kernels().count(), 2);
+    }
+}

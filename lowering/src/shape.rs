@@ -1,0 +1,605 @@
+//! Views (index rewrites, no copies), data movement, creation ops and calls
+//! into libraries.
+
+use crate::ir::graph::{Arg, Node};
+use crate::ir::loops::{
+    contiguous_strides, BinaryOp, BufRole, Buffer, ExternKind, Kernel, ScalarId, ScalarOp, Stage, Step,
+};
+use crate::ir::op::Op;
+use crate::ir::{DType, Expr};
+use crate::lazy::{vars, Lazy};
+use crate::lower::{Handled, Lowerer};
+use crate::LowerError;
+
+type Res = Result<Handled, LowerError>;
+
+fn norm_dim(d: i64, ndim: usize) -> usize {
+    let n = ndim.max(1) as i64;
+    (if d < 0 { d + n } else { d }).clamp(0, n - 1) as usize
+}
+
+fn int_list(arg: &Arg, op: &str) -> Result<Vec<i64>, LowerError> {
+    match arg {
+        Arg::List(items) => items
+            .iter()
+            .map(|a| a.as_int().ok_or_else(|| crate::unsupported(op, "symbolic int in list")))
+            .collect(),
+        other => other.as_int().map(|v| vec![v]).ok_or_else(|| crate::unsupported(op, format!("expected ints, got {other}"))),
+    }
+}
+
+impl Lowerer<'_> {
+    pub(crate) fn view_op(&mut self, node: &Node) -> Res {
+        let x = self.tensor_arg(node, 0, "self")?;
+        let (sizes, _) = self.out_meta(node)?;
+        let n = x.ndim();
+        let op = &node.target;
+        let out = match node.op {
+            Op::View | Op::UnsafeView | Op::Reshape => {
+                let ctx = self.ctx_for(&sizes);
+                let out_strides = contiguous_strides(&sizes);
+                let linear = vars(sizes.len()).iter().zip(&out_strides).fold(Expr::zero(), |acc, (v, s)| acc.add(&v.mul(s)));
+                let in_strides = contiguous_strides(&x.sizes);
+                let map: Vec<Expr> = (0..n)
+                    .map(|j| linear.floordiv(&in_strides[j], &ctx).modulo(&x.sizes[j], &ctx))
+                    .collect();
+                self.view(&x, sizes, &map)
+            }
+            Op::Permute => {
+                let dims = int_list(node.arg(1, "dims"), op)?;
+                let mut map = vec![Expr::zero(); n];
+                for (k, d) in dims.iter().enumerate() {
+                    map[norm_dim(*d, n)] = Expr::v(k as u32);
+                }
+                self.view(&x, sizes, &map)
+            }
+            Op::T | Op::Transpose => {
+                let (a, b) = if node.op == Op::T {
+                    (0, 1.min(n.saturating_sub(1)))
+                } else {
+                    let a = node.arg(1, "dim0").as_int().ok_or_else(|| crate::unsupported(op, "dim0"))?;
+                    let b = node.arg(2, "dim1").as_int().ok_or_else(|| crate::unsupported(op, "dim1"))?;
+                    (norm_dim(a, n), norm_dim(b, n))
+                };
+                let mut map = vars(n);
+                map.swap(a, b);
+                self.view(&x, sizes, &map)
+            }
+            Op::Expand => self.broadcast_to(&x, &sizes),
+            Op::Alias | Op::Detach => x,
+            Op::Unsqueeze => {
+                let at = norm_dim(node.arg(1, "dim").as_int().unwrap_or(0), n + 1);
+                let map: Vec<Expr> = (0..n).map(|d| Expr::v(if d < at { d } else { d + 1 } as u32)).collect();
+                self.view(&x, sizes, &map)
+            }
+            Op::Squeeze => {
+                let only: Option<Vec<usize>> = match node.arg(1, "dim") {
+                    Arg::None => None,
+                    arg => Some(int_list(arg, op)?.into_iter().map(|d| norm_dim(d, n)).collect()),
+                };
+                let mut map = Vec::with_capacity(n);
+                let mut k = 0u32;
+                for d in 0..n {
+                    let removed = x.sizes[d].is_const(1) && only.as_ref().is_none_or(|o| o.contains(&d));
+                    if removed {
+                        map.push(Expr::zero());
+                    } else {
+                        map.push(Expr::v(k));
+                        k += 1;
+                    }
+                }
+                self.view(&x, sizes, &map)
+            }
+            Op::Slice => {
+                let d = norm_dim(node.arg(1, "dim").as_int().unwrap_or(0), n);
+                let size = x.sizes[d].clone();
+                let step = node.arg(4, "step").as_int().unwrap_or(1);
+                let start = match node.arg(2, "start") {
+                    Arg::None => Expr::zero(),
+                    a => {
+                        let e = a.as_expr().ok_or_else(|| crate::unsupported(op, "start"))?;
+                        match (e.as_const(), size.as_const()) {
+                            (Some(s), Some(len)) => Expr::c(if s < 0 { (s + len).max(0) } else { s.min(len) }),
+                            (Some(s), None) if s >= 0 => e,
+                            (None, _) => e,
+                            _ => return Err(crate::unsupported(op, "negative start with symbolic size")),
+                        }
+                    }
+                };
+                let mut map = vars(n);
+                map[d] = start.add(&Expr::v(d as u32).scale(step));
+                self.view(&x, sizes, &map)
+            }
+            Op::Select => {
+                let d = norm_dim(node.arg(1, "dim").as_int().unwrap_or(0), n);
+                let index = node.arg(2, "index").as_expr().ok_or_else(|| crate::unsupported(op, "index"))?;
+                let index = match (index.as_const(), x.sizes[d].as_const()) {
+                    (Some(i), Some(len)) if i < 0 => Expr::c(i + len),
+                    _ => index,
+                };
+                let mut map: Vec<Expr> = (0..n).map(|k| Expr::v(if k > d { k as u32 - 1 } else { k as u32 })).collect();
+                map[d] = index;
+                self.view(&x, sizes, &map)
+            }
+            Op::Unfold => {
+                let d = norm_dim(node.arg(1, "dimension").as_int().unwrap_or(0), n);
+                let step = node.arg(3, "step").as_int().ok_or_else(|| crate::unsupported(op, "step"))?;
+                let mut map = vars(n);
+                map[d] = Expr::v(d as u32).scale(step).add(&Expr::v(n as u32));
+                self.view(&x, sizes, &map)
+            }
+            Op::Diagonal => {
+                let offset = node.arg(1, "offset").as_int().unwrap_or(0);
+                let d1 = norm_dim(node.arg(2, "dim1").as_int().unwrap_or(0), n);
+                let d2 = norm_dim(node.arg(3, "dim2").as_int().unwrap_or(1), n);
+                let diag = Expr::v(sizes.len() as u32 - 1);
+                let mut map = Vec::with_capacity(n);
+                let mut k = 0u32;
+                for d in 0..n {
+                    if d == d1 {
+                        map.push(diag.add_c((-offset).max(0)));
+                    } else if d == d2 {
+                        map.push(diag.add_c(offset.max(0)));
+                    } else {
+                        map.push(Expr::v(k));
+                        k += 1;
+                    }
+                }
+                self.view(&x, sizes, &map)
+            }
+            Op::Flip => {
+                let dims = int_list(node.arg(1, "dims"), op)?;
+                let mut map = vars(n);
+                for d in dims {
+                    let d = norm_dim(d, n);
+                    map[d] = x.sizes[d].add_c(-1).sub(&Expr::v(d as u32));
+                }
+                self.view(&x, sizes, &map)
+            }
+            Op::Repeat => {
+                let shift = sizes.len() - n;
+                let ctx = self.ctx_for(&sizes);
+                let map: Vec<Expr> = (0..n).map(|d| Expr::v((d + shift) as u32).modulo(&x.sizes[d], &ctx)).collect();
+                self.view(&x, sizes, &map)
+            }
+            Op::AsStrided => {
+                let size = node.arg(1, "size").as_list().ok_or_else(|| crate::unsupported(op, "size"))?;
+                let stride = node.arg(2, "stride").as_list().ok_or_else(|| crate::unsupported(op, "stride"))?;
+                let buf = self.buffer_for_extern(&x);
+                let base = self.prog.storage_of(buf);
+                let own_offset = self.prog.buffer(buf).offset.clone();
+                let offset = match node.arg(3, "storage_offset") {
+                    Arg::None => own_offset,
+                    a => a.as_expr().ok_or_else(|| crate::unsupported(op, "storage_offset"))?,
+                };
+                let strides: Vec<Expr> = stride.iter().map(|s| s.as_expr().unwrap_or_else(Expr::zero)).collect();
+                let sizes_e: Vec<Expr> = size.iter().map(|s| s.as_expr().unwrap_or_else(Expr::zero)).collect();
+                let view = self.prog.add_buffer(Buffer {
+                    dtype: x.dtype,
+                    sizes: sizes_e,
+                    strides,
+                    offset,
+                    role: BufRole::View(base),
+                });
+                self.load_buffer(view)
+            }
+            _ => return Err(crate::unsupported(op, "no lowering for this view")),
+        };
+        Ok(Handled::Native(vec![out]))
+    }
+
+    /// Read `src` at per-dimension indices: `index[d]` is an expression over
+    /// the output variables, or a data value (`indirect`) for gathered dims.
+    fn gather_load(&mut self, src: &Lazy, index: &[Option<Expr>], indirect: &[(usize, ScalarId)]) -> ScalarId {
+        let buf = self.buffer_for_extern(src);
+        let buffer = self.prog.buffer(buf).clone();
+        let mut address = buffer.offset.clone();
+        for (d, e) in index.iter().enumerate() {
+            if let Some(e) = e {
+                address = address.add(&e.mul(&buffer.strides[d]));
+            }
+        }
+        let mut ind = Vec::new();
+        for (d, value) in indirect {
+            let v = self.prog.scalars.cast(*value, DType::I64);
+            let bounded = self.prog.scalars.add(ScalarOp::Bounded(v, buffer.sizes[*d].clone()), DType::I64);
+            ind.push((bounded, buffer.strides[*d].clone()));
+        }
+        self.prog.scalars.add(ScalarOp::Load { buf, index: address, indirect: ind, mask: None }, buffer.dtype)
+    }
+
+    pub(crate) fn data_op(&mut self, node: &Node) -> Res {
+        let (sizes, out) = self.out_meta(node)?;
+        let op = node.target.clone();
+        let op = op.as_str();
+        let value = match node.op {
+            Op::Cat => {
+                let list = node.arg(0, "tensors").as_list().ok_or_else(|| crate::unsupported(op, "tensors"))?.to_vec();
+                let n = sizes.len();
+                let d = norm_dim(node.arg(1, "dim").as_int().unwrap_or(0), n);
+                let mut parts = Vec::new();
+                for item in &list {
+                    let Arg::Tensor(v) = item else { return Err(crate::unsupported(op, "non-tensor in cat")) };
+                    let lazy = self.value(*v, op)?;
+                    if lazy.ndim() == 1 && lazy.sizes[0].is_const(0) && n != 1 {
+                        continue; // legacy empty tensors are skipped
+                    }
+                    parts.push(lazy);
+                }
+                let mut start = Expr::zero();
+                let mut acc: Option<ScalarId> = None;
+                let var = Expr::v(d as u32);
+                let mut pieces = Vec::new();
+                for part in &parts {
+                    let mut map = vars(n);
+                    map[d] = var.sub(&start);
+                    let ctx = self.ctx_for(&sizes);
+                    let v = self.prog.scalars.substitute(part.value, &map, &ctx);
+                    let v = self.prog.scalars.cast(v, out);
+                    let end = start.add(&part.sizes[d]);
+                    pieces.push((v, start.clone(), end.clone()));
+                    start = end;
+                }
+                for (k, (v, lo, hi)) in pieces.into_iter().enumerate().rev() {
+                    acc = Some(match acc {
+                        None => v,
+                        Some(rest) => {
+                            let s = &mut self.prog.scalars;
+                            let idx = s.index(var.clone());
+                            let hi_c = s.index(hi);
+                            let inside = s.binary(BinaryOp::Lt, idx, hi_c, DType::Bool);
+                            let masked = s.add_mask(v, inside);
+                            let _ = (k, lo);
+                            s.select(inside, masked, rest, out)
+                        }
+                    });
+                }
+                match acc {
+                    Some(v) => v,
+                    None => self.prog.scalars.constant(0.0, out),
+                }
+            }
+            Op::ConstantPadNd => {
+                let x = self.tensor_arg(node, 0, "self")?;
+                let pad = int_list(node.arg(1, "pad"), op)?;
+                let fill = node.arg(2, "value").as_float().unwrap_or(0.0);
+                let n = x.ndim();
+                let mut map = vars(n);
+                let mut conds = Vec::new();
+                for (k, pair) in pad.chunks(2).enumerate() {
+                    let d = n - 1 - k;
+                    let left = pair[0];
+                    map[d] = Expr::v(d as u32).add_c(-left);
+                    conds.push((map[d].clone(), x.sizes[d].clone()));
+                }
+                let ctx = self.ctx_for(&sizes);
+                let v = self.prog.scalars.substitute(x.value, &map, &ctx);
+                let s = &mut self.prog.scalars;
+                let mut inside: Option<ScalarId> = None;
+                for (e, size) in conds {
+                    let idx = s.index(e);
+                    let zero = s.int_constant(0, DType::I64);
+                    let n_c = s.index(size);
+                    let ge = s.binary(BinaryOp::Ge, idx, zero, DType::Bool);
+                    let lt = s.binary(BinaryOp::Lt, idx, n_c, DType::Bool);
+                    let both = s.binary(BinaryOp::And, ge, lt, DType::Bool);
+                    inside = Some(match inside {
+                        None => both,
+                        Some(prev) => s.binary(BinaryOp::And, prev, both, DType::Bool),
+                    });
+                }
+                match inside {
+                    None => v,
+                    Some(mask) => {
+                        let masked = s.add_mask(v, mask);
+                        let fill = s.constant(fill, out);
+                        let masked = s.cast(masked, out);
+                        s.select(mask, masked, fill, out)
+                    }
+                }
+            }
+            Op::Gather | Op::IndexSelect => {
+                let x = self.tensor_arg(node, 0, "self")?;
+                let n = x.ndim();
+                let d = norm_dim(node.arg(1, "dim").as_int().unwrap_or(0), n);
+                let idx = self.tensor_arg(node, 2, "index")?;
+                let idx_value = if node.op == Op::Gather {
+                    idx.value
+                } else {
+                    let ctx = self.ctx_for(&sizes);
+                    self.prog.scalars.substitute(idx.value, &[Expr::v(d as u32)], &ctx)
+                };
+                let mut index: Vec<Option<Expr>> = vars(n).into_iter().map(Some).collect();
+                index[d] = None;
+                self.gather_load(&x, &index, &[(d, idx_value)])
+            }
+            Op::Embedding => {
+                let w = self.tensor_arg(node, 0, "weight")?;
+                let idx = self.tensor_arg(node, 1, "indices")?;
+                let k = idx.ndim() as u32;
+                self.gather_load(&w, &[None, Some(Expr::v(k))], &[(0, idx.value)])
+            }
+            Op::Index => self.advanced_index(node, &sizes)?,
+            Op::Scatter | Op::IndexPut => return self.scatter(node, &sizes, out),
+            Op::Iota | Op::Arange => {
+                let (start, step) = if node.op == Op::Iota {
+                    (node.arg(1, "start").as_float().unwrap_or(0.0), node.arg(2, "step").as_float().unwrap_or(1.0))
+                } else {
+                    let overload = node.overload();
+                    let start = if overload == "default" { 0.0 } else { node.arg(0, "start").as_float().unwrap_or(0.0) };
+                    let step = if overload == "start_step" { node.arg(2, "step").as_float().unwrap_or(1.0) } else { 1.0 };
+                    (start, step)
+                };
+                let compute = if out.is_float() { DType::F64 } else { DType::I64 };
+                let s = &mut self.prog.scalars;
+                let i = s.index(Expr::v(0));
+                let i = s.cast(i, compute);
+                let st = s.constant(step, compute);
+                let b = s.constant(start, compute);
+                let m = s.binary(BinaryOp::Mul, i, st, compute);
+                let v = s.binary(BinaryOp::Add, m, b, compute);
+                s.cast(v, out)
+            }
+            Op::Full | Op::FullLike | Op::Fill => {
+                let pos = if node.op == Op::Full { 1 } else { 1 };
+                match node.arg(pos, "fill_value") {
+                    Arg::Tensor(v) => {
+                        let lazy = self.value(*v, op)?;
+                        let b = self.broadcast_to(&lazy, &sizes);
+                        self.prog.scalars.cast(b.value, out)
+                    }
+                    a => {
+                        let value = a.as_float().ok_or_else(|| crate::unsupported(op, "fill value"))?;
+                        self.prog.scalars.constant(value, out)
+                    }
+                }
+            }
+            Op::ScalarTensor => {
+                let value = node.arg(0, "s").as_float().ok_or_else(|| crate::unsupported(op, "value"))?;
+                self.prog.scalars.constant(value, out)
+            }
+            Op::Zeros | Op::ZerosLike | Op::Empty | Op::EmptyLike | Op::EmptyStrided => self.prog.scalars.constant(0.0, out),
+            Op::Ones | Op::OnesLike => self.prog.scalars.constant(1.0, out),
+            Op::Tril | Op::Triu => {
+                let x = self.tensor_arg(node, 0, "self")?;
+                let diagonal = node.arg(1, "diagonal").as_int().unwrap_or(0);
+                let n = x.ndim();
+                if n < 2 {
+                    return Err(crate::unsupported(op, "needs 2 dims"));
+                }
+                let s = &mut self.prog.scalars;
+                let d = s.index(Expr::v(n as u32 - 1).sub(&Expr::v(n as u32 - 2)));
+                let k = s.int_constant(diagonal, DType::I64);
+                let keep = if node.op == Op::Tril { BinaryOp::Le } else { BinaryOp::Ge };
+                let cond = s.binary(keep, d, k, DType::Bool);
+                let zero = s.constant(0.0, out);
+                s.select(cond, x.value, zero, out)
+            }
+            Op::Roll => {
+                let x = self.tensor_arg(node, 0, "self")?;
+                let shifts = int_list(node.arg(1, "shifts"), op)?;
+                let dims = int_list(node.arg(2, "dims"), op).unwrap_or_default();
+                if dims.is_empty() || dims.len() != shifts.len() {
+                    return Err(crate::unsupported(op, "roll without dims"));
+                }
+                let n = x.ndim();
+                let ctx = self.ctx_for(&sizes);
+                let mut map = vars(n);
+                for (shift, d) in shifts.iter().zip(dims) {
+                    let d = norm_dim(d, n);
+                    map[d] = Expr::v(d as u32).sub(&Expr::c(*shift)).add(&x.sizes[d].scale(shift.abs() + 1)).modulo(&x.sizes[d], &ctx);
+                }
+                self.view(&x, sizes.clone(), &map).value
+            }
+            _ => return Err(crate::unsupported(op, "no lowering for this op")),
+        };
+        Ok(Handled::Native(vec![Lazy { sizes, value, dtype: out }]))
+    }
+
+    /// `x[i0, :, i2]`-style indexing with tensors (aten.index.Tensor).
+    fn advanced_index(&mut self, node: &Node, sizes: &[Expr]) -> Result<ScalarId, LowerError> {
+        let op = node.target.as_str();
+        let x = self.tensor_arg(node, 0, "self")?;
+        let list = node.arg(1, "indices").as_list().ok_or_else(|| crate::unsupported(op, "indices"))?.to_vec();
+        let mut indexed = Vec::new();
+        for (d, item) in list.iter().enumerate() {
+            if let Arg::Tensor(v) = item {
+                let meta = self.graph.meta(*v);
+                if matches!(meta.dtype, DType::Bool | DType::U8) {
+                    return Err(crate::unsupported(op, "boolean mask index"));
+                }
+                indexed.push((d, self.value(*v, op)?));
+            }
+        }
+        if indexed.is_empty() {
+            return Err(crate::unsupported(op, "no index tensors"));
+        }
+        let n = x.ndim();
+        let adjacent = indexed.windows(2).all(|w| w[1].0 == w[0].0 + 1);
+        let first = indexed[0].0;
+        let n_indexed = indexed.len();
+        let b_ndim = sizes.len() + n_indexed - n;
+        let b_start = if adjacent { first } else { 0 };
+        let b_sizes: Vec<Expr> = sizes[b_start..b_start + b_ndim].to_vec();
+        let mut index = Vec::with_capacity(n);
+        let mut next_out = 0usize;
+        for d in 0..n {
+            if indexed.iter().any(|(k, _)| *k == d) {
+                index.push(None);
+                if adjacent && d == first {
+                    next_out += b_ndim;
+                }
+            } else {
+                if !adjacent && next_out == 0 {
+                    next_out = b_ndim;
+                }
+                index.push(Some(Expr::v(next_out as u32)));
+                next_out += 1;
+            }
+        }
+        let mut indirect = Vec::new();
+        for (d, lazy) in &indexed {
+            let b = self.broadcast_to(lazy, &b_sizes);
+            let map: Vec<Expr> = (0..b_ndim).map(|j| Expr::v((b_start + j) as u32)).collect();
+            let v = self.view(&b, sizes.to_vec(), &map);
+            indirect.push((*d, v.value));
+        }
+        Ok(self.gather_load(&x, &index, &indirect))
+    }
+
+    /// scatter(self, dim, index, src|value) and index_put(self, indices,
+    /// values, accumulate): copy `self`, then a serial scatter stage.
+    fn scatter(&mut self, node: &Node, sizes: &[Expr], out: DType) -> Res {
+        let op = node.target.as_str();
+        let x = self.tensor_arg(node, 0, "self")?;
+        if node.op == Op::Scatter && !node.kwarg("reduce").is_none() {
+            return Err(crate::unsupported(op, "scatter with reduce"));
+        }
+        let out_v = node.outputs.first().copied().ok_or_else(|| crate::invalid(op, "no output"))?;
+        let strides = self.meta_strides(out_v);
+        let x = self.broadcast_to(&x, sizes);
+        let buf = self.realize(&x, Some(strides));
+        let buffer = self.prog.buffer(buf).clone();
+        let (ranges, mut address, indirect_src, value, accumulate) = if node.op == Op::Scatter {
+            let d = norm_dim(node.arg(1, "dim").as_int().unwrap_or(0), sizes.len());
+            let idx = self.tensor_arg(node, 2, "index")?;
+            let ranges = idx.sizes.clone();
+            let value = match node.arg(3, "src") {
+                Arg::Tensor(v) => {
+                    let src = self.value(*v, op)?;
+                    let map = vars(src.ndim());
+                    self.view(&src, ranges.clone(), &map).value
+                }
+                a => {
+                    let f = a.as_float().ok_or_else(|| crate::unsupported(op, "value"))?;
+                    self.prog.scalars.constant(f, out)
+                }
+            };
+            let mut address = buffer.offset.clone();
+            for k in 0..sizes.len() {
+                if k != d {
+                    address = address.add(&Expr::v(k as u32).mul(&buffer.strides[k]));
+                }
+            }
+            (ranges, address, vec![(d, idx.value)], value, false)
+        } else {
+            let list = node.arg(1, "indices").as_list().ok_or_else(|| crate::unsupported(op, "indices"))?.to_vec();
+            let values = self.tensor_arg(node, 2, "values")?;
+            let accumulate = node.arg(3, "accumulate").as_bool().unwrap_or(false);
+            let mut idx = Vec::new();
+            for (d, item) in list.iter().enumerate() {
+                match item {
+                    Arg::Tensor(v) => {
+                        if matches!(self.graph.meta(*v).dtype, DType::Bool | DType::U8) {
+                            return Err(crate::unsupported(op, "boolean mask index"));
+                        }
+                        idx.push((d, self.value(*v, op)?));
+                    }
+                    _ => return Err(crate::unsupported(op, "index_put with None indices")),
+                }
+            }
+            if idx.is_empty() {
+                return Err(crate::unsupported(op, "no index tensors"));
+            }
+            let mut b_sizes: Vec<Expr> = Vec::new();
+            for (_, l) in &idx {
+                if l.ndim() > b_sizes.len() {
+                    b_sizes = l.sizes.clone();
+                }
+            }
+            let rest: Vec<Expr> = sizes[idx.len()..].to_vec();
+            let mut ranges = b_sizes.clone();
+            ranges.extend(rest.iter().cloned());
+            let mut indirect = Vec::new();
+            for (d, l) in &idx {
+                let b = self.broadcast_to(l, &b_sizes);
+                indirect.push((*d, b.value));
+            }
+            let vb = self.broadcast_to(&values, &ranges);
+            let mut address = buffer.offset.clone();
+            for (k, _) in rest.iter().enumerate() {
+                let d = idx.len() + k;
+                address = address.add(&Expr::v((b_sizes.len() + k) as u32).mul(&buffer.strides[d]));
+            }
+            (ranges, address, indirect, vb.value, accumulate)
+        };
+        let mut store_indirect = Vec::new();
+        for (d, v) in indirect_src {
+            let v = self.prog.scalars.cast(v, DType::I64);
+            let bounded = self.prog.scalars.add(ScalarOp::Bounded(v, sizes[d].clone()), DType::I64);
+            store_indirect.push((bounded, buffer.strides[d].clone()));
+        }
+        let mut value = self.prog.scalars.cast(value, out);
+        if accumulate {
+            let old = self.prog.scalars.add(
+                ScalarOp::Load { buf, index: address.clone(), indirect: store_indirect.clone(), mask: None },
+                out,
+            );
+            value = self.prog.scalars.binary(BinaryOp::Add, old, value, out);
+        }
+        address = address.simplify(&self.ctx_for(&ranges));
+        self.prog.steps.push(Step::Kernel(Kernel {
+            outer: ranges.clone(),
+            stages: vec![Stage { out: buf, ranges, reduce: None, value, store: address, store_indirect }],
+        }));
+        let lazy = self.load_buffer(buf);
+        Ok(Handled::Native(vec![lazy]))
+    }
+
+    /// mm, bmm, addmm through the GEMM library.
+    pub(crate) fn gemm(&mut self, node: &Node) -> Res {
+        let op = node.target.as_str();
+        let (sizes, out) = self.out_meta(node)?;
+        if !matches!(out, DType::F32 | DType::F64) {
+            return Err(crate::unsupported(op, format!("GEMM on {out}")));
+        }
+        let (a_pos, b_pos) = if node.op == Op::Addmm { (1, 2) } else { (0, 1) };
+        let a = self.tensor_arg(node, a_pos, "mat1")?;
+        let b = self.tensor_arg(node, b_pos, "mat2")?;
+        if a.dtype != out || b.dtype != out {
+            return Err(crate::unsupported(op, "mixed dtypes"));
+        }
+        let alpha = node.kwarg("alpha").as_float().unwrap_or(1.0);
+        let beta = node.kwarg("beta").as_float().unwrap_or(1.0);
+        if alpha != 1.0 {
+            return Err(crate::unsupported(op, "alpha != 1"));
+        }
+        let a_buf = self.buffer_for_extern(&a);
+        let b_buf = self.buffer_for_extern(&b);
+        let out_v = node.outputs.first().copied().ok_or_else(|| crate::invalid(op, "no output"))?;
+        let strides = self.meta_strides(out_v);
+        let accumulate = node.op == Op::Addmm;
+        let out_buf = if accumulate {
+            let bias = self.tensor_arg(node, 0, "self")?;
+            let bias = self.broadcast_to(&bias, &sizes);
+            let bias = self.cast_lazy(bias, out);
+            let value = if beta != 1.0 {
+                let k = self.prog.scalars.constant(beta, out);
+                self.prog.scalars.binary(BinaryOp::Mul, bias.value, k, out)
+            } else {
+                bias.value
+            };
+            self.realize(&Lazy { value, ..bias }, Some(strides))
+        } else {
+            self.prog.add_buffer(Buffer {
+                dtype: out,
+                sizes: sizes.clone(),
+                strides,
+                offset: Expr::zero(),
+                role: BufRole::Temp,
+            })
+        };
+        self.prog.steps.push(Step::Extern(crate::ir::loops::Extern {
+            kind: ExternKind::Gemm { accumulate },
+            inputs: vec![a_buf, b_buf],
+            outputs: vec![out_buf],
+        }));
+        Ok(Handled::Extern(vec![self.load_buffer(out_buf)]))
+    }
+
+    /// Library kernels run through ATen (convolution).
+    pub(crate) fn library(&mut self, node: &Node) -> Res {
+        let kind = ExternKind::Library { node: node.index, target: node.target.clone() };
+        Ok(Handled::Extern(self.extern_call(node, kind)?))
+    }
+}

@@ -1,0 +1,45 @@
+"""rdyn: a `torch.compile` backend that generates its own fused kernels.
+
+    model = torch.compile(model, backend="rdyn")
+
+`stats()` counts what was lowered natively and what fell back to eager;
+`explain(fn, *args)` shows the kernels a call produces.
+"""
+
+from __future__ import annotations
+
+from . import _rdyn
+from .backend import DECOMPOSITIONS, CompileError, compile_graph, rdyn_backend, _py_stats
+from .config import Options
+from .explain import Report, explain
+
+__version__ = _rdyn.__version__
+
+
+def stats() -> dict:
+    """Counters since the last `reset_stats()`: graphs, specializations,
+    kernels, native / library (extern) / eager-fallback nodes, guard hits and
+    misses, compile seconds, and fallback ops by name."""
+    out = dict(_rdyn.stats())
+    out["graphs_failed"] = _py_stats["graphs_failed"]
+    out["compile_seconds"] = out["compile_seconds"] + _py_stats["python_compile_seconds"]
+    return out
+
+
+def reset_stats() -> None:
+    _rdyn.reset_stats()
+    _py_stats["graphs_failed"] = 0
+    _py_stats["python_compile_seconds"] = 0.0
+
+
+__all__ = [
+    "DECOMPOSITIONS",
+    "CompileError",
+    "Options",
+    "Report",
+    "compile_graph",
+    "explain",
+    "rdyn_backend",
+    "reset_stats",
+    "stats",
+]

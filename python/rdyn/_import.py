@@ -1,0 +1,185 @@
+"""FX graph -> the plain data that `rdyn._rdyn.CompiledGraph` imports.
+
+Every value is a tagged tuple (``("tensor", 3)``, ``("int", expr)``, ...); every
+size is an int, ``("sym", k)`` or ``(op, a, b)``. The same walk records, for
+each node, where its tensor outputs sit in its result, so that the runner can
+run any node eagerly.
+"""
+
+from __future__ import annotations
+
+import operator
+
+import torch
+import torch.fx as fx
+
+
+class Unsupported(Exception):
+    """The graph uses something rdyn cannot represent (the graph runs eagerly)."""
+
+
+def _sym_expr(expr, syms):
+    import sympy
+
+    if isinstance(expr, int):
+        return expr
+    if expr.is_Integer:
+        return int(expr)
+    if expr.is_Symbol:
+        name = str(expr)
+        if name not in syms:
+            syms[name] = len(syms)
+        return ("sym", syms[name])
+    args = [_sym_expr(a, syms) for a in expr.args]
+    kind = type(expr).__name__
+    if expr.is_Add or expr.is_Mul:
+        tag = "add" if expr.is_Add else "mul"
+        out = args[0]
+        for a in args[1:]:
+            out = (tag, out, a)
+        return out
+    if kind == "FloorDiv" and len(args) == 2:
+        return ("floordiv", args[0], args[1])
+    if kind in ("Mod", "PythonMod") and len(args) == 2:
+        return ("mod", args[0], args[1])
+    if kind == "ModularIndexing" and len(args) == 3:
+        return ("mod", ("floordiv", args[0], args[1]), args[2])
+    raise Unsupported(f"symbolic size {expr} ({kind})")
+
+
+def _int_expr(value, syms):
+    if isinstance(value, bool):
+        return int(value)
+    if isinstance(value, int):
+        return value
+    if isinstance(value, torch.SymInt):
+        node = value.node
+        if node.is_constant() if hasattr(node, "is_constant") else False:
+            return int(value)
+        return _sym_expr(node.expr, syms)
+    raise Unsupported(f"size {value!r}")
+
+
+def _tensor_values(val):
+    """The tensor entries of a node's meta value, with their positions."""
+    if isinstance(val, torch.Tensor):
+        return [((), val)]
+    if isinstance(val, (list, tuple)):
+        return [((i,), v) for i, v in enumerate(val) if isinstance(v, torch.Tensor)]
+    return []
+
+
+def import_graph(gm: fx.GraphModule):
+    """Return (data, info): `data` for the Rust importer and `info` for the
+    runner (nodes by index, tensor/int node maps, output positions)."""
+    syms: dict[str, int] = {}
+    values = []
+    tensor_of: dict[tuple[fx.Node, tuple], int] = {}
+    int_nodes: dict[fx.Node, object] = {}
+    inputs = []
+    nodes = []
+    out_positions: dict[int, list[tuple]] = {}
+    node_list = list(gm.graph.nodes)
+
+    def add_value(t: torch.Tensor) -> int:
+        if t.is_complex() or t.is_sparse or t.layout != torch.strided or t.is_quantized:
+            raise Unsupported(f"tensor of dtype {t.dtype} / layout {t.layout}")
+        values.append(
+            (
+                [_int_expr(s, syms) for s in t.shape],
+                [_int_expr(s, syms) for s in t.stride()],
+                _int_expr(t.storage_offset(), syms),
+                str(t.dtype).removeprefix("torch."),
+                str(t.device.type) if t.device.type != "cuda" else str(t.device),
+            )
+        )
+        return len(values) - 1
+
+    def conv(a):
+        if a is None:
+            return ("none",)
+        if isinstance(a, bool):
+            return ("bool", a)
+        if isinstance(a, int):
+            return ("int", a)
+        if isinstance(a, float):
+            return ("float", a)
+        if isinstance(a, str):
+            return ("str", a)
+        if isinstance(a, torch.dtype):
+            return ("dtype", str(a).removeprefix("torch."))
+        if isinstance(a, torch.device):
+            return ("device", str(a))
+        if isinstance(a, (torch.layout, torch.memory_format)):
+            return ("str", str(a))
+        if isinstance(a, torch.SymInt):
+            return ("int", _int_expr(a, syms))
+        if isinstance(a, (torch.SymFloat, torch.SymBool)):
+            raise Unsupported("symbolic float/bool argument")
+        if isinstance(a, fx.Node):
+            if (a, ()) in tensor_of:
+                return ("tensor", tensor_of[(a, ())])
+            if a in int_nodes:
+                return ("int", int_nodes[a])
+            raise Unsupported(f"argument {a.name}")
+        if isinstance(a, (list, tuple)):
+            return ("list", [conv(x) for x in a])
+        raise Unsupported(f"argument {a!r}")
+
+    for index, node in enumerate(node_list):
+        val = node.meta.get("val")
+        if node.op == "placeholder":
+            if isinstance(val, torch.Tensor):
+                vid = add_value(val)
+                tensor_of[(node, ())] = vid
+                inputs.append(("tensor", vid))
+            elif isinstance(val, torch.SymInt):
+                expr = _int_expr(val, syms)
+                int_nodes[node] = expr
+                inputs.append(("symint", expr[1]) if isinstance(expr, tuple) and expr[0] == "sym" else ("opaque",))
+            else:
+                inputs.append(("opaque",))
+            continue
+        if node.op == "output":
+            continue
+        if node.op != "call_function":
+            raise Unsupported(f"FX node kind {node.op}")
+        if node.target is operator.getitem and isinstance(node.args[0], fx.Node):
+            src, idx = node.args
+            if (src, (idx,)) in tensor_of:
+                tensor_of[(node, ())] = tensor_of[(src, (idx,))]
+                continue
+        if isinstance(val, (torch.SymInt, int)) and not isinstance(val, bool):
+            int_nodes[node] = _int_expr(val, syms)
+            continue
+        entries = _tensor_values(val)
+        outputs = []
+        for pos, t in entries:
+            vid = add_value(t)
+            tensor_of[(node, pos)] = vid
+            outputs.append(vid)
+        out_positions[index] = [pos for pos, _ in entries]
+        target = str(node.target) if isinstance(node.target, torch._ops.OpOverload) else f"python.{getattr(node.target, '__name__', node.target)}"
+        try:
+            args = [conv(a) for a in node.args]
+            kwargs = [(k, conv(v)) for k, v in node.kwargs.items()]
+        except Unsupported:
+            # Keep only the tensors (in order): the node runs eagerly.
+            target = f"opaque.{target}"
+            tensors = []
+            fx.node.map_arg((node.args, node.kwargs), lambda n: tensors.append(("tensor", tensor_of[(n, ())])) if (n, ()) in tensor_of else None)
+            args, kwargs = [("list", tensors)], []
+        nodes.append((index, target, args, kwargs, outputs))
+
+    output_node = node_list[-1]
+    outs = output_node.args[0]
+    outs = list(outs) if isinstance(outs, (list, tuple)) else [outs]
+    data = {
+        "sym_names": list(syms),
+        "values": values,
+        "inputs": inputs,
+        "nodes": nodes,
+        "outputs": [conv(o) for o in outs],
+    }
+    info = {"nodes": node_list, "tensor_of": tensor_of, "int_nodes": int_nodes, "out_positions": out_positions}
+    return data, info

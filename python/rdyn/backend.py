@@ -1,0 +1,167 @@
+"""The `torch.compile` backend: ``torch.compile(model, backend="rdyn")``.
+
+Dynamo hands each captured graph to `rdyn_backend`; AOTAutograd turns it into
+forward (and, when training, backward) ATen graphs decomposed to the ops rdyn
+lowers, and each of those becomes a `rdyn._rdyn.CompiledGraph`.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import warnings
+
+import torch
+from torch._decomp import core_aten_decompositions, get_decompositions
+from torch._dynamo.backends.common import aot_autograd
+
+from . import _rdyn
+from ._import import Unsupported, import_graph
+from ._runner import GraphRunner
+from .config import Options, log_enabled, log
+
+aten = torch.ops.aten
+
+#: The decomposition table rdyn uses: core ATen, plus the composite ops
+#: (softmax, norms, GELU, pooling, ...) broken into ops rdyn fuses.
+DECOMPOSITIONS = {
+    **core_aten_decompositions(),
+    **get_decompositions(
+        [
+            aten._softmax,
+            aten._log_softmax,
+            aten.native_layer_norm,
+            aten._native_batch_norm_legit_functional,
+            aten._native_batch_norm_legit_no_training,
+            aten.native_group_norm,
+            aten.gelu,
+            aten.silu,
+            aten.max_pool2d_with_indices,
+            aten._adaptive_avg_pool2d,
+            aten.upsample_nearest2d,
+            aten.upsample_bilinear2d,
+            aten.var_mean,
+            aten.native_layer_norm_backward,
+            aten._softmax_backward_data,
+            aten._log_softmax_backward_data,
+            aten.gelu_backward,
+            aten.max_pool2d_with_indices_backward,
+            aten.native_batch_norm_backward,
+            aten.embedding_dense_backward,
+            aten.native_group_norm_backward,
+            aten.hardtanh,
+            aten.leaky_relu,
+            aten.elu,
+            aten.mish,
+            aten.hardswish,
+            aten.hardsigmoid,
+            aten.logsumexp,
+            aten.sigmoid_backward,
+            aten.tanh_backward,
+            aten.threshold_backward,
+            aten.clamp,
+            aten.rsub,
+            aten.masked_fill,
+            aten._unsafe_index,
+            aten.select_backward,
+            aten.slice_backward,
+        ]
+    ),
+}
+
+
+class CompileError(RuntimeError):
+    """A graph could not be compiled (raised under ``RDYN_STRICT=1``)."""
+
+
+_py_stats = {"graphs_failed": 0, "python_compile_seconds": 0.0}
+
+
+def _strict(options: Options) -> bool:
+    return options.strict or os.environ.get("RDYN_STRICT", "") not in ("", "0")
+
+
+def _boxed(fn):
+    fn._boxed_call = True
+    return fn
+
+
+def _eager(gm, reason, options):
+    if _strict(options):
+        raise CompileError(f"rdyn could not compile a graph: {reason}")
+    warnings.warn(f"rdyn: running a graph eagerly: {reason}", stacklevel=3)
+    _py_stats["graphs_failed"] += 1
+
+    def run(args):
+        return gm(*args)
+
+    return _boxed(run)
+
+
+def compile_aten_graph(gm: torch.fx.GraphModule, example_inputs, options: Options | None = None):
+    """Compile an ATen-level FX graph; returns a boxed callable (one list
+    argument -> list of outputs)."""
+    options = options or Options()
+    start = time.perf_counter()
+    devices = {t.device.type for t in example_inputs if isinstance(t, torch.Tensor)}
+    if devices - {"cpu"}:
+        return _eager(gm, f"tensors on {sorted(devices - {'cpu'})}: only the CPU backend is built so far", options)
+    try:
+        data, info = import_graph(gm)
+        runner = GraphRunner(info)
+        compiled = _rdyn.CompiledGraph(data, runner)
+    except Unsupported as e:
+        return _eager(gm, str(e), options)
+    finally:
+        _py_stats["python_compile_seconds"] += time.perf_counter() - start
+    if log_enabled("graph"):
+        log("graph", compiled.graph_text())
+    state = {"compiled": compiled, "specs": 0}
+
+    def run(args):
+        graph = state["compiled"]
+        if graph is None:
+            return gm(*args)
+        runner.set_inputs(args)
+        try:
+            out = graph(args)
+        except RuntimeError as e:
+            if _strict(options) or not str(e).startswith("rdyn"):
+                raise
+            warnings.warn(f"rdyn: falling back to eager for a graph: {e}", stacklevel=2)
+            _py_stats["graphs_failed"] += 1
+            state["compiled"] = None
+            return gm(*args)
+        if (log_enabled("ir") or log_enabled("kernels")) and graph.specializations() != state["specs"]:
+            state["specs"] = graph.specializations()
+            desc = graph.describe(args)
+            if log_enabled("ir") and "ir" in desc:
+                log("ir", desc["ir"])
+            if log_enabled("kernels"):
+                for name, device, source in desc["kernels"]:
+                    log("kernels", f"[{name} on {device}]\n{source}")
+        return out
+
+    return _boxed(run)
+
+
+def rdyn_backend(gm: torch.fx.GraphModule, example_inputs, options=None, **kwargs):
+    """The Dynamo backend registered as ``"rdyn"``."""
+    opts = Options.parse(options, kwargs)
+
+    def fw(graph, inputs):
+        return compile_aten_graph(graph, inputs, opts)
+
+    return aot_autograd(fw_compiler=fw, bw_compiler=fw, decompositions=DECOMPOSITIONS)(gm, example_inputs)
+
+
+def compile_graph(gm: torch.fx.GraphModule, example_inputs, options=None):
+    """Compile an already-ATen FX graph (e.g. from ``make_fx`` with
+    `DECOMPOSITIONS`); the result takes positional tensors and returns a
+    list of outputs, like ``gm(*inputs)``."""
+    boxed = compile_aten_graph(gm, example_inputs, Options.parse(options, {}))
+
+    def call(*args):
+        return boxed(list(args))
+
+    return call

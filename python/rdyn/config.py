@@ -1,0 +1,58 @@
+"""Options (``torch.compile(..., options={...})`` and environment) and logging.
+
+Environment:
+  RDYN_LOG=graph,ir,kernels,guards   what to print (``all`` for everything)
+  RDYN_STRICT=1                      a compile failure raises instead of
+                                     falling back to eager
+  RDYN_DEVICE=cpu                    default device
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass
+
+DEVICES = ("cpu",)
+PLANNED_DEVICES = ("wgpu", "cuda")
+
+
+@dataclass(frozen=True)
+class Options:
+    device: str = "cpu"
+    strict: bool = False
+
+    @staticmethod
+    def parse(options, extra=None) -> "Options":
+        merged = dict(options or {})
+        merged.update(extra or {})
+        known = {"device", "strict"}
+        unknown = sorted(set(merged) - known)
+        if unknown:
+            raise ValueError(
+                f"rdyn: unknown option(s) {unknown}; known options are {sorted(known)}"
+            )
+        device = merged.get("device", os.environ.get("RDYN_DEVICE", "cpu"))
+        if device not in DEVICES:
+            if device in PLANNED_DEVICES:
+                raise ValueError(
+                    f"rdyn: option device={device!r} is not available in this build yet; use device='cpu'"
+                )
+            raise ValueError(f"rdyn: option device={device!r} is not a device rdyn knows; use one of {list(DEVICES)}")
+        strict = merged.get("strict", False)
+        if not isinstance(strict, bool):
+            raise ValueError(f"rdyn: option strict must be True or False, got {strict!r}")
+        return Options(device=device, strict=strict)
+
+
+def _topics():
+    return {t.strip() for t in os.environ.get("RDYN_LOG", "").split(",") if t.strip()}
+
+
+def log_enabled(topic: str) -> bool:
+    topics = _topics()
+    return topic in topics or "all" in topics
+
+
+def log(topic: str, text: str) -> None:
+    print(f"[rdyn {topic}]\n{text.rstrip()}", file=sys.stderr)

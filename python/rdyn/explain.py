@@ -1,0 +1,83 @@
+"""`rdyn.explain`: what rdyn makes of a function, without running its kernels."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+from torch._dynamo.backends.common import aot_autograd
+
+from . import _rdyn
+from ._import import Unsupported, import_graph
+from ._runner import GraphRunner
+from .config import DEVICES, PLANNED_DEVICES
+
+
+@dataclass
+class Kernel:
+    name: str
+    device: str
+    source: str
+
+
+@dataclass
+class Report:
+    graphs: list = field(default_factory=list)
+    kernels: list = field(default_factory=list)
+    fallback_ops: dict = field(default_factory=dict)
+    ir: list = field(default_factory=list)
+    notes: list = field(default_factory=list)
+
+    def __str__(self):
+        lines = [f"rdyn: {len(self.graphs)} graph(s), {len(self.kernels)} kernel(s)"]
+        if self.fallback_ops:
+            lines.append("eager fallbacks: " + ", ".join(f"{op} x{n}" for op, n in sorted(self.fallback_ops.items())))
+        else:
+            lines.append("eager fallbacks: none")
+        lines.extend(self.notes)
+        for i, g in enumerate(self.graphs):
+            lines.append(f"--- graph {i} (ATen) ---")
+            lines.append(g.rstrip())
+        for k in self.kernels:
+            lines.append(f"--- {k.name} on {k.device} ---")
+            lines.append(k.source.rstrip())
+        return "\n".join(lines)
+
+
+def explain(fn, *example_inputs, device=None) -> Report:
+    """Compile `fn` for `example_inputs` and report the graphs, the kernels
+    (with their generated source) and the eager fallbacks. The function runs
+    once eagerly to trace it; rdyn's kernels are built but not run."""
+    device = device or "cpu"
+    if device not in DEVICES:
+        if device in PLANNED_DEVICES:
+            raise ValueError(f"rdyn.explain: device={device!r} is not available in this build yet; use device='cpu'")
+        raise ValueError(f"rdyn.explain: unknown device {device!r}; use one of {list(DEVICES)}")
+    from .backend import DECOMPOSITIONS
+
+    report = Report()
+
+    def fw(gm, inputs):
+        try:
+            data, info = import_graph(gm)
+        except Unsupported as e:
+            report.notes.append(f"a graph runs eagerly: {e}")
+            return gm
+        graph = _rdyn.CompiledGraph(data, GraphRunner(info))
+        desc = graph.describe(inputs)
+        report.graphs.append(desc["graph"])
+        report.ir.append(desc.get("ir", ""))
+        offset = len(report.kernels)
+        for name, dev, source in desc["kernels"]:
+            report.kernels.append(Kernel(f"g{len(report.graphs) - 1}.{name}" if offset or name.startswith("k") else name, dev, source))
+        for op, n in desc.get("fallback_ops", {}).items():
+            report.fallback_ops[op] = report.fallback_ops.get(op, 0) + n
+        return gm
+
+    backend = aot_autograd(fw_compiler=fw, decompositions=DECOMPOSITIONS)
+    torch._dynamo.reset()
+    try:
+        torch.compile(fn, backend=backend)(*example_inputs)
+    finally:
+        torch._dynamo.reset()
+    return report

@@ -1,0 +1,313 @@
+//! A compiled graph: guards → cached specialization (or the shape-generic
+//! program) → run.
+
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use rdyn_codegen_cpu::exec::{run_kernel, Memory};
+use rdyn_codegen_cpu::gemm::run_gemm;
+use rdyn_codegen_cpu::plan::{plan, BufPlan, CpuProgram, CpuStep, Storage};
+use rdyn_ir::expr::Sym;
+use rdyn_ir::graph::{Graph, Input};
+use rdyn_ir::loops::{BufId, Program};
+use rdyn_ir::op::Op;
+use rdyn_ir::{Atom, Ctx, Expr};
+use rdyn_lowering::{lower, InputLayout, Lowered, NodeCounts};
+
+use crate::guard::{CallArg, GuardKey};
+use crate::stats::STATS;
+use crate::RuntimeError;
+
+/// How many specializations a graph keeps before using its generic program.
+pub const MAX_SPECIALIZATIONS: usize = 8;
+
+/// What the runtime needs from its host (the Python frontend): torch-owned
+/// memory and eager ATen calls.
+pub trait Host {
+    /// Allocate a tensor with this layout; return the address of its storage
+    /// element 0.
+    fn alloc(&mut self, buf: BufId, plan: &BufPlan) -> Result<usize, RuntimeError>;
+    /// Run graph node `node` eagerly on the given buffers; fill `ptrs` for
+    /// its outputs.
+    fn run_node(&mut self, node: u32, inputs: &[BufId], outputs: &[BufId], bufs: &[BufPlan], ptrs: &mut [usize]) -> Result<(), RuntimeError>;
+}
+
+/// One cached specialization.
+pub struct Specialization {
+    pub key: Vec<i64>,
+    pub program: Arc<Program>,
+    pub plan: Arc<CpuProgram>,
+    pub counts: NodeCounts,
+    arena_pool: Mutex<Vec<Vec<u64>>>,
+}
+
+/// The shape-generic program: lowered once with symbolic sizes and strides,
+/// planned per call.
+struct Generic {
+    program: Program,
+    /// Symbol for (input, dim) strides, after the graph's own symbols.
+    stride_syms: Vec<Vec<Sym>>,
+}
+
+/// A graph plus its specializations.
+pub struct CompiledGraph {
+    pub graph: Graph,
+    guard_offsets: bool,
+    specs: Mutex<Vec<Arc<Specialization>>>,
+    generic: Mutex<Option<Arc<Generic>>>,
+}
+
+/// What one call ran.
+pub enum Selected {
+    Spec(Arc<Specialization>),
+    Generic(Arc<CpuProgram>),
+}
+
+impl Selected {
+    pub fn plan(&self) -> &CpuProgram {
+        match self {
+            Selected::Spec(s) => &s.plan,
+            Selected::Generic(p) => p,
+        }
+    }
+}
+
+impl CompiledGraph {
+    pub fn new(graph: Graph) -> CompiledGraph {
+        let guard_offsets = graph.nodes.iter().any(|n| n.op == Op::AsStrided);
+        STATS.graphs.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        CompiledGraph { graph, guard_offsets, specs: Mutex::new(Vec::new()), generic: Mutex::new(None) }
+    }
+
+    pub fn specializations(&self) -> Vec<Arc<Specialization>> {
+        self.specs.lock().map(|s| s.clone()).unwrap_or_default()
+    }
+
+    /// Bind size symbols from the call and check static sizes and dtypes.
+    fn bind(&self, args: &[CallArg]) -> Result<Ctx, RuntimeError> {
+        if args.len() != self.graph.inputs.len() {
+            return Err(RuntimeError::Input(format!(
+                "the graph takes {} inputs but was called with {}",
+                self.graph.inputs.len(),
+                args.len()
+            )));
+        }
+        let mut ctx = Ctx::default();
+        for (k, (input, arg)) in self.graph.inputs.iter().zip(args).enumerate() {
+            match (input, arg) {
+                (Input::SymInt(sym), CallArg::Int(v)) => {
+                    ctx.sym_values.insert(*sym, *v);
+                }
+                (Input::Tensor(v), CallArg::Tensor(t)) => {
+                    let meta = self.graph.meta(*v);
+                    if meta.dtype != t.dtype {
+                        return Err(RuntimeError::Input(format!(
+                            "input {k} has dtype {} but the graph was captured for {}; recompile with the new dtype",
+                            t.dtype, meta.dtype
+                        )));
+                    }
+                    if meta.sizes.len() != t.sizes.len() {
+                        return Err(RuntimeError::Input(format!("input {k} has {} dims, the graph expects {}", t.sizes.len(), meta.sizes.len())));
+                    }
+                    for (size, actual) in meta.sizes.iter().zip(&t.sizes) {
+                        if let [(Atom::Sym(s), 1)] = size.terms() {
+                            if size.constant() == 0 {
+                                ctx.sym_values.entry(*s).or_insert(*actual);
+                            }
+                        }
+                    }
+                }
+                (Input::Opaque, _) => {}
+                (_, _) => return Err(RuntimeError::Input(format!("input {k} has the wrong kind"))),
+            }
+        }
+        // Check every size now that all symbols are bound.
+        for (k, (input, arg)) in self.graph.inputs.iter().zip(args).enumerate() {
+            if let (Input::Tensor(v), CallArg::Tensor(t)) = (input, arg) {
+                let expected: Vec<Option<i64>> = self.graph.meta(*v).sizes.iter().map(|s| s.simplify(&ctx).as_const()).collect();
+                if expected.iter().zip(&t.sizes).any(|(e, a)| e.is_some_and(|e| e != *a)) {
+                    return Err(RuntimeError::Input(format!(
+                        "input {k} has shape {:?} but the graph was captured for {:?}; call torch.compile again (or use dynamic=True)",
+                        t.sizes,
+                        self.graph.meta(*v).sizes.iter().map(|s| s.to_string()).collect::<Vec<_>>()
+                    )));
+                }
+            }
+        }
+        Ok(ctx)
+    }
+
+    fn layouts(&self, args: &[CallArg]) -> Vec<Option<InputLayout>> {
+        args.iter()
+            .map(|a| match a {
+                CallArg::Tensor(t) => Some(InputLayout {
+                    sizes: t.sizes.iter().map(|&s| Expr::c(s)).collect(),
+                    strides: t.strides.iter().map(|&s| Expr::c(s)).collect(),
+                    offset: Expr::c(if self.guard_offsets { t.storage_offset } else { 0 }),
+                }),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Pick (or build) what runs this call; `key` is scratch for the guard key.
+    pub fn select(&self, args: &[CallArg], key: &mut Vec<i64>) -> Result<Selected, RuntimeError> {
+        GuardKey::fill(key, args, self.guard_offsets);
+        {
+            let specs = self.specs.lock().map_err(|_| RuntimeError::Poisoned)?;
+            if let Some(spec) = specs.iter().find(|s| s.key == *key) {
+                STATS.guard_hits.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                return Ok(Selected::Spec(spec.clone()));
+            }
+        }
+        STATS.guard_misses.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let ctx = self.bind(args)?;
+        let full = self.specs.lock().map_err(|_| RuntimeError::Poisoned)?.len() >= MAX_SPECIALIZATIONS;
+        if full {
+            return self.run_generic(args, ctx);
+        }
+        let start = Instant::now();
+        let Lowered { program, counts } = lower(&self.graph, &self.layouts(args), &ctx)?;
+        let cpu = plan(&program, &ctx)?;
+        STATS.record_lowering(&counts, program.kernels().count(), start.elapsed().as_nanos() as u64);
+        let spec = Arc::new(Specialization {
+            key: key.clone(),
+            program: Arc::new(program),
+            plan: Arc::new(cpu),
+            counts,
+            arena_pool: Mutex::new(Vec::new()),
+        });
+        self.specs.lock().map_err(|_| RuntimeError::Poisoned)?.push(spec.clone());
+        Ok(Selected::Spec(spec))
+    }
+
+    fn run_generic(&self, args: &[CallArg], mut ctx: Ctx) -> Result<Selected, RuntimeError> {
+        let generic = {
+            let mut slot = self.generic.lock().map_err(|_| RuntimeError::Poisoned)?;
+            match slot.as_ref() {
+                Some(g) => g.clone(),
+                None => {
+                    let start = Instant::now();
+                    let g = Arc::new(self.build_generic()?);
+                    STATS.generic_programs.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    STATS.compile_ns.fetch_add(start.elapsed().as_nanos() as u64, std::sync::atomic::Ordering::Relaxed);
+                    *slot = Some(g.clone());
+                    g
+                }
+            }
+        };
+        for (syms, arg) in generic.stride_syms.iter().zip(args) {
+            if let CallArg::Tensor(t) = arg {
+                for (s, v) in syms.iter().zip(&t.strides) {
+                    ctx.sym_values.insert(*s, *v);
+                }
+            }
+        }
+        Ok(Selected::Generic(Arc::new(plan(&generic.program, &ctx)?)))
+    }
+
+    fn build_generic(&self) -> Result<Generic, RuntimeError> {
+        let mut next = self.graph.sym_names.len() as u32;
+        let mut stride_syms = Vec::new();
+        let mut layouts = Vec::new();
+        for input in &self.graph.inputs {
+            match input {
+                Input::Tensor(v) => {
+                    let meta = self.graph.meta(*v);
+                    let syms: Vec<Sym> = (0..meta.sizes.len())
+                        .map(|_| {
+                            next += 1;
+                            Sym(next - 1)
+                        })
+                        .collect();
+                    layouts.push(Some(InputLayout {
+                        sizes: meta.sizes.clone(),
+                        strides: syms.iter().map(|s| Expr::sym(*s)).collect(),
+                        offset: Expr::zero(),
+                    }));
+                    stride_syms.push(syms);
+                }
+                _ => {
+                    layouts.push(None);
+                    stride_syms.push(Vec::new());
+                }
+            }
+        }
+        let lowered = lower(&self.graph, &layouts, &Ctx::default())?;
+        Ok(Generic { program: lowered.program, stride_syms })
+    }
+}
+
+fn storage_root(bufs: &[BufPlan], b: BufId) -> usize {
+    match bufs[b.0 as usize].storage {
+        Storage::View(base) => base.0 as usize,
+        _ => b.0 as usize,
+    }
+}
+
+/// Run a selected program on the call's tensors. Returns each buffer's
+/// address (for building outputs).
+pub fn execute(selected: &Selected, args: &[CallArg], host: &mut dyn Host) -> Result<Vec<usize>, RuntimeError> {
+    let plan = selected.plan();
+    let bufs = &plan.buffers;
+    let mut ptrs = vec![0usize; bufs.len()];
+    let mut arena = match selected {
+        Selected::Spec(s) => s.arena_pool.lock().ok().and_then(|mut p| p.pop()).unwrap_or_default(),
+        Selected::Generic(_) => Vec::new(),
+    };
+    let words = plan.arena_bytes.div_ceil(8) + 8;
+    if arena.len() < words {
+        arena = vec![0u64; words];
+    }
+    let arena_base = (arena.as_mut_ptr() as usize).div_ceil(64) * 64;
+    for (k, buf) in bufs.iter().enumerate() {
+        ptrs[k] = match &buf.storage {
+            Storage::Input(n) => match args.get(*n) {
+                // The buffer indexes from storage element 0 when its offset is
+                // the call's storage offset (graphs with as_strided), else from
+                // the view's first element.
+                Some(CallArg::Tensor(t)) => t.ptr.wrapping_sub(buf.offset as usize * buf.dtype.itemsize()),
+                _ => return Err(RuntimeError::Input(format!("input {n} is not a tensor"))),
+            },
+            Storage::Arena(offset) => arena_base + offset,
+            Storage::Host => host.alloc(BufId(k as u32), buf)?,
+            Storage::Extern | Storage::View(_) => 0,
+        };
+    }
+    let resolve_views = |ptrs: &mut [usize]| {
+        for (k, buf) in bufs.iter().enumerate() {
+            if let Storage::View(_) = buf.storage {
+                ptrs[k] = ptrs[storage_root(bufs, BufId(k as u32))];
+            }
+        }
+    };
+    resolve_views(&mut ptrs);
+    for step in &plan.steps {
+        match step {
+            CpuStep::Kernel(kernel) => {
+                let mem = Memory { ptrs: &ptrs, bufs };
+                if !run_kernel(kernel, &mem) {
+                    return Err(RuntimeError::Kernel(format!(
+                        "kernel {} read an index out of range or divided an integer by zero",
+                        kernel.name
+                    )));
+                }
+            }
+            CpuStep::Gemm { a, b, out, accumulate } => {
+                let mem = Memory { ptrs: &ptrs, bufs };
+                run_gemm(*a, *b, *out, *accumulate, &mem)?;
+            }
+            CpuStep::Host { node, inputs, outputs, .. } => {
+                host.run_node(*node, inputs, outputs, bufs, &mut ptrs)?;
+                resolve_views(&mut ptrs);
+            }
+        }
+    }
+    if let Selected::Spec(s) = selected {
+        if let Ok(mut pool) = s.arena_pool.lock() {
+            pool.push(arena);
+        }
+    }
+    Ok(ptrs)
+}
+

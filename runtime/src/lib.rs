@@ -1,0 +1,34 @@
+//! The runtime: compiled graphs, their guards and specializations, and
+//! process-wide stats.
+//!
+//! A [`compiled::CompiledGraph`] keeps up to
+//! [`compiled::MAX_SPECIALIZATIONS`] specializations keyed by the packed
+//! metadata of a call ([`guard::GuardKey`]); past that, calls run the
+//! shape-generic program (lowered once with symbolic sizes and strides,
+//! planned per call). Memory that PyTorch must own (outputs, tensors handed to
+//! eager ops) and eager calls go through the [`compiled::Host`] trait, which
+//! the Python frontend implements.
+
+pub mod compiled;
+pub mod guard;
+pub mod stats;
+
+/// Why a call could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum RuntimeError {
+    /// The call's inputs do not fit the graph (a user error).
+    #[error("{0}")]
+    Input(String),
+    #[error(transparent)]
+    Lower(#[from] rdyn_lowering::LowerError),
+    #[error(transparent)]
+    Codegen(#[from] rdyn_codegen_cpu::CodegenError),
+    /// A kernel detected bad data (index out of range).
+    #[error("{0}")]
+    Kernel(String),
+    /// The host (Python) raised; the message is its exception.
+    #[error("{0}")]
+    Host(String),
+    #[error("a lock was poisoned by an earlier panic")]
+    Poisoned,
+}

@@ -1,0 +1,92 @@
+//! Process-wide counters behind `rdyn.stats()`.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+
+use rdyn_lowering::NodeCounts;
+
+#[derive(Default)]
+pub struct Stats {
+    pub graphs: AtomicU64,
+    pub specializations: AtomicU64,
+    pub generic_programs: AtomicU64,
+    pub kernels: AtomicU64,
+    pub nodes_native: AtomicU64,
+    pub nodes_extern: AtomicU64,
+    pub nodes_fallback: AtomicU64,
+    pub guard_hits: AtomicU64,
+    pub guard_misses: AtomicU64,
+    pub compile_ns: AtomicU64,
+    pub fallback_ops: Mutex<BTreeMap<String, u64>>,
+}
+
+/// A plain copy of the counters.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Snapshot {
+    pub counters: Vec<(&'static str, u64)>,
+    pub compile_seconds: f64,
+    pub fallback_ops: BTreeMap<String, u64>,
+}
+
+pub static STATS: std::sync::LazyLock<Stats> = std::sync::LazyLock::new(Stats::default);
+
+fn add(counter: &AtomicU64, n: u64) {
+    counter.fetch_add(n, Ordering::Relaxed);
+}
+
+impl Stats {
+    /// Count the nodes of one lowered specialization.
+    pub fn record_lowering(&self, counts: &NodeCounts, kernels: usize, compile_ns: u64) {
+        add(&self.specializations, 1);
+        add(&self.kernels, kernels as u64);
+        add(&self.nodes_native, counts.native as u64);
+        add(&self.nodes_extern, counts.extern_ as u64);
+        add(&self.nodes_fallback, counts.fallback as u64);
+        add(&self.compile_ns, compile_ns);
+        if let Ok(mut ops) = self.fallback_ops.lock() {
+            for (op, n) in &counts.fallback_ops {
+                *ops.entry(op.clone()).or_insert(0) += *n as u64;
+            }
+        }
+    }
+
+    pub fn snapshot(&self) -> Snapshot {
+        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        Snapshot {
+            counters: vec![
+                ("graphs", get(&self.graphs)),
+                ("specializations", get(&self.specializations)),
+                ("generic_programs", get(&self.generic_programs)),
+                ("kernels", get(&self.kernels)),
+                ("nodes_native", get(&self.nodes_native)),
+                ("nodes_extern", get(&self.nodes_extern)),
+                ("nodes_fallback", get(&self.nodes_fallback)),
+                ("guard_hits", get(&self.guard_hits)),
+                ("guard_misses", get(&self.guard_misses)),
+            ],
+            compile_seconds: get(&self.compile_ns) as f64 * 1e-9,
+            fallback_ops: self.fallback_ops.lock().map(|m| m.clone()).unwrap_or_default(),
+        }
+    }
+
+    pub fn reset(&self) {
+        for c in [
+            &self.graphs,
+            &self.specializations,
+            &self.generic_programs,
+            &self.kernels,
+            &self.nodes_native,
+            &self.nodes_extern,
+            &self.nodes_fallback,
+            &self.guard_hits,
+            &self.guard_misses,
+            &self.compile_ns,
+        ] {
+            c.store(0, Ordering::Relaxed);
+        }
+        if let Ok(mut ops) = self.fallback_ops.lock() {
+            ops.clear();
+        }
+    }
+}
