@@ -20,7 +20,8 @@ use rdyn_ir::{DType, Kind};
 use crate::ops;
 use crate::plan::{BufPlan, IndexFn, Inst, InstOp, KernelPlan, StagePlan, TileMode};
 
-const TILE: usize = 1024;
+/// Lanes per tile (the default for parallel kernels).
+pub const TILE: usize = 1024;
 /// Below this many elements a kernel runs on the calling thread.
 const PARALLEL_MIN_WORK: usize = 1 << 15;
 
@@ -95,8 +96,8 @@ pub fn run_kernel(kernel: &KernelPlan, mem: &Memory) -> bool {
     let (items, lanes_per_item) = match kernel.mode {
         TileMode::Outer => {
             let last = *kernel.outer.last().unwrap_or(&1) as usize;
-            let chunks = last.div_ceil(TILE);
-            (outer_numel / last.max(1) * chunks, TILE.min(last))
+            let chunks = last.div_ceil(kernel.tile);
+            (outer_numel / last.max(1) * chunks, kernel.tile.min(last))
         }
         TileMode::Inner => (outer_numel, 1),
     };
@@ -138,11 +139,11 @@ fn run_item(kernel: &KernelPlan, mem: &Memory, scratch: &mut Scratch, item: usiz
     match kernel.mode {
         TileMode::Outer => {
             let last = kernel.outer[m - 1] as usize;
-            let chunks = last.div_ceil(TILE);
+            let chunks = last.div_ceil(kernel.tile);
             let (prefix, chunk) = (item / chunks, item % chunks);
             unravel(prefix, &kernel.outer[..m - 1], &mut scratch.env, 0);
-            let start = chunk * TILE;
-            let len = TILE.min(last - start);
+            let start = chunk * kernel.tile;
+            let len = kernel.tile.min(last - start);
             for (s, stage) in kernel.stages.iter().enumerate() {
                 scratch.env[m - 1] = start as i64;
                 run_stage_outer(stage, s, m, len, mem, scratch);
@@ -151,7 +152,7 @@ fn run_item(kernel: &KernelPlan, mem: &Memory, scratch: &mut Scratch, item: usiz
         TileMode::Inner => {
             unravel(item, &kernel.outer, &mut scratch.env, 0);
             for (s, stage) in kernel.stages.iter().enumerate() {
-                run_stage_inner(stage, s, m, mem, scratch);
+                run_stage_inner(stage, s, m, kernel.tile, mem, scratch);
             }
         }
     }
@@ -212,7 +213,7 @@ fn run_stage_outer(stage: &StagePlan, s: usize, m: usize, len: usize, mem: &Memo
 }
 
 /// Lanes along the stage's own last inner (pointwise) or reduction dim.
-fn run_stage_inner(stage: &StagePlan, s: usize, m: usize, mem: &Memory, sc: &mut Scratch) {
+fn run_stage_inner(stage: &StagePlan, s: usize, m: usize, tile: usize, mem: &Memory, sc: &mut Scratch) {
     let ni = stage.inner.len();
     if stage.inner.iter().any(|&n| n == 0) {
         return;
@@ -233,7 +234,7 @@ fn run_stage_inner(stage: &StagePlan, s: usize, m: usize, mem: &Memory, sc: &mut
             loop {
                 let mut start = 0;
                 while start < last {
-                    let len = TILE.min(last - start);
+                    let len = tile.min(last - start);
                     sc.env[tile_var] = start as i64;
                     eval(stage, s, tile_var, len, mem, sc);
                     store(stage, s, tile_var, len, stage.value, None, mem, sc);
@@ -252,14 +253,14 @@ fn run_stage_inner(stage: &StagePlan, s: usize, m: usize, mem: &Memory, sc: &mut
             let red_prefix = if nr == 0 { &red[..] } else { &red[..nr - 1] };
             let empty = red.contains(&0);
             loop {
-                init_acc(&mut sc.acc, stage.value_kind, *op, TILE.min(last.max(1)));
+                init_acc(&mut sc.acc, stage.value_kind, *op, tile.min(last.max(1)));
                 sc.acc_index.iter_mut().for_each(|v| *v = -1);
                 sc.env[r0..r0 + nr].iter_mut().for_each(|v| *v = 0);
                 let mut used = 0;
                 while !empty {
                     let mut start = 0;
                     while start < last {
-                        let len = TILE.min(last - start);
+                        let len = tile.min(last - start);
                         sc.env[tile_var] = start as i64;
                         eval(stage, s, tile_var, len, mem, sc);
                         let base = if nr == 0 { 0 } else { red_linear(&sc.env, r0, red) };

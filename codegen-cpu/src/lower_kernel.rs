@@ -111,7 +111,8 @@ pub(crate) fn kernel_plan(program: &Program, kernel: &Kernel, syms: &Ctx, name: 
         stages.push(compile_stage(program, stage, inner, reduce, &index, syms)?);
     }
     let mode = choose_mode(&new_outer, &stages);
-    Ok(KernelPlan { name, outer: new_outer, mode, stages, serial })
+    let tile = if serial { 1 } else { crate::exec::TILE };
+    Ok(KernelPlan { name, outer: new_outer, mode, stages, serial, tile })
 }
 
 fn choose_mode(outer: &[i64], stages: &[StagePlan]) -> TileMode {

@@ -173,8 +173,11 @@ pub struct KernelPlan {
     pub outer: Vec<i64>,
     pub mode: TileMode,
     pub stages: Vec<StagePlan>,
-    /// Scatter kernels run on one thread, in index order.
+    /// Scatter kernels run on one thread, in index order, one lane at a
+    /// time (a tile would read every lane before writing any).
     pub serial: bool,
+    /// Lanes per tile.
+    pub tile: usize,
 }
 
 #[derive(Clone, Debug)]

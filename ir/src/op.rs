@@ -87,7 +87,9 @@ ops! {
     Empty => "empty", EmptyLike => "empty_like", EmptyStrided => "empty_strided",
     Repeat => "repeat", Flip => "flip", Roll => "roll", Tril => "tril", Triu => "triu",
     // library calls
+    ScatterAdd => "scatter_add", BatchNormInference => "_native_batch_norm_legit_no_training",
     Mm => "mm", Bmm => "bmm", Addmm => "addmm", Convolution => "convolution",
+    ConvolutionBackward => "convolution_backward",
 }
 
 /// Split an FX target name (`aten.add.Tensor`, `aten::add.Tensor`) into its

@@ -162,6 +162,17 @@ impl Lowerer<'_> {
         self.as_view(lazy)
     }
 
+    /// A view of an existing buffer when `lazy` is one and has the layout
+    /// PyTorch would give (size-1 dimensions may have any stride).
+    pub(crate) fn as_view_with_strides(&mut self, lazy: &Lazy, strides: &[Expr]) -> Option<BufId> {
+        let (_, own, _) = self.strided_source(lazy)?;
+        let same = own.iter().zip(strides).zip(&lazy.sizes).all(|((a, b), n)| a == b || n.is_const(1) || n.is_const(0));
+        if !same || own.len() != strides.len() {
+            return None;
+        }
+        self.as_view(lazy)
+    }
+
     /// A buffer holding `lazy` for a library or eager call: the source itself
     /// when it is a strided view, else a new contiguous buffer.
     pub(crate) fn buffer_for_extern(&mut self, lazy: &Lazy) -> BufId {

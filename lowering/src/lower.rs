@@ -218,12 +218,13 @@ impl Lowerer<'_> {
                         ProgramOutput::Buffer(*buf)
                     } else {
                         let lazy = self.value(*v, "output")?;
+                        let strides = self.meta_strides(*v);
                         let buf = match self.as_input_view(&lazy) {
                             Some(view) => view,
-                            None => {
-                                let strides = self.meta_strides(*v);
-                                self.realize(&lazy, Some(strides))
-                            }
+                            None => match self.as_view_with_strides(&lazy, &strides) {
+                                Some(view) => view,
+                                None => self.realize(&lazy, Some(strides)),
+                            },
                         };
                         done.insert(*v, buf);
                         ProgramOutput::Buffer(buf)

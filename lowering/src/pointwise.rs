@@ -38,9 +38,10 @@ impl Lowerer<'_> {
             | Unfold | T | Transpose | Diagonal | Flip | Repeat => self.view_op(node),
             Cat | ConstantPadNd | Gather | Index | IndexSelect | Embedding | Scatter | IndexPut | Iota | Arange
             | Full | FullLike | Zeros | ZerosLike | Ones | OnesLike | ScalarTensor | Fill | Empty | EmptyLike
-            | EmptyStrided | Tril | Triu | Roll => self.data_op(node),
+            | EmptyStrided | Tril | Triu | Roll | ScatterAdd => self.data_op(node),
             Mm | Bmm | Addmm => self.gemm(node),
-            Convolution => self.library(node),
+            Convolution | ConvolutionBackward => self.library(node),
+            BatchNormInference => self.batch_norm_inference(node),
             _ => Err(crate::unsupported(&node.target, "no lowering for this op")),
         }
     }
@@ -381,6 +382,46 @@ impl Lowerer<'_> {
         }
         let x = self.operand(src, &sizes, out, &node.target)?;
         self.native(sizes, x, out)
+    }
+}
+
+impl Lowerer<'_> {
+    /// `(x - mean) / sqrt(var + eps) * weight + bias`, per channel (dim 1);
+    /// the saved mean / rstd outputs are empty in inference.
+    fn batch_norm_inference(&mut self, node: &Node) -> Res {
+        let (sizes, out) = self.out_meta(node)?;
+        let x = self.operand(node.arg(0, "input"), &sizes, out, &node.target)?;
+        let eps = node.arg(6, "eps").as_float().unwrap_or(1e-5);
+        let channel = |lw: &mut Self, arg: &Arg| -> Result<Option<ScalarId>, LowerError> {
+            let Arg::Tensor(v) = arg else { return Ok(None) };
+            let lazy = lw.value(*v, &node.target)?;
+            // Channel vectors index dim 1 of the input.
+            let view = lw.view(&lazy, sizes.clone(), &[Expr::v(1)]);
+            Ok(Some(lw.prog.scalars.cast(view.value, out)))
+        };
+        let weight = channel(self, node.arg(1, "weight"))?;
+        let bias = channel(self, node.arg(2, "bias"))?;
+        let mean = channel(self, node.arg(3, "running_mean"))?.ok_or_else(|| crate::unsupported(&node.target, "no running mean"))?;
+        let var = channel(self, node.arg(4, "running_var"))?.ok_or_else(|| crate::unsupported(&node.target, "no running var"))?;
+        let s = &mut self.prog.scalars;
+        let e = s.constant(eps, out);
+        let ve = s.binary(BinaryOp::Add, var, e, out);
+        let rstd = s.unary(UnaryOp::Rsqrt, ve, out);
+        let centered = s.binary(BinaryOp::Sub, x, mean, out);
+        let mut y = s.binary(BinaryOp::Mul, centered, rstd, out);
+        if let Some(w) = weight {
+            y = s.binary(BinaryOp::Mul, y, w, out);
+        }
+        if let Some(b) = bias {
+            y = s.binary(BinaryOp::Add, y, b, out);
+        }
+        let mut outs = vec![Lazy { sizes, value: y, dtype: out }];
+        for v in node.outputs.iter().skip(1) {
+            let meta = self.graph.meta(*v);
+            let zero = self.prog.scalars.constant(0.0, meta.dtype);
+            outs.push(Lazy { sizes: self.meta_sizes(*v), value: zero, dtype: meta.dtype });
+        }
+        Ok(Handled::Native(outs))
     }
 }
 

@@ -26,14 +26,39 @@ pub fn run(program: &mut Program) {
             out.push(step);
             continue;
         };
-        if let Some(Step::Kernel(group)) = out.last_mut() {
-            if try_merge(program, group, &kernel) {
-                continue;
-            }
+        // The kernel may join the group that produced its last input, or any
+        // group after it: nothing in between writes what it reads, and
+        // nothing yet reads what it writes.
+        let first = last_dependency(program, &out, &kernel).unwrap_or(0);
+        let merged = (first..out.len()).any(|g| match &mut out[g] {
+            Step::Kernel(group) => try_merge(program, group, &kernel),
+            Step::Extern(_) => false,
+        });
+        if !merged {
+            out.push(Step::Kernel(kernel));
         }
-        out.push(Step::Kernel(kernel));
     }
     program.steps = out;
+}
+
+/// Index of the last step in `steps` that writes a buffer `kernel` reads.
+fn last_dependency(program: &Program, steps: &[Step], kernel: &Kernel) -> Option<usize> {
+    let mut roots = Vec::new();
+    for stage in &kernel.stages {
+        roots.push(stage.value);
+        roots.extend(stage.store_indirect.iter().map(|(s, _)| *s));
+    }
+    let mut reads: Vec<BufId> = program.scalars.loaded_buffers(&roots).into_iter().map(|b| program.storage_of(b)).collect();
+    // A scatter also depends on whatever wrote the buffer it updates.
+    for stage in &kernel.stages {
+        if !stage.store_indirect.is_empty() {
+            reads.push(program.storage_of(stage.out));
+        }
+    }
+    steps.iter().rposition(|step| match step {
+        Step::Kernel(group) => group.stages.iter().any(|s| reads.contains(&program.storage_of(s.out))),
+        Step::Extern(ext) => ext.outputs.iter().any(|b| reads.contains(&program.storage_of(*b))),
+    })
 }
 
 fn common_prefix(a: &[Expr], b: &[Expr]) -> Vec<Expr> {

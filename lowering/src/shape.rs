@@ -320,7 +320,7 @@ impl Lowerer<'_> {
                 self.gather_load(&w, &[None, Some(Expr::v(k))], &[(0, idx.value)])
             }
             Op::Index => self.advanced_index(node, &sizes)?,
-            Op::Scatter | Op::IndexPut => return self.scatter(node, &sizes, out),
+            Op::Scatter | Op::IndexPut | Op::ScatterAdd => return self.scatter(node, &sizes, out),
             Op::Iota | Op::Arange => {
                 let (start, step) = if node.op == Op::Iota {
                     (node.arg(1, "start").as_float().unwrap_or(0.0), node.arg(2, "step").as_float().unwrap_or(1.0))
@@ -460,7 +460,7 @@ impl Lowerer<'_> {
         let x = self.broadcast_to(&x, sizes);
         let buf = self.realize(&x, Some(strides));
         let buffer = self.prog.buffer(buf).clone();
-        let (ranges, mut address, indirect_src, value, accumulate) = if node.op == Op::Scatter {
+        let (ranges, mut address, indirect_src, value, accumulate) = if node.op != Op::IndexPut {
             let d = norm_dim(node.arg(1, "dim").as_int().unwrap_or(0), sizes.len());
             let idx = self.tensor_arg(node, 2, "index")?;
             let ranges = idx.sizes.clone();
@@ -481,7 +481,7 @@ impl Lowerer<'_> {
                     address = address.add(&Expr::v(k as u32).mul(&buffer.strides[k]));
                 }
             }
-            (ranges, address, vec![(d, idx.value)], value, false)
+            (ranges, address, vec![(d, idx.value)], value, node.op == Op::ScatterAdd)
         } else {
             let list = node.arg(1, "indices").as_list().ok_or_else(|| crate::unsupported(op, "indices"))?.to_vec();
             let values = self.tensor_arg(node, 2, "values")?;
