@@ -10,6 +10,7 @@
 //! ones it was built for (the runtime's guards ensure it).
 
 pub mod exec;
+mod fastmath;
 pub mod gemm;
 mod lower_kernel;
 mod ops;

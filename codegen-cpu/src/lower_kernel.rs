@@ -70,7 +70,7 @@ impl RegAlloc {
     }
 }
 
-pub(crate) fn kernel_plan(program: &Program, kernel: &Kernel, syms: &Ctx, name: String) -> Result<KernelPlan, CodegenError> {
+pub(crate) fn kernel_plan(program: &Program, buffers: &[crate::plan::BufPlan], kernel: &Kernel, syms: &Ctx, name: String) -> Result<KernelPlan, CodegenError> {
     let outer: Vec<i64> = kernel.outer.iter().map(|e| concrete(e, syms)).collect::<Result<_, _>>()?;
     let m = outer.len();
     let mut all_exprs = Vec::new();
@@ -108,7 +108,7 @@ pub(crate) fn kernel_plan(program: &Program, kernel: &Kernel, syms: &Ctx, name: 
         let mut ctx = Ctx::with_extents(&extents);
         ctx.sym_values = syms.sym_values.clone();
         let index = |e: &Expr| IndexFn::new(&e.simplify(syms).substitute_vars(&remap, &ctx));
-        stages.push(compile_stage(program, stage, inner, reduce, &index, syms)?);
+        stages.push(compile_stage(program, buffers, &extents, stage, inner, reduce, &index, syms)?);
     }
     let mode = choose_mode(&new_outer, &stages);
     let tile = if serial { 1 } else { crate::exec::TILE };
@@ -150,8 +150,29 @@ fn choose_mode(outer: &[i64], stages: &[StagePlan]) -> TileMode {
     }
 }
 
+/// Whether an affine index stays inside `0..elems` for every variable value.
+fn in_bounds(index: &IndexFn, extents: &[i64], elems: i64) -> bool {
+    if !index.is_affine() {
+        return false;
+    }
+    let (mut lo, mut hi) = (index.c0, index.c0);
+    for (v, c) in &index.coefs {
+        let Some(n) = extents.get(*v as usize) else { return false };
+        let span = c * (n - 1).max(0);
+        if span < 0 {
+            lo += span;
+        } else {
+            hi += span;
+        }
+    }
+    lo >= 0 && hi < elems
+}
+
+#[allow(clippy::too_many_arguments)]
 fn compile_stage(
     program: &Program,
+    buffers: &[crate::plan::BufPlan],
+    extents: &[i64],
     stage: &Stage,
     inner: Vec<i64>,
     reduce: Option<(rdyn_ir::loops::ReduceOp, Vec<i64>)>,
@@ -184,6 +205,12 @@ fn compile_stage(
                 buf: *buf,
                 dtype: program.buffer(*buf).dtype,
                 index: index(idx),
+                // A mask only guards reads that could leave the buffer.
+                mask: if indirect.is_empty() && in_bounds(&index(idx), extents, buffers[buf.0 as usize].extent_elems()) {
+                    None
+                } else {
+                    mask.map(|m| reg(&m)).transpose()?
+                },
                 indirect: indirect
                     .iter()
                     .map(|(s, stride)| {
@@ -191,7 +218,6 @@ fn compile_stage(
                         Ok((reg(s)?, st))
                     })
                     .collect::<Result<_, CodegenError>>()?,
-                mask: mask.map(|m| reg(&m)).transpose()?,
             },
             ScalarOp::Const { bits } => {
                 if node.dtype.is_float() {

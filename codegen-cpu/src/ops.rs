@@ -163,7 +163,28 @@ macro_rules! float_ops {
     };
 }
 
-float_ops!(f32, unary_f32, binary_f32, erfinv_f32, digamma_f32, libm::erff, libm::erfcf, libm::lgammaf, libm::nextafterf);
+float_ops!(f32, unary_f32_generic, binary_f32, erfinv_f32, digamma_f32, libm::erff, libm::erfcf, libm::lgammaf, libm::nextafterf);
+
+/// float32 unary ops: the common transcendentals use the vectorisable
+/// versions in [`crate::fastmath`].
+pub fn unary_f32(op: UnaryOp, x: &[f32], out: &mut [f32]) {
+    use crate::fastmath as fm;
+    macro_rules! map {
+        ($f:expr) => {
+            for (o, &v) in out.iter_mut().zip(x) {
+                *o = $f(v);
+            }
+        };
+    }
+    match op {
+        UnaryOp::Exp => map!(fm::exp),
+        UnaryOp::Tanh => map!(fm::tanh),
+        UnaryOp::Sigmoid => map!(fm::sigmoid),
+        UnaryOp::Log => map!(fm::ln),
+        UnaryOp::Erf => map!(fm::erf),
+        other => unary_f32_generic(other, x, out),
+    }
+}
 float_ops!(f64, unary_f64, binary_f64, erfinv_f64, digamma_f64, libm::erf, libm::erfc, libm::lgamma, libm::nextafter);
 
 /// Integer (and bool, as 0/1) unary ops. Float-only ops never reach here:

@@ -9,7 +9,7 @@
 use std::fmt::Write;
 
 use rdyn_ir::loops::{BinaryOp, BufId, BufRole, ExternKind, Program, ProgramOutput, ReduceOp, ScalarId, ScalarOp, Step, UnaryOp};
-use rdyn_ir::{Ctx, DType, Expr, Kind, Var};
+use rdyn_ir::{Atom, Ctx, DType, Expr, Kind, Var};
 
 use crate::CodegenError;
 
@@ -40,6 +40,11 @@ pub struct BufPlan {
 }
 
 impl BufPlan {
+    /// Elements from storage element 0 to one past the last element reached.
+    pub fn extent_elems(&self) -> i64 {
+        (self.extent_bytes() / self.dtype.itemsize()) as i64
+    }
+
     /// Bytes from storage element 0 to one past the last element reached.
     pub fn extent_bytes(&self) -> usize {
         if self.sizes.contains(&0) {
@@ -53,69 +58,61 @@ impl BufPlan {
     }
 }
 
-/// An index as a function of the stage variables.
+/// An index as a function of the stage variables: an affine part
+/// `c0 + Σ coef·var` plus, when needed, a residual expression of the terms
+/// that are not affine (divisions and moduli from reshapes and pooling).
 #[derive(Clone, Debug)]
-pub enum IndexFn {
-    /// `c0 + Σ coef·var`.
-    Affine { c0: i64, coefs: Vec<(u32, i64)> },
-    General(Expr),
+pub struct IndexFn {
+    pub c0: i64,
+    pub coefs: Vec<(u32, i64)>,
+    pub rest: Option<Expr>,
 }
 
 impl IndexFn {
     pub fn new(expr: &Expr) -> IndexFn {
-        let Some(max) = expr.max_var() else {
-            return IndexFn::Affine { c0: expr.constant(), coefs: Vec::new() };
-        };
         let mut coefs = Vec::new();
-        for v in 0..=max {
-            match expr.linear_coef(Var(v)) {
-                Some(0) => {}
-                Some(c) => coefs.push((v, c)),
-                None => return IndexFn::General(expr.clone()),
+        let mut rest = Expr::zero();
+        for (atom, coef) in expr.terms() {
+            match atom {
+                Atom::Var(v) => coefs.push((v.0, *coef)),
+                other => rest = rest.add(&Expr::atom_expr(other.clone()).scale(*coef)),
             }
         }
-        // Affine in every variable and free of atoms other than variables.
-        let rebuilt = coefs.iter().fold(Expr::c(expr.constant()), |acc, (v, c)| acc.add(&Expr::v(*v).scale(*c)));
-        if &rebuilt == expr {
-            IndexFn::Affine { c0: expr.constant(), coefs }
-        } else {
-            IndexFn::General(expr.clone())
-        }
+        IndexFn { c0: expr.constant(), coefs, rest: if rest.is_const(0) { None } else { Some(rest) } }
     }
 
     #[inline]
     pub fn eval(&self, env: &[i64]) -> i64 {
-        match self {
-            IndexFn::Affine { c0, coefs } => coefs.iter().fold(*c0, |acc, (v, c)| acc + c * env[*v as usize]),
-            IndexFn::General(e) => e.eval(env, &[]),
+        let affine = self.coefs.iter().fold(self.c0, |acc, (v, c)| acc + c * env[*v as usize]);
+        match &self.rest {
+            None => affine,
+            Some(e) => affine + e.eval(env, &[]),
         }
     }
 
     /// Step per unit of `var`, when the index is affine in it.
     pub fn step(&self, var: u32) -> Option<i64> {
-        match self {
-            IndexFn::Affine { coefs, .. } => Some(coefs.iter().find(|(v, _)| *v == var).map_or(0, |(_, c)| *c)),
-            IndexFn::General(e) => e.linear_coef(Var(var)).filter(|_| IndexFn::new(e).is_affine()),
+        if self.rest.as_ref().is_some_and(|e| e.mentions_var(Var(var))) {
+            return None;
         }
+        Some(self.coefs.iter().find(|(v, _)| *v == var).map_or(0, |(_, c)| *c))
     }
 
-    fn is_affine(&self) -> bool {
-        matches!(self, IndexFn::Affine { .. })
+    pub fn is_affine(&self) -> bool {
+        self.rest.is_none()
     }
 }
 
 impl std::fmt::Display for IndexFn {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            IndexFn::Affine { c0, coefs } => {
-                let mut e = Expr::c(*c0);
-                for (v, c) in coefs {
-                    e = e.add(&Expr::v(*v).scale(*c));
-                }
-                write!(f, "{e}")
-            }
-            IndexFn::General(e) => write!(f, "{e}"),
+        let mut e = Expr::c(self.c0);
+        for (v, c) in &self.coefs {
+            e = e.add(&Expr::v(*v).scale(*c));
         }
+        if let Some(rest) = &self.rest {
+            e = e.add(rest);
+        }
+        write!(f, "{e}")
     }
 }
 
@@ -255,7 +252,7 @@ pub fn plan(program: &Program, syms: &Ctx) -> Result<CpuProgram, CodegenError> {
             Step::Kernel(kernel) => {
                 let name = format!("k{kernel_count}");
                 kernel_count += 1;
-                CpuStep::Kernel(crate::lower_kernel::kernel_plan(program, kernel, syms, name)?)
+                CpuStep::Kernel(crate::lower_kernel::kernel_plan(program, &buffers, kernel, syms, name)?)
             }
             Step::Extern(ext) => match &ext.kind {
                 ExternKind::Gemm { accumulate } => CpuStep::Gemm {
@@ -293,7 +290,7 @@ fn assign_arena(buffers: &mut [BufPlan], steps: &[CpuStep], program: &Program) -
     let mut first = vec![usize::MAX; n];
     let mut last = vec![0usize; n];
     let storage = |b: BufId| program.storage_of(b).0 as usize;
-    let mut touch = |b: usize, at: usize, first: &mut Vec<usize>, last: &mut Vec<usize>| {
+    let touch = |b: usize, at: usize, first: &mut Vec<usize>, last: &mut Vec<usize>| {
         first[b] = first[b].min(at);
         last[b] = last[b].max(at);
     };
@@ -317,7 +314,7 @@ fn assign_arena(buffers: &mut [BufPlan], steps: &[CpuStep], program: &Program) -
             touch(b, at, &mut first, &mut last);
         }
     }
-    let mut order: Vec<usize> = (0..n).filter(|&b| matches!(buffers[b].storage, Storage::Arena(_))).collect();
+    let mut order: Vec<usize> = (0..n).filter(|&b| matches!(buffers[b].storage, Storage::Arena(_)) && first[b] != usize::MAX).collect();
     order.sort_by_key(|&b| first[b]);
     // (offset, size, last use) of placed blocks.
     let mut placed: Vec<(usize, usize, usize)> = Vec::new();

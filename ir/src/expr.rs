@@ -110,6 +110,11 @@ impl Expr {
         Expr { terms: vec![(atom, 1)], constant: 0 }
     }
 
+    /// The expression consisting of one atom.
+    pub fn atom_expr(atom: Atom) -> Expr {
+        Expr::atom(atom)
+    }
+
     /// The constant value, if the expression has no atoms.
     pub fn as_const(&self) -> Option<i64> {
         self.terms.is_empty().then_some(self.constant)

@@ -238,7 +238,47 @@ impl Scalars {
     }
 
     pub fn binary(&mut self, op: BinaryOp, a: ScalarId, b: ScalarId, dtype: DType) -> ScalarId {
+        if let Some(folded) = self.fold_index(op, a, b, dtype) {
+            return folded;
+        }
         self.add(ScalarOp::Binary(op, a, b), dtype)
+    }
+
+    /// The index expression an int64 scalar stands for, if it is one.
+    pub fn as_index(&self, id: ScalarId) -> Option<Expr> {
+        let node = self.get(id);
+        if node.dtype != DType::I64 {
+            return None;
+        }
+        match &node.op {
+            ScalarOp::Index(e) => Some(e.clone()),
+            ScalarOp::Const { bits } => Some(Expr::c(*bits as i64)),
+            _ => None,
+        }
+    }
+
+    /// Integer arithmetic on index values stays an index expression, so
+    /// indices computed from `arange` (pooling, upsampling) become affine
+    /// loads instead of gathers.
+    fn fold_index(&mut self, op: BinaryOp, a: ScalarId, b: ScalarId, dtype: DType) -> Option<ScalarId> {
+        if dtype != DType::I64 {
+            return None;
+        }
+        let (x, y) = (self.as_index(a)?, self.as_index(b)?);
+        let ctx = Ctx::default();
+        let e = match op {
+            BinaryOp::Add => x.add(&y),
+            BinaryOp::Sub => x.sub(&y),
+            BinaryOp::Mul => x.mul(&y),
+            BinaryOp::FloorDiv if y.as_const().is_some_and(|k| k > 0) => x.floordiv(&y, &ctx),
+            BinaryOp::Rem if y.as_const().is_some_and(|k| k > 0) => x.modulo(&y, &ctx),
+            BinaryOp::TruncDiv if y.as_const().is_some_and(|k| k > 0) && x.as_const().is_some_and(|v| v >= 0) => x.floordiv(&y, &ctx),
+            _ => return None,
+        };
+        Some(match e.as_const() {
+            Some(v) => self.int_constant(v, DType::I64),
+            None => self.index(e),
+        })
     }
 
     pub fn select(&mut self, cond: ScalarId, a: ScalarId, b: ScalarId, dtype: DType) -> ScalarId {
@@ -246,7 +286,10 @@ impl Scalars {
     }
 
     pub fn index(&mut self, expr: Expr) -> ScalarId {
-        self.add(ScalarOp::Index(expr), DType::I64)
+        match expr.as_const() {
+            Some(v) => self.int_constant(v, DType::I64),
+            None => self.add(ScalarOp::Index(expr), DType::I64),
+        }
     }
 
     /// Rewrite every index expression under `root` by substituting its
@@ -282,7 +325,9 @@ impl Scalars {
             ScalarOp::Binary(op, a, b) => {
                 let a = self.substitute_rec(a, vars, ctx, memo);
                 let b = self.substitute_rec(b, vars, ctx, memo);
-                ScalarOp::Binary(op, a, b)
+                let out = self.binary(op, a, b, node.dtype);
+                memo.insert(id, out);
+                return out;
             }
             ScalarOp::Where(c, a, b) => {
                 let c = self.substitute_rec(c, vars, ctx, memo);

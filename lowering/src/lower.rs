@@ -94,6 +94,8 @@ pub fn lower(graph: &Graph, inputs: &[Option<InputLayout>], syms: &Ctx) -> Resul
     lw.lower_outputs()?;
     let mut program = lw.prog;
     check(&program, "lowering")?;
+    crate::dce::run(&mut program);
+    check(&program, "dce")?;
     schedule::run(&mut program);
     check(&program, "schedule")?;
     Ok(Lowered { program, counts: lw.counts })

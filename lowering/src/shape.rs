@@ -190,7 +190,29 @@ impl Lowerer<'_> {
 
     /// Read `src` at per-dimension indices: `index[d]` is an expression over
     /// the output variables, or a data value (`indirect`) for gathered dims.
-    fn gather_load(&mut self, src: &Lazy, index: &[Option<Expr>], indirect: &[(usize, ScalarId)]) -> ScalarId {
+    /// Indices that are index expressions provably inside the tensor make
+    /// this a view (fusable, no buffer); the rest are bounds-checked gathers.
+    fn gather_load(&mut self, src: &Lazy, index: &[Option<Expr>], indirect: &[(usize, ScalarId)], out_sizes: &[Expr]) -> ScalarId {
+        let ctx = self.ctx_for(out_sizes);
+        let mut direct: Vec<Option<Expr>> = index.to_vec();
+        let mut all_direct = true;
+        for (d, value) in indirect {
+            let as_i64 = self.prog.scalars.cast(*value, DType::I64);
+            let folded = self.prog.scalars.as_index(as_i64).filter(|e| {
+                match (e.bounds(&ctx), src.sizes[*d].as_const()) {
+                    (Some((lo, hi)), Some(n)) => lo >= 0 && hi < n,
+                    _ => false,
+                }
+            });
+            match folded {
+                Some(e) => direct[*d] = Some(e),
+                None => all_direct = false,
+            }
+        }
+        if all_direct {
+            let map: Vec<Expr> = direct.into_iter().map(|e| e.unwrap_or_else(Expr::zero)).collect();
+            return self.view(src, out_sizes.to_vec(), &map).value;
+        }
         let buf = self.buffer_for_extern(src);
         let buffer = self.prog.buffer(buf).clone();
         let mut address = buffer.offset.clone();
@@ -311,13 +333,13 @@ impl Lowerer<'_> {
                 };
                 let mut index: Vec<Option<Expr>> = vars(n).into_iter().map(Some).collect();
                 index[d] = None;
-                self.gather_load(&x, &index, &[(d, idx_value)])
+                self.gather_load(&x, &index, &[(d, idx_value)], &sizes)
             }
             Op::Embedding => {
                 let w = self.tensor_arg(node, 0, "weight")?;
                 let idx = self.tensor_arg(node, 1, "indices")?;
                 let k = idx.ndim() as u32;
-                self.gather_load(&w, &[None, Some(Expr::v(k))], &[(0, idx.value)])
+                self.gather_load(&w, &[None, Some(Expr::v(k))], &[(0, idx.value)], &sizes)
             }
             Op::Index => self.advanced_index(node, &sizes)?,
             Op::Scatter | Op::IndexPut | Op::ScatterAdd => return self.scatter(node, &sizes, out),
@@ -444,7 +466,7 @@ impl Lowerer<'_> {
             let v = self.view(&b, sizes.to_vec(), &map);
             indirect.push((*d, v.value));
         }
-        Ok(self.gather_load(&x, &index, &indirect))
+        Ok(self.gather_load(&x, &index, &indirect, sizes))
     }
 
     /// scatter(self, dim, index, src|value) and index_put(self, indices,
