@@ -89,7 +89,8 @@ pub fn run_kernel(kernel: &KernelPlan, mem: &Memory) -> bool {
         .stages
         .iter()
         .map(|s| {
-            let inner: i64 = s.inner.iter().product::<i64>() * s.reduce.as_ref().map_or(1, |(_, r)| r.iter().product::<i64>());
+            let inner: i64 =
+                s.inner.iter().product::<i64>() * s.reduce.as_ref().map_or(1, |(_, r)| r.iter().product::<i64>());
             inner.max(1) as usize
         })
         .sum();
@@ -178,7 +179,7 @@ fn red_linear(env: &[i64], first: usize, sizes: &[i64]) -> i64 {
 fn run_stage_outer(stage: &StagePlan, s: usize, m: usize, len: usize, mem: &Memory, sc: &mut Scratch) {
     let tile_var = m - 1;
     let ni = stage.inner.len();
-    if stage.inner.iter().any(|&n| n == 0) {
+    if stage.inner.contains(&0) {
         return;
     }
     sc.env[m..m + ni].iter_mut().for_each(|v| *v = 0);
@@ -186,7 +187,7 @@ fn run_stage_outer(stage: &StagePlan, s: usize, m: usize, len: usize, mem: &Memo
         match &stage.reduce {
             None => {
                 eval(stage, s, tile_var, len, mem, sc);
-                store(stage, s, tile_var, len, stage.value, None, mem, sc);
+                store(stage, s, tile_var, len, stage.value, mem, sc);
             }
             Some((op, red)) => {
                 let r0 = m + ni;
@@ -194,14 +195,13 @@ fn run_stage_outer(stage: &StagePlan, s: usize, m: usize, len: usize, mem: &Memo
                 sc.acc_index[..len].iter_mut().for_each(|v| *v = -1);
                 let empty = red.contains(&0);
                 sc.env[r0..r0 + red.len()].iter_mut().for_each(|v| *v = 0);
-                while !empty {
+                let mut more = !empty;
+                while more {
                     eval(stage, s, tile_var, len, mem, sc);
                     let ri = red_linear(&sc.env, r0, red);
                     let Scratch { regs, acc, acc_index, .. } = sc;
                     combine_lanes(*op, acc, acc_index, &regs[s][stage.value as usize], len, |_| ri);
-                    if !advance(&mut sc.env, r0, red) {
-                        break;
-                    }
+                    more = advance(&mut sc.env, r0, red);
                 }
                 store_acc(stage, s, tile_var, len, *op, mem, sc);
             }
@@ -215,7 +215,7 @@ fn run_stage_outer(stage: &StagePlan, s: usize, m: usize, len: usize, mem: &Memo
 /// Lanes along the stage's own last inner (pointwise) or reduction dim.
 fn run_stage_inner(stage: &StagePlan, s: usize, m: usize, tile: usize, mem: &Memory, sc: &mut Scratch) {
     let ni = stage.inner.len();
-    if stage.inner.iter().any(|&n| n == 0) {
+    if stage.inner.contains(&0) {
         return;
     }
     sc.env[m..m + ni].iter_mut().for_each(|v| *v = 0);
@@ -225,7 +225,7 @@ fn run_stage_inner(stage: &StagePlan, s: usize, m: usize, tile: usize, mem: &Mem
                 let dummy = sc.env.len() - 1;
                 sc.env[dummy] = 0;
                 eval(stage, s, dummy, 1, mem, sc);
-                store(stage, s, dummy, 1, stage.value, None, mem, sc);
+                store(stage, s, dummy, 1, stage.value, mem, sc);
                 return;
             }
             let tile_var = m + ni - 1;
@@ -237,7 +237,7 @@ fn run_stage_inner(stage: &StagePlan, s: usize, m: usize, tile: usize, mem: &Mem
                     let len = tile.min(last - start);
                     sc.env[tile_var] = start as i64;
                     eval(stage, s, tile_var, len, mem, sc);
-                    store(stage, s, tile_var, len, stage.value, None, mem, sc);
+                    store(stage, s, tile_var, len, stage.value, mem, sc);
                     start += len;
                 }
                 sc.env[tile_var] = 0;
@@ -249,7 +249,8 @@ fn run_stage_inner(stage: &StagePlan, s: usize, m: usize, tile: usize, mem: &Mem
         Some((op, red)) => {
             let r0 = m + ni;
             let nr = red.len();
-            let (tile_var, last) = if nr == 0 { (sc.env.len() - 1, 1usize) } else { (r0 + nr - 1, red[nr - 1] as usize) };
+            let (tile_var, last) =
+                if nr == 0 { (sc.env.len() - 1, 1usize) } else { (r0 + nr - 1, red[nr - 1] as usize) };
             let red_prefix = if nr == 0 { &red[..] } else { &red[..nr - 1] };
             let empty = red.contains(&0);
             loop {
@@ -257,7 +258,8 @@ fn run_stage_inner(stage: &StagePlan, s: usize, m: usize, tile: usize, mem: &Mem
                 sc.acc_index.iter_mut().for_each(|v| *v = -1);
                 sc.env[r0..r0 + nr].iter_mut().for_each(|v| *v = 0);
                 let mut used = 0;
-                while !empty {
+                let mut more = !empty;
+                while more {
                     let mut start = 0;
                     while start < last {
                         let len = tile.min(last - start);
@@ -272,9 +274,7 @@ fn run_stage_inner(stage: &StagePlan, s: usize, m: usize, tile: usize, mem: &Mem
                     if nr > 0 {
                         sc.env[tile_var] = 0;
                     }
-                    if nr == 0 || !advance(&mut sc.env, r0, red_prefix) {
-                        break;
-                    }
+                    more = nr > 0 && advance(&mut sc.env, r0, red_prefix);
                 }
                 fold_lanes(&mut sc.acc, &mut sc.acc_index, *op, used.max(1));
                 store_acc(stage, s, tile_var, 1, *op, mem, sc);
@@ -313,8 +313,22 @@ fn init_acc(acc: &mut Tile, kind: Kind, op: ReduceOp, len: usize) {
     }
 }
 
-fn combine_lanes(op: ReduceOp, acc: &mut Tile, acc_index: &mut [i64], value: &Tile, len: usize, index: impl Fn(usize) -> i64) {
-    fn go<T: ops::Reducible>(op: ReduceOp, acc: &mut [T], ai: &mut [i64], v: &[T], len: usize, index: impl Fn(usize) -> i64) {
+fn combine_lanes(
+    op: ReduceOp,
+    acc: &mut Tile,
+    acc_index: &mut [i64],
+    value: &Tile,
+    len: usize,
+    index: impl Fn(usize) -> i64,
+) {
+    fn go<T: ops::Reducible>(
+        op: ReduceOp,
+        acc: &mut [T],
+        ai: &mut [i64],
+        v: &[T],
+        len: usize,
+        index: impl Fn(usize) -> i64,
+    ) {
         if matches!(op, ReduceOp::ArgMax | ReduceOp::ArgMin) {
             for l in 0..len {
                 let i = index(l);
@@ -377,7 +391,7 @@ fn store_acc(stage: &StagePlan, s: usize, tile_var: usize, len: usize, op: Reduc
     }
 }
 
-fn store(stage: &StagePlan, s: usize, tile_var: usize, len: usize, reg: u16, _unused: Option<()>, mem: &Memory, sc: &mut Scratch) {
+fn store(stage: &StagePlan, s: usize, tile_var: usize, len: usize, reg: u16, mem: &Memory, sc: &mut Scratch) {
     let tile = std::mem::replace(&mut sc.regs[s][reg as usize], Tile::F32(Vec::new()));
     store_tile(stage, s, tile_var, len, &tile, mem, sc);
     sc.regs[s][reg as usize] = tile;
@@ -385,7 +399,14 @@ fn store(stage: &StagePlan, s: usize, tile_var: usize, len: usize, reg: u16, _un
 
 /// Per-lane storage indices of `index` (plus indirect parts) into
 /// `sc.lane_index`; returns (base, step) when that is all it takes.
-fn lane_indices(index: &IndexFn, indirect: &[(u16, i64)], s: usize, tile_var: usize, len: usize, sc: &mut Scratch) -> Option<(i64, i64)> {
+fn lane_indices(
+    index: &IndexFn,
+    indirect: &[(u16, i64)],
+    s: usize,
+    tile_var: usize,
+    len: usize,
+    sc: &mut Scratch,
+) -> Option<(i64, i64)> {
     let start = sc.env[tile_var];
     let base = index.eval(&sc.env);
     let affine_step = index.step(tile_var as u32);
@@ -410,8 +431,8 @@ fn lane_indices(index: &IndexFn, indirect: &[(u16, i64)], s: usize, tile_var: us
     }
     for (reg, stride) in indirect {
         if let Tile::I64(v) = &sc.regs[s][*reg as usize] {
-            for l in 0..len {
-                sc.lane_index[l] += v[l] * stride;
+            for (slot, x) in sc.lane_index[..len].iter_mut().zip(&v[..len]) {
+                *slot += x * stride;
             }
         }
     }
@@ -510,7 +531,9 @@ fn exec_inst(inst: &Inst, s: usize, tile_var: usize, len: usize, mem: &Memory, s
             let affine = lane_indices(index, &[], s, tile_var, len, sc);
             if let Tile::I64(d) = &mut dst {
                 match affine {
-                    Some((base, step)) => d[..len].iter_mut().enumerate().for_each(|(l, x)| *x = base + step * l as i64),
+                    Some((base, step)) => {
+                        d[..len].iter_mut().enumerate().for_each(|(l, x)| *x = base + step * l as i64)
+                    }
                     None => d[..len].copy_from_slice(&sc.lane_index[..len]),
                 }
             }
@@ -524,15 +547,23 @@ fn exec_inst(inst: &Inst, s: usize, tile_var: usize, len: usize, mem: &Memory, s
         InstOp::Binary(op, a, b) => match (&mut dst, &sc.regs[s][*a as usize], &sc.regs[s][*b as usize]) {
             (Tile::F32(d), Tile::F32(x), Tile::F32(y)) => ops::binary_f32(*op, &x[..len], &y[..len], &mut d[..len]),
             (Tile::F64(d), Tile::F64(x), Tile::F64(y)) => ops::binary_f64(*op, &x[..len], &y[..len], &mut d[..len]),
-            (Tile::I64(d), Tile::I64(x), Tile::I64(y)) => ops::binary_i64(*op, &x[..len], &y[..len], &mut d[..len], &mut sc.error),
+            (Tile::I64(d), Tile::I64(x), Tile::I64(y)) => {
+                ops::binary_i64(*op, &x[..len], &y[..len], &mut d[..len], &mut sc.error)
+            }
             _ => {}
         },
         InstOp::Where(c, a, b) => {
             if let Tile::I64(c) = &sc.regs[s][*c as usize] {
                 match (&mut dst, &sc.regs[s][*a as usize], &sc.regs[s][*b as usize]) {
-                    (Tile::F32(d), Tile::F32(x), Tile::F32(y)) => select(&c[..len], &x[..len], &y[..len], &mut d[..len]),
-                    (Tile::F64(d), Tile::F64(x), Tile::F64(y)) => select(&c[..len], &x[..len], &y[..len], &mut d[..len]),
-                    (Tile::I64(d), Tile::I64(x), Tile::I64(y)) => select(&c[..len], &x[..len], &y[..len], &mut d[..len]),
+                    (Tile::F32(d), Tile::F32(x), Tile::F32(y)) => {
+                        select(&c[..len], &x[..len], &y[..len], &mut d[..len])
+                    }
+                    (Tile::F64(d), Tile::F64(x), Tile::F64(y)) => {
+                        select(&c[..len], &x[..len], &y[..len], &mut d[..len])
+                    }
+                    (Tile::I64(d), Tile::I64(x), Tile::I64(y)) => {
+                        select(&c[..len], &x[..len], &y[..len], &mut d[..len])
+                    }
                     _ => {}
                 }
             }
@@ -629,7 +660,9 @@ fn cast(dst: &mut Tile, src: &Tile, to: DType, len: usize) {
         (Tile::F64(d), Tile::F32(a)) => d[..len].iter_mut().zip(&a[..len]).for_each(|(o, &x)| *o = x as f64),
         (Tile::F64(d), Tile::F64(a)) => d[..len].copy_from_slice(&a[..len]),
         (Tile::F64(d), Tile::I64(a)) => d[..len].iter_mut().zip(&a[..len]).for_each(|(o, &x)| *o = x as f64),
-        (Tile::I64(d), Tile::F32(a)) => d[..len].iter_mut().zip(&a[..len]).for_each(|(o, &x)| *o = float_to_int(x as f64, to)),
+        (Tile::I64(d), Tile::F32(a)) => {
+            d[..len].iter_mut().zip(&a[..len]).for_each(|(o, &x)| *o = float_to_int(x as f64, to))
+        }
         (Tile::I64(d), Tile::F64(a)) => d[..len].iter_mut().zip(&a[..len]).for_each(|(o, &x)| *o = float_to_int(x, to)),
         (Tile::I64(d), Tile::I64(a)) => {
             d[..len].copy_from_slice(&a[..len]);
@@ -639,7 +672,15 @@ fn cast(dst: &mut Tile, src: &Tile, to: DType, len: usize) {
 }
 
 /// Read `len` lanes of a buffer of `dtype` into a register of its kind.
-fn load(dst: &mut Tile, ptr: usize, dtype: DType, affine: Option<(i64, i64)>, lanes: &[i64], mask: Option<&[bool]>, len: usize) {
+fn load(
+    dst: &mut Tile,
+    ptr: usize,
+    dtype: DType,
+    affine: Option<(i64, i64)>,
+    lanes: &[i64],
+    mask: Option<&[bool]>,
+    len: usize,
+) {
     macro_rules! read_into {
         ($d:expr, $t:ty, $conv:expr) => {{
             let p = ptr as *const $t;

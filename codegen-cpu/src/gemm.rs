@@ -39,13 +39,24 @@ pub fn run_gemm(a: BufId, b: BufId, out: BufId, accumulate: bool, mem: &Memory) 
                 // call whose layouts the guards checked.
                 unsafe {
                     gemm::gemm::<$t>(
-                        m as usize, n as usize, k as usize,
-                        (ptr_o as i64 + oo) as *mut $t, o_cs as isize, o_rs as isize,
+                        m as usize,
+                        n as usize,
+                        k as usize,
+                        (ptr_o as i64 + oo) as *mut $t,
+                        o_cs as isize,
+                        o_rs as isize,
                         accumulate,
-                        (ptr_a as i64 + oa) as *const $t, a_cs as isize, a_rs as isize,
-                        (ptr_b as i64 + ob) as *const $t, b_cs as isize, b_rs as isize,
-                        if accumulate { $one } else { $zero }, $one,
-                        false, false, false,
+                        (ptr_a as i64 + oa) as *const $t,
+                        a_cs as isize,
+                        a_rs as isize,
+                        (ptr_b as i64 + ob) as *const $t,
+                        b_cs as isize,
+                        b_rs as isize,
+                        if accumulate { $one } else { $zero },
+                        $one,
+                        false,
+                        false,
+                        false,
                         par,
                     );
                 }

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use rdyn_ir::loops::{Kernel, Program, ScalarId, ScalarOp, Stage};
 use rdyn_ir::{Ctx, DType, Expr, Kind, Var};
 
-use crate::plan::{operand_kind, Inst, InstOp, IndexFn, KernelPlan, Reg, StagePlan, TileMode};
+use crate::plan::{operand_kind, IndexFn, Inst, InstOp, KernelPlan, Reg, StagePlan, TileMode};
 use crate::CodegenError;
 
 fn concrete(e: &Expr, ctx: &Ctx) -> Result<i64, CodegenError> {
@@ -31,14 +31,14 @@ fn stage_exprs(program: &Program, stage: &Stage) -> Vec<Expr> {
 /// `coef(k) == coef(k+1) · size(k+1)` everywhere.
 fn collapse_groups(outer: &[i64], exprs: &[Expr]) -> Vec<Vec<usize>> {
     let mut groups: Vec<Vec<usize>> = Vec::new();
-    for k in 0..outer.len() {
+    for (k, &size) in outer.iter().enumerate() {
         let mergeable = k > 0
             && exprs.iter().all(|e| {
                 let (a, b) = (Var(k as u32 - 1), Var(k as u32));
                 if !e.mentions_var(a) && !e.mentions_var(b) {
                     return true;
                 }
-                matches!((e.linear_coef(a), e.linear_coef(b)), (Some(ca), Some(cb)) if ca == cb * outer[k])
+                matches!((e.linear_coef(a), e.linear_coef(b)), (Some(ca), Some(cb)) if ca == cb * size)
             });
         match groups.last_mut() {
             Some(last) if mergeable => last.push(k),
@@ -70,7 +70,13 @@ impl RegAlloc {
     }
 }
 
-pub(crate) fn kernel_plan(program: &Program, buffers: &[crate::plan::BufPlan], kernel: &Kernel, syms: &Ctx, name: String) -> Result<KernelPlan, CodegenError> {
+pub(crate) fn kernel_plan(
+    program: &Program,
+    buffers: &[crate::plan::BufPlan],
+    kernel: &Kernel,
+    syms: &Ctx,
+    name: String,
+) -> Result<KernelPlan, CodegenError> {
     let outer: Vec<i64> = kernel.outer.iter().map(|e| concrete(e, syms)).collect::<Result<_, _>>()?;
     let m = outer.len();
     let mut all_exprs = Vec::new();
@@ -116,7 +122,9 @@ pub(crate) fn kernel_plan(program: &Program, buffers: &[crate::plan::BufPlan], k
 }
 
 fn choose_mode(outer: &[i64], stages: &[StagePlan]) -> TileMode {
-    let Some(&last_outer) = outer.last() else { return TileMode::Inner };
+    let Some(&last_outer) = outer.last() else {
+        return TileMode::Inner;
+    };
     let with_tail: Vec<&StagePlan> = stages.iter().filter(|s| !s.inner.is_empty() || s.reduce.is_some()).collect();
     if with_tail.is_empty() {
         return TileMode::Outer;
@@ -128,7 +136,8 @@ fn choose_mode(outer: &[i64], stages: &[StagePlan]) -> TileMode {
     for stage in &with_tail {
         let tail_vars = stage.inner.len() + stage.reduce.as_ref().map_or(0, |(_, r)| r.len());
         let tail_var = m + tail_vars as u32 - 1;
-        let last = stage.reduce.as_ref().and_then(|(_, r)| r.last().copied()).or(stage.inner.last().copied()).unwrap_or(1);
+        let last =
+            stage.reduce.as_ref().and_then(|(_, r)| r.last().copied()).or(stage.inner.last().copied()).unwrap_or(1);
         tail_len = tail_len.min(last);
         for inst in &stage.insts {
             if let InstOp::Load { index, .. } = &inst.op {
@@ -157,7 +166,9 @@ fn in_bounds(index: &IndexFn, extents: &[i64], elems: i64) -> bool {
     }
     let (mut lo, mut hi) = (index.c0, index.c0);
     for (v, c) in &index.coefs {
-        let Some(n) = extents.get(*v as usize) else { return false };
+        let Some(n) = extents.get(*v as usize) else {
+            return false;
+        };
         let span = c * (n - 1).max(0);
         if span < 0 {
             lo += span;
@@ -206,7 +217,8 @@ fn compile_stage(
                 dtype: program.buffer(*buf).dtype,
                 index: index(idx),
                 // A mask only guards reads that could leave the buffer.
-                mask: if indirect.is_empty() && in_bounds(&index(idx), extents, buffers[buf.0 as usize].extent_elems()) {
+                mask: if indirect.is_empty() && in_bounds(&index(idx), extents, buffers[buf.0 as usize].extent_elems())
+                {
                     None
                 } else {
                     mask.map(|m| reg(&m)).transpose()?
@@ -214,7 +226,10 @@ fn compile_stage(
                 indirect: indirect
                     .iter()
                     .map(|(s, stride)| {
-                        let st = stride.simplify(syms).as_const().ok_or_else(|| CodegenError::Symbolic(format!("stride {stride}")))?;
+                        let st = stride
+                            .simplify(syms)
+                            .as_const()
+                            .ok_or_else(|| CodegenError::Symbolic(format!("stride {stride}")))?;
                         Ok((reg(s)?, st))
                     })
                     .collect::<Result<_, CodegenError>>()?,
@@ -240,11 +255,8 @@ fn compile_stage(
         let cross_kind = op_kind != kind && matches!(op, InstOp::Unary(..) | InstOp::Binary(..));
         // Free operands whose last use is here before picking the result
         // register (an op may write over its own operand).
-        let release: Vec<Reg> = operands
-            .iter()
-            .filter(|o| last_use.get(o) == Some(&pos))
-            .filter_map(|o| reg_of.get(o).copied())
-            .collect();
+        let release: Vec<Reg> =
+            operands.iter().filter(|o| last_use.get(o) == Some(&pos)).filter_map(|o| reg_of.get(o).copied()).collect();
         // The result never shares a register with its operands: the
         // executor reads operands while it writes the result.
         if cross_kind {
@@ -258,7 +270,8 @@ fn compile_stage(
             reg_of.insert(*id, dst);
         } else {
             let dst = alloc.take(kind);
-            let narrow = if matches!(op, InstOp::Cast { .. } | InstOp::Load { .. }) { None } else { narrow_of(node.dtype) };
+            let narrow =
+                if matches!(op, InstOp::Cast { .. } | InstOp::Load { .. }) { None } else { narrow_of(node.dtype) };
             insts.push(Inst { dst, kind, narrow, op });
             reg_of.insert(*id, dst);
         }
@@ -274,7 +287,8 @@ fn compile_stage(
         .iter()
         .map(|(s, stride)| {
             let r = reg_of.get(s).copied().ok_or(CodegenError::Internal("scatter index has no register"))?;
-            let st = stride.simplify(syms).as_const().ok_or_else(|| CodegenError::Symbolic(format!("stride {stride}")))?;
+            let st =
+                stride.simplify(syms).as_const().ok_or_else(|| CodegenError::Symbolic(format!("stride {stride}")))?;
             Ok((r, st))
         })
         .collect::<Result<_, CodegenError>>()?;

@@ -46,7 +46,13 @@ macro_rules! float_ops {
                 UnaryOp::Ceil => map!(|v: $t| v.ceil()),
                 UnaryOp::Round => map!(|v: $t| v.round_ties_even()),
                 UnaryOp::Trunc => map!(|v: $t| v.trunc()),
-                UnaryOp::Sign => map!(|v: $t| if v > 0.0 { 1.0 } else if v < 0.0 { -1.0 } else { v }),
+                UnaryOp::Sign => map!(|v: $t| if v > 0.0 {
+                    1.0
+                } else if v < 0.0 {
+                    -1.0
+                } else {
+                    v
+                }),
                 UnaryOp::Reciprocal => map!(|v: $t| 1.0 / v),
                 UnaryOp::Not => map!(|v: $t| (v == 0.0) as u8 as $t),
                 UnaryOp::BitNot => map!(|v: $t| v),
@@ -75,11 +81,21 @@ macro_rules! float_ops {
                 BinaryOp::TruncDiv => zip!(|x: $t, y: $t| (x / y).trunc()),
                 BinaryOp::Rem => zip!(|x: $t, y: $t| {
                     let r = x % y;
-                    if r != 0.0 && ((r < 0.0) != (y < 0.0)) { r + y } else { r }
+                    if r != 0.0 && ((r < 0.0) != (y < 0.0)) {
+                        r + y
+                    } else {
+                        r
+                    }
                 }),
                 BinaryOp::Fmod => zip!(|x: $t, y: $t| x % y),
                 BinaryOp::Pow => zip!(|x: $t, y: $t| x.powf(y)),
-                BinaryOp::Max => zip!(|x: $t, y: $t| if x.is_nan() || x > y { x } else if y.is_nan() { y } else { y }),
+                BinaryOp::Max => zip!(|x: $t, y: $t| if x.is_nan() || x > y {
+                    x
+                } else if y.is_nan() {
+                    y
+                } else {
+                    y
+                }),
                 BinaryOp::Min => zip!(|x: $t, y: $t| if x.is_nan() || x < y { x } else { y }),
                 BinaryOp::Fmax => zip!(|x: $t, y: $t| x.max(y)),
                 BinaryOp::Fmin => zip!(|x: $t, y: $t| x.min(y)),
@@ -115,14 +131,32 @@ macro_rules! float_ops {
             let mut x = if w < 5.0 {
                 let w = w - 2.5;
                 let mut p = 2.810_226_36e-08;
-                for c in [3.432_739_39e-07, -3.523_387_7e-06, -4.391_506_54e-06, 0.000_218_580_87, -0.001_253_725_03, -0.004_177_681_64, 0.246_640_727, 1.501_409_41] {
+                for c in [
+                    3.432_739_39e-07,
+                    -3.523_387_7e-06,
+                    -4.391_506_54e-06,
+                    0.000_218_580_87,
+                    -0.001_253_725_03,
+                    -0.004_177_681_64,
+                    0.246_640_727,
+                    1.501_409_41,
+                ] {
                     p = c + p * w;
                 }
                 p * yd
             } else {
                 let w = w.sqrt() - 3.0;
                 let mut p = -0.000_200_214_257;
-                for c in [0.000_100_950_558, 0.001_349_343_22, -0.003_673_428_44, 0.005_739_507_73, -0.007_622_461_3, 0.009_438_870_47, 1.001_674_06, 2.832_976_82] {
+                for c in [
+                    0.000_100_950_558,
+                    0.001_349_343_22,
+                    -0.003_673_428_44,
+                    0.005_739_507_73,
+                    -0.007_622_461_3,
+                    0.009_438_870_47,
+                    1.001_674_06,
+                    2.832_976_82,
+                ] {
                     p = c + p * w;
                 }
                 p * yd
@@ -156,14 +190,26 @@ macro_rules! float_ops {
             }
             let inv = 1.0 / x;
             let inv2 = inv * inv;
-            result += x.ln() - 0.5 * inv
-                - inv2 * (1.0 / 12.0 - inv2 * (1.0 / 120.0 - inv2 * (1.0 / 252.0 - inv2 * (1.0 / 240.0 - inv2 / 132.0))));
+            result += x.ln()
+                - 0.5 * inv
+                - inv2
+                    * (1.0 / 12.0 - inv2 * (1.0 / 120.0 - inv2 * (1.0 / 252.0 - inv2 * (1.0 / 240.0 - inv2 / 132.0))));
             result as $t
         }
     };
 }
 
-float_ops!(f32, unary_f32_generic, binary_f32, erfinv_f32, digamma_f32, libm::erff, libm::erfcf, libm::lgammaf, libm::nextafterf);
+float_ops!(
+    f32,
+    unary_f32_generic,
+    binary_f32,
+    erfinv_f32,
+    digamma_f32,
+    libm::erff,
+    libm::erfcf,
+    libm::lgammaf,
+    libm::nextafterf
+);
 
 /// float32 unary ops: the common transcendentals use the vectorisable
 /// versions in [`crate::fastmath`].
@@ -221,13 +267,40 @@ pub fn binary_i64(op: BinaryOp, a: &[i64], b: &[i64], out: &mut [i64], error: &m
                 *error = true;
             }
             match op {
-                BinaryOp::FloorDiv => zip!(|x: i64, y: i64| if y == 0 { 0 } else { x.wrapping_div_euclid(y) - if (x.wrapping_rem_euclid(y) != 0) && y < 0 { 1 } else { 0 } }),
-                BinaryOp::Rem => zip!(|x: i64, y: i64| if y == 0 { 0 } else { let r = x.wrapping_rem(y); if r != 0 && ((r < 0) != (y < 0)) { r + y } else { r } }),
+                BinaryOp::FloorDiv => zip!(|x: i64, y: i64| if y == 0 {
+                    0
+                } else {
+                    x.wrapping_div_euclid(y) - if (x.wrapping_rem_euclid(y) != 0) && y < 0 { 1 } else { 0 }
+                }),
+                BinaryOp::Rem => zip!(|x: i64, y: i64| if y == 0 {
+                    0
+                } else {
+                    let r = x.wrapping_rem(y);
+                    if r != 0 && ((r < 0) != (y < 0)) {
+                        r + y
+                    } else {
+                        r
+                    }
+                }),
                 BinaryOp::Fmod => zip!(|x: i64, y: i64| if y == 0 { 0 } else { x.wrapping_rem(y) }),
                 _ => zip!(|x: i64, y: i64| if y == 0 { 0 } else { x.wrapping_div(y) }),
             }
         }
-        BinaryOp::Pow => zip!(|x: i64, y: i64| if y < 0 { if x == 1 { 1 } else if x == -1 { if y % 2 == 0 { 1 } else { -1 } } else { 0 } } else { x.wrapping_pow(y.min(u32::MAX as i64) as u32) }),
+        BinaryOp::Pow => zip!(|x: i64, y: i64| if y < 0 {
+            if x == 1 {
+                1
+            } else if x == -1 {
+                if y % 2 == 0 {
+                    1
+                } else {
+                    -1
+                }
+            } else {
+                0
+            }
+        } else {
+            x.wrapping_pow(y.min(u32::MAX as i64) as u32)
+        }),
         BinaryOp::Max | BinaryOp::Fmax => zip!(|x: i64, y: i64| x.max(y)),
         BinaryOp::Min | BinaryOp::Fmin => zip!(|x: i64, y: i64| x.min(y)),
         BinaryOp::Eq => zip!(|x: i64, y: i64| (x == y) as i64),
@@ -243,8 +316,16 @@ pub fn binary_i64(op: BinaryOp, a: &[i64], b: &[i64], out: &mut [i64], error: &m
         BinaryOp::BitOr => zip!(|x: i64, y: i64| x | y),
         BinaryOp::BitXor => zip!(|x: i64, y: i64| x ^ y),
         BinaryOp::Shl => zip!(|x: i64, y: i64| if (0..64).contains(&y) { x.wrapping_shl(y as u32) } else { 0 }),
-        BinaryOp::Shr => zip!(|x: i64, y: i64| if (0..64).contains(&y) { x >> y } else if x < 0 { -1 } else { 0 }),
-        BinaryOp::Atan2 | BinaryOp::Hypot | BinaryOp::Copysign | BinaryOp::Nextafter => zip!(|x: i64, _y: i64| x),
+        BinaryOp::Shr => zip!(|x: i64, y: i64| if (0..64).contains(&y) {
+            x >> y
+        } else if x < 0 {
+            -1
+        } else {
+            0
+        }),
+        BinaryOp::Atan2 | BinaryOp::Hypot | BinaryOp::Copysign | BinaryOp::Nextafter => {
+            zip!(|x: i64, _y: i64| x)
+        }
     }
 }
 
@@ -271,8 +352,24 @@ macro_rules! reducible_float {
                 match op {
                     ReduceOp::Sum => acc + x,
                     ReduceOp::Prod => acc * x,
-                    ReduceOp::Max | ReduceOp::ArgMax => if acc.is_nan() || acc > x { acc } else if x.is_nan() || x > acc { x } else { acc },
-                    ReduceOp::Min | ReduceOp::ArgMin => if acc.is_nan() || acc < x { acc } else if x.is_nan() || x < acc { x } else { acc },
+                    ReduceOp::Max | ReduceOp::ArgMax => {
+                        if acc.is_nan() || acc > x {
+                            acc
+                        } else if x.is_nan() || x > acc {
+                            x
+                        } else {
+                            acc
+                        }
+                    }
+                    ReduceOp::Min | ReduceOp::ArgMin => {
+                        if acc.is_nan() || acc < x {
+                            acc
+                        } else if x.is_nan() || x < acc {
+                            x
+                        } else {
+                            acc
+                        }
+                    }
                     ReduceOp::Any => ((acc != 0.0) || (x != 0.0)) as u8 as $t,
                     ReduceOp::All => ((acc != 0.0) && (x != 0.0)) as u8 as $t,
                 }

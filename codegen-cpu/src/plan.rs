@@ -8,7 +8,9 @@
 
 use std::fmt::Write;
 
-use rdyn_ir::loops::{BinaryOp, BufId, BufRole, ExternKind, Program, ProgramOutput, ReduceOp, ScalarId, ScalarOp, Step, UnaryOp};
+use rdyn_ir::loops::{
+    BinaryOp, BufId, BufRole, ExternKind, Program, ProgramOutput, ReduceOp, ScalarId, ScalarOp, Step, UnaryOp,
+};
 use rdyn_ir::{Atom, Ctx, DType, Expr, Kind, Var};
 
 use crate::CodegenError;
@@ -118,7 +120,13 @@ impl std::fmt::Display for IndexFn {
 
 #[derive(Clone, Debug)]
 pub enum InstOp {
-    Load { buf: BufId, dtype: DType, index: IndexFn, indirect: Vec<(Reg, i64)>, mask: Option<Reg> },
+    Load {
+        buf: BufId,
+        dtype: DType,
+        index: IndexFn,
+        indirect: Vec<(Reg, i64)>,
+        mask: Option<Reg>,
+    },
     ConstF(f64),
     ConstI(i64),
     Index(IndexFn),
@@ -127,8 +135,15 @@ pub enum InstOp {
     Where(Reg, Reg, Reg),
     /// Convert from register kind `from` into the instruction's kind, with
     /// `to`'s narrowing (wrap, round to half, bool).
-    Cast { src: Reg, from: Kind, to: DType },
-    Bounded { src: Reg, size: i64 },
+    Cast {
+        src: Reg,
+        from: Kind,
+        to: DType,
+    },
+    Bounded {
+        src: Reg,
+        size: i64,
+    },
 }
 
 #[derive(Clone, Debug)]
@@ -180,9 +195,20 @@ pub struct KernelPlan {
 #[derive(Clone, Debug)]
 pub enum CpuStep {
     Kernel(KernelPlan),
-    Gemm { a: BufId, b: BufId, out: BufId, accumulate: bool },
+    Gemm {
+        a: BufId,
+        b: BufId,
+        out: BufId,
+        accumulate: bool,
+    },
     /// Runs through the host (ATen): a library kernel or an eager fallback.
-    Host { node: u32, target: String, fallback: bool, inputs: Vec<BufId>, outputs: Vec<BufId> },
+    Host {
+        node: u32,
+        target: String,
+        fallback: bool,
+        inputs: Vec<BufId>,
+        outputs: Vec<BufId>,
+    },
 }
 
 #[derive(Clone, Debug)]
@@ -255,12 +281,9 @@ pub fn plan(program: &Program, syms: &Ctx) -> Result<CpuProgram, CodegenError> {
                 CpuStep::Kernel(crate::lower_kernel::kernel_plan(program, &buffers, kernel, syms, name)?)
             }
             Step::Extern(ext) => match &ext.kind {
-                ExternKind::Gemm { accumulate } => CpuStep::Gemm {
-                    a: ext.inputs[0],
-                    b: ext.inputs[1],
-                    out: ext.outputs[0],
-                    accumulate: *accumulate,
-                },
+                ExternKind::Gemm { accumulate } => {
+                    CpuStep::Gemm { a: ext.inputs[0], b: ext.inputs[1], out: ext.outputs[0], accumulate: *accumulate }
+                }
                 ExternKind::Library { node, target } | ExternKind::Fallback { node, target } => CpuStep::Host {
                     node: *node,
                     target: target.clone(),
@@ -314,7 +337,8 @@ fn assign_arena(buffers: &mut [BufPlan], steps: &[CpuStep], program: &Program) -
             touch(b, at, &mut first, &mut last);
         }
     }
-    let mut order: Vec<usize> = (0..n).filter(|&b| matches!(buffers[b].storage, Storage::Arena(_)) && first[b] != usize::MAX).collect();
+    let mut order: Vec<usize> =
+        (0..n).filter(|&b| matches!(buffers[b].storage, Storage::Arena(_)) && first[b] != usize::MAX).collect();
     order.sort_by_key(|&b| first[b]);
     // (offset, size, last use) of placed blocks.
     let mut placed: Vec<(usize, usize, usize)> = Vec::new();
@@ -389,7 +413,9 @@ fn fmt_inst(op: &InstOp) -> String {
 pub(crate) fn operand_kind(program: &Program, id: ScalarId) -> Kind {
     match &program.scalars.get(id).op {
         ScalarOp::Binary(_, a, _) => program.scalars.dtype(*a).kind(),
-        ScalarOp::Unary(UnaryOp::IsNan | UnaryOp::IsInf | UnaryOp::Signbit | UnaryOp::Not, x) => program.scalars.dtype(*x).kind(),
+        ScalarOp::Unary(UnaryOp::IsNan | UnaryOp::IsInf | UnaryOp::Signbit | UnaryOp::Not, x) => {
+            program.scalars.dtype(*x).kind()
+        }
         _ => program.scalars.dtype(id).kind(),
     }
 }

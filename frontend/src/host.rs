@@ -21,10 +21,7 @@ pub struct Torch {
 impl Torch {
     pub fn load(py: Python<'_>) -> PyResult<Torch> {
         let torch = py.import("torch")?;
-        let dtypes = DType::ALL
-            .iter()
-            .map(|d| Ok((torch.getattr(d.name())?.unbind(), *d)))
-            .collect::<PyResult<_>>()?;
+        let dtypes = DType::ALL.iter().map(|d| Ok((torch.getattr(d.name())?.unbind(), *d))).collect::<PyResult<_>>()?;
         Ok(Torch {
             tensor_type: torch.getattr("Tensor")?.unbind(),
             dtypes,
@@ -157,9 +154,17 @@ impl Host for PyHost<'_, '_> {
         }
     }
 
-    fn run_node(&mut self, node: u32, inputs: &[BufId], outputs: &[BufId], bufs: &[BufPlan], ptrs: &mut [usize]) -> Result<(), RuntimeError> {
+    fn run_node(
+        &mut self,
+        node: u32,
+        inputs: &[BufId],
+        outputs: &[BufId],
+        bufs: &[BufPlan],
+        ptrs: &mut [usize],
+    ) -> Result<(), RuntimeError> {
         let result = (|| -> PyResult<Vec<(Bound<'_, PyAny>, usize, i64)>> {
-            let tensors: Vec<Bound<'_, PyAny>> = inputs.iter().map(|b| self.tensor(*b, bufs)).collect::<PyResult<_>>()?;
+            let tensors: Vec<Bound<'_, PyAny>> =
+                inputs.iter().map(|b| self.tensor(*b, bufs)).collect::<PyResult<_>>()?;
             let layouts: Vec<(Vec<i64>, Vec<i64>)> = outputs
                 .iter()
                 .map(|b| (bufs[b.0 as usize].sizes.clone(), bufs[b.0 as usize].strides.clone()))
@@ -177,7 +182,11 @@ impl Host for PyHost<'_, '_> {
         match result {
             Ok(results) => {
                 if results.len() != outputs.len() {
-                    return Err(RuntimeError::Host(format!("eager node {node} returned {} tensors, expected {}", results.len(), outputs.len())));
+                    return Err(RuntimeError::Host(format!(
+                        "eager node {node} returned {} tensors, expected {}",
+                        results.len(),
+                        outputs.len()
+                    )));
                 }
                 for (b, (t, ptr, so)) in outputs.iter().zip(results) {
                     ptrs[b.0 as usize] = ptr;

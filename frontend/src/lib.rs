@@ -96,7 +96,8 @@ impl CompiledGraph {
                 }
             }
             let runner = self.runner.bind(py);
-            let mut host = PyHost { py, torch, runner, tensors: vec![None; selected.plan().buffers.len()], error: None };
+            let mut host =
+                PyHost { py, torch, runner, tensors: vec![None; selected.plan().buffers.len()], error: None };
             for (k, buf) in selected.plan().buffers.iter().enumerate() {
                 if let Storage::Input(n) = buf.storage {
                     if let (Some(obj), Some(CallArg::Tensor(t))) = (objects.get(n), call.get(n)) {

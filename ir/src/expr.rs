@@ -146,7 +146,9 @@ impl Expr {
             let mut found = None;
             'search: for (atom, coef) in &self.terms {
                 if let Atom::Mod(inner, divisor) = atom {
-                    let Some(k) = divisor.as_const() else { continue };
+                    let Some(k) = divisor.as_const() else {
+                        continue;
+                    };
                     for (other, other_coef) in &self.terms {
                         if let Atom::FloorDiv(inner2, divisor2) = other {
                             if inner2 == inner && divisor2 == divisor && *other_coef == coef * k {
@@ -157,7 +159,9 @@ impl Expr {
                     }
                 }
             }
-            let Some((mod_atom, div_atom, coef, inner)) = found else { return };
+            let Some((mod_atom, div_atom, coef, inner)) = found else {
+                return;
+            };
             let mut map: BTreeMap<Atom, i64> = self.terms.drain(..).collect();
             map.remove(&mod_atom);
             map.remove(&div_atom);

@@ -147,9 +147,16 @@ simple_enum! {
 pub enum ScalarOp {
     /// Read `buf` at storage index `index + Σ value(s)·stride`. With a mask,
     /// lanes where the mask is false read nothing and yield zero.
-    Load { buf: BufId, index: Expr, indirect: Vec<(ScalarId, Expr)>, mask: Option<ScalarId> },
+    Load {
+        buf: BufId,
+        index: Expr,
+        indirect: Vec<(ScalarId, Expr)>,
+        mask: Option<ScalarId>,
+    },
     /// A literal: float bits for float dtypes, the integer otherwise.
-    Const { bits: u64 },
+    Const {
+        bits: u64,
+    },
     /// The value of an index expression.
     Index(Expr),
     Unary(UnaryOp, ScalarId),
@@ -272,7 +279,9 @@ impl Scalars {
             BinaryOp::Mul => x.mul(&y),
             BinaryOp::FloorDiv if y.as_const().is_some_and(|k| k > 0) => x.floordiv(&y, &ctx),
             BinaryOp::Rem if y.as_const().is_some_and(|k| k > 0) => x.modulo(&y, &ctx),
-            BinaryOp::TruncDiv if y.as_const().is_some_and(|k| k > 0) && x.as_const().is_some_and(|v| v >= 0) => x.floordiv(&y, &ctx),
+            BinaryOp::TruncDiv if y.as_const().is_some_and(|k| k > 0) && x.as_const().is_some_and(|v| v >= 0) => {
+                x.floordiv(&y, &ctx)
+            }
             _ => return None,
         };
         Some(match e.as_const() {
@@ -312,10 +321,8 @@ impl Scalars {
         let node = self.get(id).clone();
         let op = match node.op {
             ScalarOp::Load { buf, index, indirect, mask } => {
-                let indirect = indirect
-                    .into_iter()
-                    .map(|(s, stride)| (self.substitute_rec(s, vars, ctx, memo), stride))
-                    .collect();
+                let indirect =
+                    indirect.into_iter().map(|(s, stride)| (self.substitute_rec(s, vars, ctx, memo), stride)).collect();
                 let mask = mask.map(|m| self.substitute_rec(m, vars, ctx, memo));
                 ScalarOp::Load { buf, index: index.substitute_vars(vars, ctx), indirect, mask }
             }
@@ -336,7 +343,9 @@ impl Scalars {
                 ScalarOp::Where(c, a, b)
             }
             ScalarOp::Cast(x) => ScalarOp::Cast(self.substitute_rec(x, vars, ctx, memo)),
-            ScalarOp::Bounded(x, size) => ScalarOp::Bounded(self.substitute_rec(x, vars, ctx, memo), size.simplify(ctx)),
+            ScalarOp::Bounded(x, size) => {
+                ScalarOp::Bounded(self.substitute_rec(x, vars, ctx, memo), size.simplify(ctx))
+            }
         };
         let out = self.add(op, node.dtype);
         memo.insert(id, out);

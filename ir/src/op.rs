@@ -95,10 +95,7 @@ ops! {
 /// Split an FX target name (`aten.add.Tensor`, `aten::add.Tensor`) into its
 /// packet and overload.
 pub fn parse_target(target: &str) -> (Op, &str) {
-    let rest = target
-        .strip_prefix("aten.")
-        .or_else(|| target.strip_prefix("aten::"))
-        .unwrap_or("");
+    let rest = target.strip_prefix("aten.").or_else(|| target.strip_prefix("aten::")).unwrap_or("");
     if rest.is_empty() {
         return (Op::Other, "");
     }

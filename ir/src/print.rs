@@ -63,7 +63,9 @@ impl fmt::Display for Program {
                 }
                 Step::Extern(ext) => {
                     let what = match &ext.kind {
-                        ExternKind::Gemm { accumulate } => format!("gemm{}", if *accumulate { " +=" } else { "" }),
+                        ExternKind::Gemm { accumulate } => {
+                            format!("gemm{}", if *accumulate { " +=" } else { "" })
+                        }
                         ExternKind::Library { target, .. } => format!("library {target}"),
                         ExternKind::Fallback { target, .. } => format!("fallback {target}"),
                     };

@@ -20,11 +20,7 @@ pub enum VerifyError {
 /// buffer is written before it is read.
 pub fn verify(program: &Program) -> Result<(), VerifyError> {
     let count = program.buffers.len();
-    let mut written: Vec<bool> = program
-        .buffers
-        .iter()
-        .map(|b| matches!(b.role, BufRole::Input(_)))
-        .collect();
+    let mut written: Vec<bool> = program.buffers.iter().map(|b| matches!(b.role, BufRole::Input(_))).collect();
     let check = |id: crate::loops::BufId| {
         if (id.0 as usize) < count {
             Ok(())
@@ -39,7 +35,8 @@ pub fn verify(program: &Program) -> Result<(), VerifyError> {
             Step::Kernel(kernel) => {
                 for (s, stage) in kernel.stages.iter().enumerate() {
                     check(stage.out)?;
-                    if stage.ranges.len() < kernel.outer.len() || stage.ranges[..kernel.outer.len()] != kernel.outer[..] {
+                    if stage.ranges.len() < kernel.outer.len() || stage.ranges[..kernel.outer.len()] != kernel.outer[..]
+                    {
                         return Err(VerifyError::OuterMismatch { kernel: kernel_index, stage: s });
                     }
                     let vars = stage.ranges.len() + stage.reduce.as_ref().map_or(0, |r| r.ranges.len());

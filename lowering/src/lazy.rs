@@ -31,10 +31,8 @@ impl Lowerer<'_> {
     pub(crate) fn load_buffer(&mut self, buf: BufId) -> Lazy {
         let buffer = self.prog.buffer(buf).clone();
         let index = buffer.address(&vars(buffer.sizes.len())).simplify(&self.ctx_for(&buffer.sizes));
-        let value = self.prog.scalars.add(
-            ScalarOp::Load { buf, index, indirect: Vec::new(), mask: None },
-            buffer.dtype,
-        );
+        let value =
+            self.prog.scalars.add(ScalarOp::Load { buf, index, indirect: Vec::new(), mask: None }, buffer.dtype);
         Lazy { sizes: buffer.sizes, value, dtype: buffer.dtype }
     }
 
@@ -67,7 +65,13 @@ impl Lowerer<'_> {
 
     /// The value of a tensor or scalar argument at the output index, cast to
     /// `dtype`, broadcast to `sizes`.
-    pub(crate) fn operand(&mut self, arg: &Arg, sizes: &[Expr], dtype: DType, op: &str) -> Result<ScalarId, LowerError> {
+    pub(crate) fn operand(
+        &mut self,
+        arg: &Arg,
+        sizes: &[Expr],
+        dtype: DType,
+        op: &str,
+    ) -> Result<ScalarId, LowerError> {
         let value = match arg {
             Arg::Tensor(v) => {
                 let lazy = self.value(*v, op)?;

@@ -20,13 +20,13 @@ impl Lowerer<'_> {
         match node.op {
             Abs | Neg | Exp | Exp2 | Expm1 | Log | Log2 | Log10 | Log1p | Sqrt | Rsqrt | Sin | Cos | Tan | Asin
             | Acos | Atan | Sinh | Cosh | Tanh | Asinh | Acosh | Atanh | Sigmoid | Erf | Erfc | Erfinv | Floor
-            | Ceil | Trunc | Sign | Sgn | Reciprocal | LogicalNot | BitwiseNot | IsNan | IsInf | Signbit
-            | Lgamma | Digamma | Relu | Square | Frac | IsFinite | IsPosInf | IsNegInf | Positive | Deg2Rad
-            | Rad2Deg | Round | Sinc => self.unary(node),
-            Add | Sub | Rsub | Mul | Div | TrueDivide | FloorDivide | Remainder | Fmod | Pow | Maximum
-            | Minimum | Fmax | Fmin | Atan2 | Hypot | Copysign | Nextafter | Eq | Ne | Lt | Le | Gt | Ge
-            | LogicalAnd | LogicalOr | LogicalXor | BitwiseAnd | BitwiseOr | BitwiseXor | BitwiseLeftShift
-            | BitwiseRightShift | Xlogy | Heaviside | LogAddExp => self.binary(node),
+            | Ceil | Trunc | Sign | Sgn | Reciprocal | LogicalNot | BitwiseNot | IsNan | IsInf | Signbit | Lgamma
+            | Digamma | Relu | Square | Frac | IsFinite | IsPosInf | IsNegInf | Positive | Deg2Rad | Rad2Deg
+            | Round | Sinc => self.unary(node),
+            Add | Sub | Rsub | Mul | Div | TrueDivide | FloorDivide | Remainder | Fmod | Pow | Maximum | Minimum
+            | Fmax | Fmin | Atan2 | Hypot | Copysign | Nextafter | Eq | Ne | Lt | Le | Gt | Ge | LogicalAnd
+            | LogicalOr | LogicalXor | BitwiseAnd | BitwiseOr | BitwiseXor | BitwiseLeftShift | BitwiseRightShift
+            | Xlogy | Heaviside | LogAddExp => self.binary(node),
             Where => self.where_(node),
             Clamp | ClampMin | ClampMax => self.clamp(node),
             Lerp => self.lerp(node),
@@ -79,7 +79,15 @@ impl Lowerer<'_> {
             };
             *slot = Some(slot.map_or(dt, |d| DType::promote(d, dt)));
         }
-        let category = |d: DType| if d.is_float() { 2 } else if d == DType::Bool { 0 } else { 1 };
+        let category = |d: DType| {
+            if d.is_float() {
+                2
+            } else if d == DType::Bool {
+                0
+            } else {
+                1
+            }
+        };
         let mut result = dims;
         for candidate in [zero_dim, number].into_iter().flatten() {
             match result {
@@ -95,7 +103,8 @@ impl Lowerer<'_> {
         let (sizes, out) = self.out_meta(node)?;
         let input = self.tensor_arg(node, 0, "self")?;
         let x_dtype = input.dtype;
-        let compute = if matches!(node.op, IsNan | IsInf | IsFinite | IsPosInf | IsNegInf | Signbit) { x_dtype } else { out };
+        let compute =
+            if matches!(node.op, IsNan | IsInf | IsFinite | IsPosInf | IsNegInf | Signbit) { x_dtype } else { out };
         let x = self.operand(node.arg(0, "self"), &sizes, compute, &node.target)?;
         let s = &mut self.prog.scalars;
         let simple = |op| Some(op);
@@ -307,7 +316,9 @@ impl Lowerer<'_> {
             }
             _ => return Err(crate::unsupported(&node.target, "no lowering for this op")),
         };
-        if !compute.is_float() && matches!(op, BinaryOp::Atan2 | BinaryOp::Hypot | BinaryOp::Copysign | BinaryOp::Nextafter) {
+        if !compute.is_float()
+            && matches!(op, BinaryOp::Atan2 | BinaryOp::Hypot | BinaryOp::Copysign | BinaryOp::Nextafter)
+        {
             return Err(crate::unsupported(&node.target, format!("{op} on {compute}")));
         }
         let result_dtype = if is_cmp || is_logical { DType::Bool } else { out };
@@ -401,8 +412,10 @@ impl Lowerer<'_> {
         };
         let weight = channel(self, node.arg(1, "weight"))?;
         let bias = channel(self, node.arg(2, "bias"))?;
-        let mean = channel(self, node.arg(3, "running_mean"))?.ok_or_else(|| crate::unsupported(&node.target, "no running mean"))?;
-        let var = channel(self, node.arg(4, "running_var"))?.ok_or_else(|| crate::unsupported(&node.target, "no running var"))?;
+        let mean = channel(self, node.arg(3, "running_mean"))?
+            .ok_or_else(|| crate::unsupported(&node.target, "no running mean"))?;
+        let var = channel(self, node.arg(4, "running_var"))?
+            .ok_or_else(|| crate::unsupported(&node.target, "no running var"))?;
         let s = &mut self.prog.scalars;
         let e = s.constant(eps, out);
         let ve = s.binary(BinaryOp::Add, var, e, out);
@@ -436,7 +449,17 @@ fn bool_or(dtype: DType, logical: BinaryOp, bitwise: BinaryOp) -> BinaryOp {
 fn needs_float(op: UnaryOp) -> bool {
     !matches!(
         op,
-        UnaryOp::Neg | UnaryOp::Abs | UnaryOp::Sign | UnaryOp::Not | UnaryOp::BitNot | UnaryOp::Floor | UnaryOp::Ceil | UnaryOp::Trunc
-            | UnaryOp::Round | UnaryOp::IsNan | UnaryOp::IsInf | UnaryOp::Signbit
+        UnaryOp::Neg
+            | UnaryOp::Abs
+            | UnaryOp::Sign
+            | UnaryOp::Not
+            | UnaryOp::BitNot
+            | UnaryOp::Floor
+            | UnaryOp::Ceil
+            | UnaryOp::Trunc
+            | UnaryOp::Round
+            | UnaryOp::IsNan
+            | UnaryOp::IsInf
+            | UnaryOp::Signbit
     )
 }

@@ -141,7 +141,9 @@ impl Lowerer<'_> {
         }
         let (dim_arg, keepdim) = match node.op {
             Var | Std | VarMean => (node.arg(1, "dim").clone(), node.kwarg("keepdim").as_bool().unwrap_or(false)),
-            _ if overload == "default" && matches!(node.op, Sum | Prod | Max | Min | Any | All | Mean) => (Arg::None, false),
+            _ if overload == "default" && matches!(node.op, Sum | Prod | Max | Min | Any | All | Mean) => {
+                (Arg::None, false)
+            }
             _ => (node.arg(1, "dim").clone(), node.arg(2, "keepdim").as_bool().unwrap_or(false)),
         };
         let dims = reduce_dims(&dim_arg, ndim, &node.target)?;

@@ -48,7 +48,8 @@ fn last_dependency(program: &Program, steps: &[Step], kernel: &Kernel) -> Option
         roots.push(stage.value);
         roots.extend(stage.store_indirect.iter().map(|(s, _)| *s));
     }
-    let mut reads: Vec<BufId> = program.scalars.loaded_buffers(&roots).into_iter().map(|b| program.storage_of(b)).collect();
+    let mut reads: Vec<BufId> =
+        program.scalars.loaded_buffers(&roots).into_iter().map(|b| program.storage_of(b)).collect();
     // A scatter also depends on whatever wrote the buffer it updates.
     for stage in &kernel.stages {
         if !stage.store_indirect.is_empty() {
@@ -79,7 +80,9 @@ fn tail_ranges(stage: &Stage, outer_len: usize) -> Vec<Expr> {
 }
 
 fn try_merge(program: &Program, group: &mut Kernel, next: &Kernel) -> bool {
-    let [stage] = next.stages.as_slice() else { return false };
+    let [stage] = next.stages.as_slice() else {
+        return false;
+    };
     if !stage.store_indirect.is_empty() || group.stages.iter().any(|s| !s.store_indirect.is_empty()) {
         return false;
     }
@@ -110,7 +113,9 @@ fn reads_are_local(program: &Program, group: &Kernel, stage: &Stage, outer_len: 
     let mut roots = vec![stage.value];
     roots.extend(stage.store_indirect.iter().map(|(s, _)| *s));
     for id in program.scalars.topo(&roots) {
-        let ScalarOp::Load { buf, index, indirect, .. } = &program.scalars.get(id).op else { continue };
+        let ScalarOp::Load { buf, index, indirect, .. } = &program.scalars.get(id).op else {
+            continue;
+        };
         let storage = program.storage_of(*buf);
         for (written, producer) in &writers {
             if *written != storage {
@@ -206,7 +211,14 @@ mod tests {
         for (out, value) in [(a, xv), (b, shifted)] {
             p.steps.push(Step::Kernel(Kernel {
                 outer: vec![Expr::c(64)],
-                stages: vec![Stage { out, ranges: vec![Expr::c(64)], reduce: None, value, store: Expr::v(0), store_indirect: vec![] }],
+                stages: vec![Stage {
+                    out,
+                    ranges: vec![Expr::c(64)],
+                    reduce: None,
+                    value,
+                    store: Expr::v(0),
+                    store_indirect: vec![],
+                }],
             }));
         }
         run(&mut p);

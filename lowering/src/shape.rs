@@ -20,11 +20,12 @@ fn norm_dim(d: i64, ndim: usize) -> usize {
 
 fn int_list(arg: &Arg, op: &str) -> Result<Vec<i64>, LowerError> {
     match arg {
-        Arg::List(items) => items
-            .iter()
-            .map(|a| a.as_int().ok_or_else(|| crate::unsupported(op, "symbolic int in list")))
-            .collect(),
-        other => other.as_int().map(|v| vec![v]).ok_or_else(|| crate::unsupported(op, format!("expected ints, got {other}"))),
+        Arg::List(items) => {
+            items.iter().map(|a| a.as_int().ok_or_else(|| crate::unsupported(op, "symbolic int in list"))).collect()
+        }
+        other => {
+            other.as_int().map(|v| vec![v]).ok_or_else(|| crate::unsupported(op, format!("expected ints, got {other}")))
+        }
     }
 }
 
@@ -38,11 +39,11 @@ impl Lowerer<'_> {
             Op::View | Op::UnsafeView | Op::Reshape => {
                 let ctx = self.ctx_for(&sizes);
                 let out_strides = contiguous_strides(&sizes);
-                let linear = vars(sizes.len()).iter().zip(&out_strides).fold(Expr::zero(), |acc, (v, s)| acc.add(&v.mul(s)));
+                let linear =
+                    vars(sizes.len()).iter().zip(&out_strides).fold(Expr::zero(), |acc, (v, s)| acc.add(&v.mul(s)));
                 let in_strides = contiguous_strides(&x.sizes);
-                let map: Vec<Expr> = (0..n)
-                    .map(|j| linear.floordiv(&in_strides[j], &ctx).modulo(&x.sizes[j], &ctx))
-                    .collect();
+                let map: Vec<Expr> =
+                    (0..n).map(|j| linear.floordiv(&in_strides[j], &ctx).modulo(&x.sizes[j], &ctx)).collect();
                 self.view(&x, sizes, &map)
             }
             Op::Permute => {
@@ -192,18 +193,23 @@ impl Lowerer<'_> {
     /// the output variables, or a data value (`indirect`) for gathered dims.
     /// Indices that are index expressions provably inside the tensor make
     /// this a view (fusable, no buffer); the rest are bounds-checked gathers.
-    fn gather_load(&mut self, src: &Lazy, index: &[Option<Expr>], indirect: &[(usize, ScalarId)], out_sizes: &[Expr]) -> ScalarId {
+    fn gather_load(
+        &mut self,
+        src: &Lazy,
+        index: &[Option<Expr>],
+        indirect: &[(usize, ScalarId)],
+        out_sizes: &[Expr],
+    ) -> ScalarId {
         let ctx = self.ctx_for(out_sizes);
         let mut direct: Vec<Option<Expr>> = index.to_vec();
         let mut all_direct = true;
         for (d, value) in indirect {
             let as_i64 = self.prog.scalars.cast(*value, DType::I64);
-            let folded = self.prog.scalars.as_index(as_i64).filter(|e| {
-                match (e.bounds(&ctx), src.sizes[*d].as_const()) {
+            let folded =
+                self.prog.scalars.as_index(as_i64).filter(|e| match (e.bounds(&ctx), src.sizes[*d].as_const()) {
                     (Some((lo, hi)), Some(n)) => lo >= 0 && hi < n,
                     _ => false,
-                }
-            });
+                });
             match folded {
                 Some(e) => direct[*d] = Some(e),
                 None => all_direct = false,
@@ -241,7 +247,9 @@ impl Lowerer<'_> {
                 let d = norm_dim(node.arg(1, "dim").as_int().unwrap_or(0), n);
                 let mut parts = Vec::new();
                 for item in &list {
-                    let Arg::Tensor(v) = item else { return Err(crate::unsupported(op, "non-tensor in cat")) };
+                    let Arg::Tensor(v) = item else {
+                        return Err(crate::unsupported(op, "non-tensor in cat"));
+                    };
                     let lazy = self.value(*v, op)?;
                     if lazy.ndim() == 1 && lazy.sizes[0].is_const(0) && n != 1 {
                         continue; // legacy empty tensors are skipped
@@ -348,8 +356,10 @@ impl Lowerer<'_> {
                     (node.arg(1, "start").as_float().unwrap_or(0.0), node.arg(2, "step").as_float().unwrap_or(1.0))
                 } else {
                     let overload = node.overload();
-                    let start = if overload == "default" { 0.0 } else { node.arg(0, "start").as_float().unwrap_or(0.0) };
-                    let step = if overload == "start_step" { node.arg(2, "step").as_float().unwrap_or(1.0) } else { 1.0 };
+                    let start =
+                        if overload == "default" { 0.0 } else { node.arg(0, "start").as_float().unwrap_or(0.0) };
+                    let step =
+                        if overload == "start_step" { node.arg(2, "step").as_float().unwrap_or(1.0) } else { 1.0 };
                     (start, step)
                 };
                 let compute = if out.is_float() { DType::F64 } else { DType::I64 };
@@ -362,25 +372,24 @@ impl Lowerer<'_> {
                 let v = s.binary(BinaryOp::Add, m, b, compute);
                 s.cast(v, out)
             }
-            Op::Full | Op::FullLike | Op::Fill => {
-                let pos = if node.op == Op::Full { 1 } else { 1 };
-                match node.arg(pos, "fill_value") {
-                    Arg::Tensor(v) => {
-                        let lazy = self.value(*v, op)?;
-                        let b = self.broadcast_to(&lazy, &sizes);
-                        self.prog.scalars.cast(b.value, out)
-                    }
-                    a => {
-                        let value = a.as_float().ok_or_else(|| crate::unsupported(op, "fill value"))?;
-                        self.prog.scalars.constant(value, out)
-                    }
+            Op::Full | Op::FullLike | Op::Fill => match node.arg(1, "fill_value") {
+                Arg::Tensor(v) => {
+                    let lazy = self.value(*v, op)?;
+                    let b = self.broadcast_to(&lazy, &sizes);
+                    self.prog.scalars.cast(b.value, out)
                 }
-            }
+                a => {
+                    let value = a.as_float().ok_or_else(|| crate::unsupported(op, "fill value"))?;
+                    self.prog.scalars.constant(value, out)
+                }
+            },
             Op::ScalarTensor => {
                 let value = node.arg(0, "s").as_float().ok_or_else(|| crate::unsupported(op, "value"))?;
                 self.prog.scalars.constant(value, out)
             }
-            Op::Zeros | Op::ZerosLike | Op::Empty | Op::EmptyLike | Op::EmptyStrided => self.prog.scalars.constant(0.0, out),
+            Op::Zeros | Op::ZerosLike | Op::Empty | Op::EmptyLike | Op::EmptyStrided => {
+                self.prog.scalars.constant(0.0, out)
+            }
             Op::Ones | Op::OnesLike => self.prog.scalars.constant(1.0, out),
             Op::Tril | Op::Triu => {
                 let x = self.tensor_arg(node, 0, "self")?;
@@ -409,7 +418,10 @@ impl Lowerer<'_> {
                 let mut map = vars(n);
                 for (shift, d) in shifts.iter().zip(dims) {
                     let d = norm_dim(d, n);
-                    map[d] = Expr::v(d as u32).sub(&Expr::c(*shift)).add(&x.sizes[d].scale(shift.abs() + 1)).modulo(&x.sizes[d], &ctx);
+                    map[d] = Expr::v(d as u32)
+                        .sub(&Expr::c(*shift))
+                        .add(&x.sizes[d].scale(shift.abs() + 1))
+                        .modulo(&x.sizes[d], &ctx);
                 }
                 self.view(&x, sizes.clone(), &map).value
             }
@@ -553,10 +565,10 @@ impl Lowerer<'_> {
         }
         let mut value = self.prog.scalars.cast(value, out);
         if accumulate {
-            let old = self.prog.scalars.add(
-                ScalarOp::Load { buf, index: address.clone(), indirect: store_indirect.clone(), mask: None },
-                out,
-            );
+            let old = self
+                .prog
+                .scalars
+                .add(ScalarOp::Load { buf, index: address.clone(), indirect: store_indirect.clone(), mask: None }, out);
             value = self.prog.scalars.binary(BinaryOp::Add, old, value, out);
         }
         address = address.simplify(&self.ctx_for(&ranges));

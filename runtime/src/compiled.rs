@@ -29,7 +29,14 @@ pub trait Host {
     fn alloc(&mut self, buf: BufId, plan: &BufPlan) -> Result<usize, RuntimeError>;
     /// Run graph node `node` eagerly on the given buffers; fill `ptrs` for
     /// its outputs.
-    fn run_node(&mut self, node: u32, inputs: &[BufId], outputs: &[BufId], bufs: &[BufPlan], ptrs: &mut [usize]) -> Result<(), RuntimeError>;
+    fn run_node(
+        &mut self,
+        node: u32,
+        inputs: &[BufId],
+        outputs: &[BufId],
+        bufs: &[BufPlan],
+        ptrs: &mut [usize],
+    ) -> Result<(), RuntimeError>;
 }
 
 /// One cached specialization.
@@ -107,7 +114,11 @@ impl CompiledGraph {
                         )));
                     }
                     if meta.sizes.len() != t.sizes.len() {
-                        return Err(RuntimeError::Input(format!("input {k} has {} dims, the graph expects {}", t.sizes.len(), meta.sizes.len())));
+                        return Err(RuntimeError::Input(format!(
+                            "input {k} has {} dims, the graph expects {}",
+                            t.sizes.len(),
+                            meta.sizes.len()
+                        )));
                     }
                     for (size, actual) in meta.sizes.iter().zip(&t.sizes) {
                         if let [(Atom::Sym(s), 1)] = size.terms() {
@@ -124,7 +135,8 @@ impl CompiledGraph {
         // Check every size now that all symbols are bound.
         for (k, (input, arg)) in self.graph.inputs.iter().zip(args).enumerate() {
             if let (Input::Tensor(v), CallArg::Tensor(t)) = (input, arg) {
-                let expected: Vec<Option<i64>> = self.graph.meta(*v).sizes.iter().map(|s| s.simplify(&ctx).as_const()).collect();
+                let expected: Vec<Option<i64>> =
+                    self.graph.meta(*v).sizes.iter().map(|s| s.simplify(&ctx).as_const()).collect();
                 if expected.iter().zip(&t.sizes).any(|(e, a)| e.is_some_and(|e| e != *a)) {
                     return Err(RuntimeError::Input(format!(
                         "input {k} has shape {:?} but the graph was captured for {:?}; call torch.compile again (or use dynamic=True)",
@@ -310,4 +322,3 @@ pub fn execute(selected: &Selected, args: &[CallArg], host: &mut dyn Host) -> Re
     }
     Ok(ptrs)
 }
-
