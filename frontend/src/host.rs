@@ -16,6 +16,7 @@ pub struct Torch {
     pub tensor_type: Py<PyAny>,
     pub dtypes: Vec<(Py<PyAny>, DType)>,
     pub as_strided: Py<PyAny>,
+    pub empty_strided: Py<PyAny>,
 }
 
 impl Torch {
@@ -26,6 +27,7 @@ impl Torch {
             tensor_type: torch.getattr("Tensor")?.unbind(),
             dtypes,
             as_strided: torch.getattr("as_strided")?.unbind(),
+            empty_strided: torch.getattr("empty_strided")?.unbind(),
         })
     }
 
@@ -54,8 +56,10 @@ pub fn call_args(torch: &Torch, args: &Bound<'_, PyAny>, with_ptr: bool) -> PyRe
                     "rdyn: input tensor has dtype {dtype_obj}, which rdyn does not support; use a real floating, integer or bool dtype"
                 ))
             })?;
-            let device: String = item.getattr("device")?.getattr("type")?.extract()?;
-            let device = match device.as_str() {
+            let is_cpu: bool = item.getattr("is_cpu")?.extract()?;
+            let device_name: String =
+                if is_cpu { String::from("cpu") } else { item.getattr("device")?.getattr("type")?.extract()? };
+            let device = match device_name.as_str() {
                 "cpu" => Device::Cpu,
                 "cuda" => Device::Cuda(0),
                 "meta" => Device::Meta,
@@ -88,6 +92,9 @@ pub struct PyHost<'py, 'a> {
     /// The tensor that owns each storage root, and the storage offset of
     /// that root's element 0.
     pub tensors: Vec<Option<(Bound<'py, PyAny>, i64)>>,
+    /// Whether that tensor was allocated here with exactly the buffer's
+    /// layout (so it can be returned without checking).
+    pub exact: Vec<bool>,
     pub error: Option<PyErr>,
 }
 
@@ -114,6 +121,9 @@ impl<'py> PyHost<'py, '_> {
             )));
         };
         let plan = &bufs[b.0 as usize];
+        if root == b.0 as usize && self.exact[root] {
+            return Ok(tensor.clone());
+        }
         if root == b.0 as usize && plan.offset == 0 {
             let sizes: Vec<i64> = tensor.call_method0("size")?.extract()?;
             let strides: Vec<i64> = tensor.call_method0("stride")?.extract()?;
@@ -141,13 +151,20 @@ impl Host for PyHost<'_, '_> {
                 .torch
                 .dtype_object(self.py, plan.dtype)
                 .ok_or_else(|| pyo3::exceptions::PyTypeError::new_err("dtype"))?;
-            let t = self.runner.call_method1("alloc", (plan.sizes.clone(), plan.strides.clone(), dtype))?;
+            let kwargs = pyo3::types::PyDict::new(self.py);
+            kwargs.set_item("dtype", dtype)?;
+            let t = self
+                .torch
+                .empty_strided
+                .bind(self.py)
+                .call((PyTuple::new(self.py, &plan.sizes)?, PyTuple::new(self.py, &plan.strides)?), Some(&kwargs))?;
             let ptr: usize = t.call_method0("data_ptr")?.extract()?;
             Ok((t, ptr))
         })();
         match result {
             Ok((t, ptr)) => {
                 self.tensors[buf.0 as usize] = Some((t, 0));
+                self.exact[buf.0 as usize] = plan.offset == 0;
                 Ok(ptr)
             }
             Err(e) => Err(self.fail(e)),

@@ -90,14 +90,9 @@ impl CompiledGraph {
                 let missed = STATS.guard_misses.load(std::sync::atomic::Ordering::Relaxed) != misses;
                 eprintln!("[rdyn guards] {} key {:?}", if missed { "miss" } else { "hit" }, key);
             }
-            if let Selected::Spec(spec) = &selected {
-                if spec.plan.steps.is_empty() || log_enabled("kernels") {
-                    // (printing happens once per specialization in Python)
-                }
-            }
             let runner = self.runner.bind(py);
-            let mut host =
-                PyHost { py, torch, runner, tensors: vec![None; selected.plan().buffers.len()], error: None };
+            let n = selected.plan().buffers.len();
+            let mut host = PyHost { py, torch, runner, tensors: vec![None; n], exact: vec![false; n], error: None };
             for (k, buf) in selected.plan().buffers.iter().enumerate() {
                 if let Storage::Input(n) = buf.storage {
                     if let (Some(obj), Some(CallArg::Tensor(t))) = (objects.get(n), call.get(n)) {

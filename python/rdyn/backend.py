@@ -115,6 +115,7 @@ def compile_aten_graph(gm: torch.fx.GraphModule, example_inputs, options: Option
     if log_enabled("graph"):
         log("graph", compiled.graph_text())
     state = {"compiled": compiled, "specs": 0}
+    logging = log_enabled("ir") or log_enabled("kernels")
 
     def run(args):
         graph = state["compiled"]
@@ -130,7 +131,7 @@ def compile_aten_graph(gm: torch.fx.GraphModule, example_inputs, options: Option
             _py_stats["graphs_failed"] += 1
             state["compiled"] = None
             return gm(*args)
-        if (log_enabled("ir") or log_enabled("kernels")) and graph.specializations() != state["specs"]:
+        if logging and graph.specializations() != state["specs"]:
             state["specs"] = graph.specializations()
             desc = graph.describe(args)
             if log_enabled("ir") and "ir" in desc:

@@ -45,13 +45,20 @@ class Options:
         return Options(device=device, strict=strict)
 
 
-def _topics():
-    return {t.strip() for t in os.environ.get("RDYN_LOG", "").split(",") if t.strip()}
+_TOPICS: frozenset = frozenset()
+
+
+def refresh() -> None:
+    """Re-read RDYN_LOG (it is read once at import)."""
+    global _TOPICS
+    _TOPICS = frozenset(t.strip() for t in os.environ.get("RDYN_LOG", "").split(",") if t.strip())
+
+
+refresh()
 
 
 def log_enabled(topic: str) -> bool:
-    topics = _topics()
-    return topic in topics or "all" in topics
+    return topic in _TOPICS or "all" in _TOPICS
 
 
 def log(topic: str, text: str) -> None:
