@@ -55,7 +55,22 @@ struct Scratch {
 impl Scratch {
     fn new(kernel: &KernelPlan, vars: usize) -> Scratch {
         Scratch {
-            regs: kernel.stages.iter().map(|s| s.regs.iter().map(|k| Tile::new(*k, TILE)).collect()).collect(),
+            regs: kernel
+                .stages
+                .iter()
+                .map(|s| {
+                    let mut regs: Vec<Tile> = s.regs.iter().map(|k| Tile::new(*k, TILE)).collect();
+                    for (reg, op) in &s.consts {
+                        let tile = &mut regs[*reg as usize];
+                        match op {
+                            InstOp::ConstF(x) => fill_f(tile, *x, TILE),
+                            InstOp::ConstI(x) => fill_i(tile, *x, TILE),
+                            _ => {}
+                        }
+                    }
+                    regs
+                })
+                .collect(),
             env: vec![0; vars + 1],
             lane_index: vec![0; TILE],
             acc: Tile::F64(vec![0.0; TILE]),

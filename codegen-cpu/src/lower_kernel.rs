@@ -27,14 +27,14 @@ fn stage_exprs(program: &Program, stage: &Stage) -> Vec<Expr> {
     out
 }
 
-/// Groups of consecutive outer dims that every expression walks as one:
-/// `coef(k) == coef(k+1) · size(k+1)` everywhere.
-fn collapse_groups(outer: &[i64], exprs: &[Expr]) -> Vec<Vec<usize>> {
+/// Groups of consecutive dims (variables `first..first + sizes.len()`) that
+/// every expression walks as one: `coef(k) == coef(k+1) · size(k+1)`.
+fn collapse_groups(sizes: &[i64], first: usize, exprs: &[Expr]) -> Vec<Vec<usize>> {
     let mut groups: Vec<Vec<usize>> = Vec::new();
-    for (k, &size) in outer.iter().enumerate() {
+    for (k, &size) in sizes.iter().enumerate() {
         let mergeable = k > 0
             && exprs.iter().all(|e| {
-                let (a, b) = (Var(k as u32 - 1), Var(k as u32));
+                let (a, b) = (Var((first + k) as u32 - 1), Var((first + k) as u32));
                 if !e.mentions_var(a) && !e.mentions_var(b) {
                     return true;
                 }
@@ -61,6 +61,12 @@ struct RegAlloc {
 }
 
 impl RegAlloc {
+    /// A register no other value will ever use.
+    fn fresh(&mut self, kind: Kind) -> Reg {
+        self.kinds.push(kind);
+        (self.kinds.len() - 1) as Reg
+    }
+
     fn take(&mut self, kind: Kind) -> Reg {
         if let Some(pos) = self.free.iter().position(|r| self.kinds[*r as usize] == kind) {
             return self.free.swap_remove(pos);
@@ -84,28 +90,46 @@ pub(crate) fn kernel_plan(
         all_exprs.extend(stage_exprs(program, stage).into_iter().map(|e| e.simplify(syms)));
     }
     let serial = kernel.stages.iter().any(|s| !s.store_indirect.is_empty());
-    let groups = if serial { (0..m).map(|k| vec![k]).collect() } else { collapse_groups(&outer, &all_exprs) };
+    let groups = if serial { (0..m).map(|k| vec![k]).collect() } else { collapse_groups(&outer, 0, &all_exprs) };
     let new_outer: Vec<i64> = groups.iter().map(|g| g.iter().map(|k| outer[*k]).product()).collect();
     let m_new = new_outer.len();
     let mut stages = Vec::new();
     for stage in &kernel.stages {
         let ranges: Vec<i64> = stage.ranges.iter().map(|e| concrete(e, syms)).collect::<Result<_, _>>()?;
         let inner: Vec<i64> = ranges[m..].to_vec();
-        let reduce = match &stage.reduce {
-            Some(r) => Some((r.op, r.ranges.iter().map(|e| concrete(e, syms)).collect::<Result<Vec<_>, _>>()?)),
-            None => None,
+        let red: Vec<i64> = match &stage.reduce {
+            Some(r) => r.ranges.iter().map(|e| concrete(e, syms)).collect::<Result<Vec<_>, _>>()?,
+            None => Vec::new(),
         };
-        let total_vars = m + inner.len() + reduce.as_ref().map_or(0, |(_, r)| r.len());
-        // Old variable → expression over the collapsed variables.
+        let total_vars = m + inner.len() + red.len();
+        // The stage's own dims collapse by its own indices.
+        let own: Vec<Expr> = stage_exprs(program, stage).into_iter().map(|e| e.simplify(syms)).collect();
+        let single = |n: usize| (0..n).map(|k| vec![k]).collect::<Vec<_>>();
+        let inner_groups = if serial { single(inner.len()) } else { collapse_groups(&inner, m, &own) };
+        let red_groups = if serial { single(red.len()) } else { collapse_groups(&red, m + inner.len(), &own) };
+        let product = |groups: &[Vec<usize>], sizes: &[i64]| -> Vec<i64> {
+            groups.iter().map(|g| g.iter().map(|k| sizes[*k]).product()).collect()
+        };
+        let new_inner = product(&inner_groups, &inner);
+        let new_red = product(&red_groups, &red);
+        // Old variable → expression over the collapsed variables: the last
+        // dim of a group becomes the group's variable, the others vanish
+        // (their contribution is the same variable scaled, by construction).
         let mut remap = vec![Expr::zero(); total_vars];
-        for (g, group) in groups.iter().enumerate() {
-            if let Some(last) = group.last() {
-                remap[*last] = Expr::v(g as u32);
+        let segments = [
+            (&groups, 0usize, 0usize),
+            (&inner_groups, m, m_new),
+            (&red_groups, m + inner.len(), m_new + new_inner.len()),
+        ];
+        for (seg_groups, old_first, new_first) in segments {
+            for (g, group) in seg_groups.iter().enumerate() {
+                if let Some(last) = group.last() {
+                    remap[old_first + *last] = Expr::v((new_first + g) as u32);
+                }
             }
         }
-        for (k, slot) in remap.iter_mut().enumerate().skip(m) {
-            *slot = Expr::v((k - m + m_new) as u32);
-        }
+        let inner = new_inner;
+        let reduce = stage.reduce.as_ref().map(|r| (r.op, new_red.clone()));
         let mut extents = new_outer.clone();
         extents.extend(inner.iter().copied());
         if let Some((_, r)) = &reduce {
@@ -206,9 +230,22 @@ fn compile_stage(
     let mut alloc = RegAlloc { kinds: Vec::new(), free: Vec::new() };
     let mut reg_of: HashMap<ScalarId, Reg> = HashMap::new();
     let mut insts = Vec::new();
+    let mut consts: Vec<(Reg, InstOp)> = Vec::new();
     for (pos, id) in order.iter().enumerate() {
         let node = scalars.get(*id);
         let kind = node.dtype.kind();
+        // Constants live in their own registers, filled once per thread.
+        if let ScalarOp::Const { bits } = &node.op {
+            let dst = alloc.fresh(kind);
+            let op = if node.dtype.is_float() {
+                InstOp::ConstF(f64::from_bits(*bits))
+            } else {
+                InstOp::ConstI(*bits as i64)
+            };
+            consts.push((dst, op));
+            reg_of.insert(*id, dst);
+            continue;
+        }
         let reg = |s: &ScalarId| reg_of.get(s).copied().ok_or(CodegenError::Internal("operand without register"));
         let op_kind = operand_kind(program, *id);
         let op = match &node.op {
@@ -255,8 +292,13 @@ fn compile_stage(
         let cross_kind = op_kind != kind && matches!(op, InstOp::Unary(..) | InstOp::Binary(..));
         // Free operands whose last use is here before picking the result
         // register (an op may write over its own operand).
-        let release: Vec<Reg> =
-            operands.iter().filter(|o| last_use.get(o) == Some(&pos)).filter_map(|o| reg_of.get(o).copied()).collect();
+        // Constant registers are never released.
+        let release: Vec<Reg> = operands
+            .iter()
+            .filter(|o| last_use.get(o) == Some(&pos))
+            .filter(|o| !matches!(scalars.get(**o).op, ScalarOp::Const { .. }))
+            .filter_map(|o| reg_of.get(o).copied())
+            .collect();
         // The result never shares a register with its operands: the
         // executor reads operands while it writes the result.
         if cross_kind {
@@ -303,5 +345,6 @@ fn compile_stage(
         store: index(&stage.store),
         store_indirect,
         regs: alloc.kinds,
+        consts,
     })
 }

@@ -168,6 +168,8 @@ pub struct StagePlan {
     pub store: IndexFn,
     pub store_indirect: Vec<(Reg, i64)>,
     pub regs: Vec<Kind>,
+    /// Registers holding constants (filled once per thread, never written).
+    pub consts: Vec<(Reg, InstOp)>,
 }
 
 /// How a kernel vectorises.
@@ -380,6 +382,9 @@ impl CpuProgram {
                 None => String::new(),
             };
             let _ = writeln!(out, "  stage -> {} ({}) inner {:?}{red}", stage.out, stage.out_dtype, stage.inner);
+            for (reg, op) in &stage.consts {
+                let _ = writeln!(out, "    r{reg} = {}", fmt_inst(op));
+            }
             for inst in &stage.insts {
                 let _ = writeln!(out, "    r{} {:?} = {}", inst.dst, inst.kind, fmt_inst(&inst.op));
             }
