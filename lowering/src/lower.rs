@@ -53,6 +53,9 @@ pub(crate) struct Lowerer<'g> {
     pub syms: Ctx,
     pub uses: Vec<u32>,
     pub counts: NodeCounts,
+    /// Reductions already emitted, by what they compute: identical ones
+    /// (e.g. `sum` and the sum inside `mean`) share one buffer.
+    pub reductions: std::collections::HashMap<(crate::ir::loops::ReduceOp, Vec<Expr>, Vec<Expr>, crate::ir::loops::ScalarId, crate::ir::DType), crate::ir::loops::BufId>,
 }
 
 /// Bodies larger than this are stored once rather than recomputed in every
@@ -70,6 +73,7 @@ pub fn lower(graph: &Graph, inputs: &[Option<InputLayout>], syms: &Ctx) -> Resul
         syms: syms.clone(),
         uses: graph.use_counts(),
         counts: NodeCounts::default(),
+        reductions: Default::default(),
     };
     for (k, input) in graph.inputs.iter().enumerate() {
         let Input::Tensor(v) = input else { continue };

@@ -94,6 +94,10 @@ impl Lowerer<'_> {
             ReduceOp::Sum | ReduceOp::Prod => self.prog.scalars.cast(body, dtype),
             _ => body,
         };
+        let key = (op, out_sizes.clone(), red_sizes.clone(), body, buf_dtype);
+        if let Some(buf) = self.reductions.get(&key) {
+            return self.load_buffer(*buf);
+        }
         let buf = self.prog.add_buffer(Buffer {
             dtype: buf_dtype,
             sizes: out_sizes.clone(),
@@ -113,6 +117,7 @@ impl Lowerer<'_> {
                 store_indirect: Vec::new(),
             }],
         }));
+        self.reductions.insert(key, buf);
         self.load_buffer(buf)
     }
 

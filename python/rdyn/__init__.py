@@ -11,7 +11,7 @@ from __future__ import annotations
 from . import _rdyn
 from .backend import DECOMPOSITIONS, CompileError, compile_graph, rdyn_backend, _py_stats
 from .config import Options
-from .explain import Report, explain
+from .explain import Report, describe_graph, explain
 
 __version__ = _rdyn.__version__
 
@@ -38,6 +38,7 @@ __all__ = [
     "Options",
     "Report",
     "compile_graph",
+    "describe_graph",
     "explain",
     "rdyn_backend",
     "reset_stats",

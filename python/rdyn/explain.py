@@ -44,6 +44,31 @@ class Report:
         return "\n".join(lines)
 
 
+def _describe_into(report: Report, gm, inputs) -> None:
+    try:
+        data, info = import_graph(gm)
+    except Unsupported as e:
+        report.notes.append(f"a graph runs eagerly: {e}")
+        return
+    graph = _rdyn.CompiledGraph(data, GraphRunner(info))
+    desc = graph.describe(list(inputs))
+    index = len(report.graphs)
+    report.graphs.append(desc["graph"])
+    report.ir.append(desc.get("ir", ""))
+    for name, dev, source in desc["kernels"]:
+        report.kernels.append(Kernel(name if index == 0 else f"g{index}.{name}", dev, source))
+    for op, n in desc.get("fallback_ops", {}).items():
+        report.fallback_ops[op] = report.fallback_ops.get(op, 0) + n
+
+
+def describe_graph(gm, example_inputs) -> Report:
+    """Like `explain`, for an ATen FX graph (e.g. from ``make_fx`` with
+    `rdyn.DECOMPOSITIONS`): builds its kernels without running anything."""
+    report = Report()
+    _describe_into(report, gm, example_inputs)
+    return report
+
+
 def explain(fn, *example_inputs, device=None) -> Report:
     """Compile `fn` for `example_inputs` and report the graphs, the kernels
     (with their generated source) and the eager fallbacks. The function runs
@@ -58,20 +83,7 @@ def explain(fn, *example_inputs, device=None) -> Report:
     report = Report()
 
     def fw(gm, inputs):
-        try:
-            data, info = import_graph(gm)
-        except Unsupported as e:
-            report.notes.append(f"a graph runs eagerly: {e}")
-            return gm
-        graph = _rdyn.CompiledGraph(data, GraphRunner(info))
-        desc = graph.describe(inputs)
-        report.graphs.append(desc["graph"])
-        report.ir.append(desc.get("ir", ""))
-        offset = len(report.kernels)
-        for name, dev, source in desc["kernels"]:
-            report.kernels.append(Kernel(f"g{len(report.graphs) - 1}.{name}" if offset or name.startswith("k") else name, dev, source))
-        for op, n in desc.get("fallback_ops", {}).items():
-            report.fallback_ops[op] = report.fallback_ops.get(op, 0) + n
+        _describe_into(report, gm, inputs)
         return gm
 
     backend = aot_autograd(fw_compiler=fw, decompositions=DECOMPOSITIONS)

@@ -1,0 +1,98 @@
+"""Golden CPU kernel plans and pinned fusion decisions.
+
+Each case traces a small function to ATen (rdyn's decompositions), builds its
+kernels without running them, and compares every kernel's plan text with
+``tests/golden/cpu/<case>.txt``. Regenerate after an intended change with::
+
+    RDYN_BLESS=1 .venv/bin/python -m pytest tests/test_golden.py
+
+The fusion pins assert the decision that matters ("softmax is one kernel")
+rather than the text.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch.fx.experimental.proxy_tensor import make_fx
+
+import rdyn
+
+GOLDEN = Path(__file__).parent / "golden" / "cpu"
+
+
+def _report(fn, *args):
+    gm = make_fx(fn, decomposition_table=rdyn.DECOMPOSITIONS)(*args)
+    return rdyn.describe_graph(gm, list(args))
+
+
+def _kernels(report):
+    return [k for k in report.kernels if k.name.startswith("k")]
+
+
+CASES = {
+    "relu_add_mul": (lambda x, y: torch.relu(x + y) * 2, (torch.randn(64, 33), torch.randn(64, 33))),
+    "softmax": (lambda x: torch.softmax(x, -1), (torch.randn(32, 100),)),
+    "layer_norm": (lambda x, w, b: F.layer_norm(x, (64,), w, b), (torch.randn(16, 64), torch.randn(64), torch.randn(64))),
+    "var_mean": (lambda x: torch.var_mean(x, dim=1), (torch.randn(8, 50),)),
+    "transpose_add": (lambda x: x.t() + 1, (torch.randn(16, 24),)),
+    "cat_pad": (lambda x, y: F.pad(torch.cat([x, y], 1), (1, 2)), (torch.randn(4, 3), torch.randn(4, 5))),
+    "max_pool": (lambda x: F.max_pool2d(x, 3, 2, 1), (torch.randn(1, 2, 9, 9),)),
+    "gather": (lambda x, i: torch.gather(x, 1, i), (torch.randn(5, 7), torch.randint(0, 7, (5, 3)))),
+    "linear_gelu": (lambda x, w, b: F.gelu(F.linear(x, w, b)), (torch.randn(8, 16), torch.randn(32, 16), torch.randn(32))),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_golden_cpu_plan(name):
+    fn, args = CASES[name]
+    report = _report(fn, *args)
+    text = "".join(f"=== {k.name}\n{k.source}" for k in report.kernels)
+    path = GOLDEN / f"{name}.txt"
+    if os.environ.get("RDYN_BLESS") == "1":
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    assert path.exists(), f"no golden file {path}; run with RDYN_BLESS=1 to create it"
+    assert text == path.read_text(), f"kernel plan of {name} changed; if intended, re-bless with RDYN_BLESS=1"
+
+
+def test_softmax_is_one_kernel():
+    assert len(_kernels(_report(lambda x: torch.softmax(x, -1), torch.randn(32, 100)))) == 1
+
+
+def test_layer_norm_is_one_kernel():
+    report = _report(lambda x: F.layer_norm(x, (64,)), torch.randn(16, 64))
+    assert len(_kernels(report)) == 1
+
+
+def test_pointwise_chain_is_one_kernel():
+    report = _report(lambda x, y: (torch.relu(x + y) * 2).exp().sigmoid(), torch.randn(10, 10), torch.randn(10, 10))
+    assert len(_kernels(report)) == 1
+    assert report.fallback_ops == {}
+
+
+def test_sibling_reductions_share_a_kernel():
+    report = _report(lambda x: (x.sum(-1), x.amax(-1), x.mean(-1)), torch.randn(64, 128))
+    kernels = _kernels(report)
+    assert len(kernels) == 1
+    assert kernels[0].source.count("stage") == 3
+
+
+def test_pooling_index_math_becomes_a_view():
+    """max_pool2d's decomposition builds window indices with arange; they fold
+    into affine loads (no gather, no materialised padded input)."""
+    report = _report(lambda x: F.max_pool2d(torch.relu(x), 3, 2, 1), torch.randn(1, 2, 16, 16))
+    kernels = _kernels(report)
+    assert len(kernels) == 1
+    assert "bounded" not in kernels[0].source
+
+
+def test_linear_uses_gemm_with_fused_bias():
+    report = _report(lambda x, w, b: F.linear(x, w, b), torch.randn(8, 16), torch.randn(32, 16), torch.randn(32))
+    names = [k.name for k in report.kernels]
+    assert "gemm" in names
+    assert any("+=" in k.source for k in report.kernels if k.name == "gemm")
