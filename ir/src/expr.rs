@@ -519,8 +519,8 @@ impl fmt::Display for Atom {
                 }
                 Ok(())
             }
-            Atom::FloorDiv(e, d) => write!(f, "({e})//{}", Paren(d)),
-            Atom::Mod(e, d) => write!(f, "({e})%{}", Paren(d)),
+            Atom::FloorDiv(e, d) => write!(f, "({e} // {})", Paren(d)),
+            Atom::Mod(e, d) => write!(f, "({e} % {})", Paren(d)),
         }
     }
 }
@@ -595,7 +595,7 @@ mod tests {
         assert_eq!(flat.modulo(&Expr::c(6), &ctx), Expr::v(1));
         // (6*i0 + i1) // 3 stays symbolic but splits: 2*i0 + i1//3
         let d = flat.floordiv(&Expr::c(3), &ctx);
-        assert_eq!(d.to_string(), "2*i0 + (i1)//3");
+        assert_eq!(d.to_string(), "2*i0 + (i1 // 3)");
     }
 
     #[test]
