@@ -9,7 +9,7 @@ use rdyn_ir::graph::{Arg, Graph, Input, Node, TensorMeta, ValueId};
 use rdyn_ir::loops::{contiguous_strides, BufId};
 use rdyn_ir::op::parse_target;
 use rdyn_ir::{Ctx, DType, Device, Expr};
-use rdyn_runtime::compiled::{execute, CompiledGraph, Host};
+use rdyn_runtime::compiled::{execute, Backend, CompiledGraph, Host};
 use rdyn_runtime::guard::{CallArg, TensorArg};
 use rdyn_runtime::RuntimeError;
 
@@ -87,6 +87,8 @@ fn args(data: &[Vec<f32>], sizes: &[i64]) -> Vec<CallArg> {
                 sizes: sizes.to_vec(),
                 strides: strides.clone(),
                 storage_offset: 0,
+                version: 0,
+                identity: 0,
             })
         })
         .collect()
@@ -95,7 +97,7 @@ fn args(data: &[Vec<f32>], sizes: &[i64]) -> Vec<CallArg> {
 fn guard_check(c: &mut Criterion) {
     let sizes = [8, 16, 32, 32];
     let inputs = 4;
-    let graph = CompiledGraph::new(add_chain(inputs, &sizes));
+    let graph = CompiledGraph::new(add_chain(inputs, &sizes), Backend::Cpu);
     let data: Vec<Vec<f32>> = (0..inputs).map(|_| vec![1.0; 8 * 16 * 32 * 32]).collect();
     let call = args(&data, &sizes);
     let mut key = Vec::new();
@@ -131,7 +133,7 @@ fn compile(c: &mut Criterion) {
 fn throughput(c: &mut Criterion) {
     let n = 1 << 22;
     let sizes = [n];
-    let graph = CompiledGraph::new(add_chain(2, &sizes));
+    let graph = CompiledGraph::new(add_chain(2, &sizes), Backend::Cpu);
     let data: Vec<Vec<f32>> = (0..2).map(|_| vec![1.0; n as usize]).collect();
     let call = args(&data, &sizes);
     let mut key = Vec::new();

@@ -73,7 +73,19 @@ pub fn call_args(torch: &Torch, args: &Bound<'_, PyAny>, with_ptr: bool) -> PyRe
             let strides: Vec<i64> = item.call_method0("stride")?.extract()?;
             let storage_offset: i64 = item.call_method0("storage_offset")?.extract()?;
             let ptr: usize = if with_ptr { item.call_method0("data_ptr")?.extract()? } else { 0 };
-            out.push(CallArg::Tensor(TensorArg { ptr, dtype, device, sizes, strides, storage_offset }));
+            let version: u64 =
+                if with_ptr { item.getattr("_version")?.extract().unwrap_or(u64::MAX) } else { u64::MAX };
+            let identity = item.as_ptr() as usize;
+            out.push(CallArg::Tensor(TensorArg {
+                ptr,
+                dtype,
+                device,
+                sizes,
+                strides,
+                storage_offset,
+                version,
+                identity,
+            }));
         } else if let Ok(v) = item.extract::<i64>() {
             out.push(CallArg::Int(v));
         } else {

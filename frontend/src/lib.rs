@@ -15,7 +15,8 @@ use pyo3::types::{PyDict, PyList};
 
 use rdyn_codegen_cpu::plan::{CpuProgram, CpuStep, OutputPlan, Storage};
 use rdyn_ir::loops::BufId;
-use rdyn_runtime::compiled::{execute, CompiledGraph as RtGraph, Selected};
+use rdyn_runtime::compiled::{execute, Backend, CompiledGraph as RtGraph, Selected};
+use rdyn_runtime::gpu::GpuStep;
 use rdyn_runtime::guard::CallArg;
 use rdyn_runtime::stats::STATS;
 use rdyn_runtime::RuntimeError;
@@ -71,10 +72,18 @@ struct CompiledGraph {
 #[pymethods]
 impl CompiledGraph {
     #[new]
-    fn new(graph_data: &Bound<'_, PyAny>, runner: Py<PyAny>) -> PyResult<Self> {
+    #[pyo3(signature = (graph_data, runner, device = "cpu"))]
+    fn new(graph_data: &Bound<'_, PyAny>, runner: Py<PyAny>, device: &str) -> PyResult<Self> {
         guarded(|| {
+            let backend = match device {
+                "cpu" => Backend::Cpu,
+                "wgpu" => Backend::Wgpu,
+                other => {
+                    return Err(PyValueError::new_err(format!("rdyn: unknown device {other:?}; use 'cpu' or 'wgpu'")))
+                }
+            };
             let graph = import::graph(graph_data)?;
-            Ok(CompiledGraph { inner: RtGraph::new(graph), runner })
+            Ok(CompiledGraph { inner: RtGraph::new(graph, backend), runner })
         })
     }
 
@@ -117,11 +126,31 @@ impl CompiledGraph {
             let torch = torch(py)?;
             let (call, _) = call_args(torch, args, false)?;
             let mut key = Vec::new();
-            let selected = self.inner.select(&call, &mut key).map_err(to_py)?;
+            let selected = self.inner.select_for(&call, &mut key, true).map_err(to_py)?;
             let out = PyDict::new(py);
             out.set_item("graph", self.inner.graph.to_string())?;
             let kernels = PyList::empty(py);
-            for step in &selected.plan().steps {
+            let wgpu = match &selected {
+                Selected::Spec(spec) => spec.wgpu.as_ref(),
+                Selected::Generic(_) => None,
+            };
+            let on_device: Vec<Option<&rdyn_codegen_wgsl::WgslKernel>> = match wgpu {
+                Some(plan) => plan
+                    .steps
+                    .iter()
+                    .map(|s| match s {
+                        GpuStep::Shader { kernel, .. } => Some(kernel),
+                        GpuStep::Cpu(_) => None,
+                    })
+                    .collect(),
+                None => vec![None; selected.plan().steps.len()],
+            };
+            for (step, shader) in selected.plan().steps.iter().zip(on_device) {
+                if let Some(kernel) = shader {
+                    let name = if kernel.name.starts_with("gemm") { "gemm".to_string() } else { kernel.name.clone() };
+                    kernels.append((name, "wgpu", kernel.source.clone()))?;
+                    continue;
+                }
                 match step {
                     CpuStep::Kernel(k) => kernels.append((k.name.clone(), "cpu", CpuProgram::kernel_source(k)))?,
                     CpuStep::Gemm { a, b, out: o, accumulate } => kernels.append((
@@ -184,6 +213,13 @@ fn stats<'py>(py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
     Ok(out)
 }
 
+/// The wgpu adapter rdyn uses (opening it if needed), or a RuntimeError
+/// saying why there is none.
+#[pyfunction]
+fn wgpu_adapter() -> PyResult<String> {
+    guarded(|| rdyn_runtime::gpu::adapter_description().map_err(to_py))
+}
+
 #[pyfunction]
 fn reset_stats() {
     STATS.reset();
@@ -201,6 +237,7 @@ fn _rdyn(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(stats, m)?)?;
     m.add_function(wrap_pyfunction!(reset_stats, m)?)?;
     m.add_function(wrap_pyfunction!(num_threads, m)?)?;
+    m.add_function(wrap_pyfunction!(wgpu_adapter, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     let _ = BufId(0);
     Ok(())

@@ -141,6 +141,10 @@ impl Lowerer<'_> {
     /// A view buffer over the storage `lazy` reads, if it is a strided view.
     pub(crate) fn as_view(&mut self, lazy: &Lazy) -> Option<BufId> {
         let (buf, strides, offset) = self.strided_source(lazy)?;
+        // PyTorch tensors cannot have negative strides (flip): copy instead.
+        if strides.iter().any(|s| s.as_const().is_some_and(|v| v < 0)) {
+            return None;
+        }
         let base = self.prog.storage_of(buf);
         let source = self.prog.buffer(buf);
         if source.sizes == lazy.sizes && source.strides == strides && source.offset == offset {

@@ -55,7 +55,10 @@ pub(crate) struct Lowerer<'g> {
     pub counts: NodeCounts,
     /// Reductions already emitted, by what they compute: identical ones
     /// (e.g. `sum` and the sum inside `mean`) share one buffer.
-    pub reductions: std::collections::HashMap<(crate::ir::loops::ReduceOp, Vec<Expr>, Vec<Expr>, crate::ir::loops::ScalarId, crate::ir::DType), crate::ir::loops::BufId>,
+    pub reductions: std::collections::HashMap<
+        (crate::ir::loops::ReduceOp, Vec<Expr>, Vec<Expr>, crate::ir::loops::ScalarId, crate::ir::DType),
+        crate::ir::loops::BufId,
+    >,
 }
 
 /// Bodies larger than this are stored once rather than recomputed in every
@@ -152,10 +155,17 @@ impl Lowerer<'_> {
     /// Run `node` outside rdyn's kernels: its tensor inputs become buffers,
     /// its outputs buffers that the call fills.
     pub(crate) fn extern_call(&mut self, node: &Node, kind: ExternKind) -> Result<Vec<Lazy>, LowerError> {
+        // ATen kernels may rely on the layout PyTorch's metadata promises
+        // (e.g. after a contiguous clone): pass exactly that layout.
         let mut inputs = Vec::new();
         for v in node.tensor_inputs() {
             let lazy = self.value(v, &node.target)?;
-            inputs.push(self.buffer_for_extern(&lazy));
+            let strides = self.meta_strides(v);
+            let buf = match self.as_view_with_strides(&lazy, &strides) {
+                Some(view) => view,
+                None => self.realize(&lazy, Some(strides)),
+            };
+            inputs.push(buf);
         }
         let mut outputs = Vec::new();
         let mut lazies = Vec::new();

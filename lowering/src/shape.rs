@@ -35,6 +35,25 @@ impl Lowerer<'_> {
         let (sizes, _) = self.out_meta(node)?;
         let n = x.ndim();
         let op = &node.target;
+        // Dim-taking views of 0-dim tensors are identities or errors in
+        // eager; leave them to ATen.
+        if n == 0
+            && !matches!(
+                node.op,
+                Op::View
+                    | Op::UnsafeView
+                    | Op::Reshape
+                    | Op::Expand
+                    | Op::Unsqueeze
+                    | Op::Alias
+                    | Op::Detach
+                    | Op::Permute
+                    | Op::Squeeze
+                    | Op::AsStrided
+            )
+        {
+            return Err(crate::unsupported(op, "dim argument on a 0-dim tensor"));
+        }
         let out = match node.op {
             Op::View | Op::UnsafeView | Op::Reshape => {
                 let ctx = self.ctx_for(&sizes);
@@ -331,6 +350,9 @@ impl Lowerer<'_> {
             Op::Gather | Op::IndexSelect => {
                 let x = self.tensor_arg(node, 0, "self")?;
                 let n = x.ndim();
+                if n == 0 {
+                    return Err(crate::unsupported(op, "0-dim input"));
+                }
                 let d = norm_dim(node.arg(1, "dim").as_int().unwrap_or(0), n);
                 let idx = self.tensor_arg(node, 2, "index")?;
                 let idx_value = if node.op == Op::Gather {
@@ -486,6 +508,9 @@ impl Lowerer<'_> {
     fn scatter(&mut self, node: &Node, sizes: &[Expr], out: DType) -> Res {
         let op = node.target.as_str();
         let x = self.tensor_arg(node, 0, "self")?;
+        if sizes.is_empty() {
+            return Err(crate::unsupported(op, "0-dim scatter"));
+        }
         if node.op == Op::Scatter && !node.kwarg("reduce").is_none() {
             return Err(crate::unsupported(op, "scatter with reduce"));
         }
@@ -535,10 +560,15 @@ impl Lowerer<'_> {
             if idx.is_empty() {
                 return Err(crate::unsupported(op, "no index tensors"));
             }
-            let mut b_sizes: Vec<Expr> = Vec::new();
+            // The index tensors broadcast together.
+            let b_ndim = idx.iter().map(|(_, l)| l.ndim()).max().unwrap_or(0);
+            let mut b_sizes: Vec<Expr> = vec![Expr::c(1); b_ndim];
             for (_, l) in &idx {
-                if l.ndim() > b_sizes.len() {
-                    b_sizes = l.sizes.clone();
+                let shift = b_ndim - l.ndim();
+                for (k, size) in l.sizes.iter().enumerate() {
+                    if !size.is_const(1) {
+                        b_sizes[k + shift] = size.clone();
+                    }
                 }
             }
             let rest: Vec<Expr> = sizes[idx.len()..].to_vec();

@@ -101,7 +101,11 @@ fn pointwise_chain_is_one_kernel_with_no_temporaries() {
 fn permute_and_view_are_index_rewrites() {
     let mut b = Builder::new();
     let x = b.input(&[4, 6]);
-    let p = b.node("aten.permute.default", vec![t(x), Arg::List(vec![Arg::Int(Expr::c(1)), Arg::Int(Expr::c(0))])], &[6, 4]);
+    let p = b.node(
+        "aten.permute.default",
+        vec![t(x), Arg::List(vec![Arg::Int(Expr::c(1)), Arg::Int(Expr::c(0))])],
+        &[6, 4],
+    );
     let e = b.node("aten.exp.default", vec![t(p)], &[6, 4]);
     let v = b.node("aten.view.default", vec![t(e), Arg::List(vec![Arg::Int(Expr::c(24))])], &[24]);
     let n = b.node("aten.neg.default", vec![t(v)], &[24]);

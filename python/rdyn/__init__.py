@@ -22,13 +22,28 @@ def stats() -> dict:
     misses, compile seconds, and fallback ops by name."""
     out = dict(_rdyn.stats())
     out["graphs_failed"] = _py_stats["graphs_failed"]
+    out["graphs_unsupported"] = _py_stats["graphs_unsupported"]
+    out["nodes_fallback"] += _py_stats["nodes_fallback"]
+    ops = dict(out["fallback_ops"])
+    for op, n in _py_stats["fallback_ops"].items():
+        ops[op] = ops.get(op, 0) + n
+    out["fallback_ops"] = ops
     out["compile_seconds"] = out["compile_seconds"] + _py_stats["python_compile_seconds"]
     return out
+
+
+def wgpu_adapter() -> str:
+    """The GPU adapter the wgpu device uses (a software renderer such as
+    lavapipe is reported as such); raises if none is available."""
+    return _rdyn.wgpu_adapter()
 
 
 def reset_stats() -> None:
     _rdyn.reset_stats()
     _py_stats["graphs_failed"] = 0
+    _py_stats["graphs_unsupported"] = 0
+    _py_stats["nodes_fallback"] = 0
+    _py_stats["fallback_ops"] = {}
     _py_stats["python_compile_seconds"] = 0.0
 
 
@@ -43,4 +58,5 @@ __all__ = [
     "rdyn_backend",
     "reset_stats",
     "stats",
+    "wgpu_adapter",
 ]

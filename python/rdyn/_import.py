@@ -18,6 +18,12 @@ class Unsupported(Exception):
     """The graph uses something rdyn cannot represent (the graph runs eagerly)."""
 
 
+SUPPORTED_DTYPES = {
+    torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64,
+    torch.float16, torch.bfloat16, torch.float32, torch.float64,
+}
+
+
 def _sym_expr(expr, syms):
     import sympy
 
@@ -79,10 +85,13 @@ def import_graph(gm: fx.GraphModule):
     inputs = []
     nodes = []
     out_positions: dict[int, list[tuple]] = {}
+    constants: list = []
     node_list = list(gm.graph.nodes)
+    if any(n.op == "call_function" and "with_effects" in str(n.target) for n in node_list):
+        raise Unsupported("graphs with effect tokens (with_effects)")
 
     def add_value(t: torch.Tensor) -> int:
-        if t.is_complex() or t.is_sparse or t.layout != torch.strided or t.is_quantized:
+        if t.is_complex() or t.is_sparse or t.layout != torch.strided or t.is_quantized or t.dtype not in SUPPORTED_DTYPES:
             raise Unsupported(f"tensor of dtype {t.dtype} / layout {t.layout}")
         values.append(
             (
@@ -142,6 +151,14 @@ def import_graph(gm: fx.GraphModule):
             continue
         if node.op == "output":
             continue
+        if node.op == "get_attr":
+            value = getattr(gm, node.target)
+            if not isinstance(value, torch.Tensor):
+                raise Unsupported(f"constant {node.target} of type {type(value).__name__}")
+            vid = add_value(value)
+            tensor_of[(node, ())] = vid
+            constants.append((vid, value))
+            continue
         if node.op != "call_function":
             raise Unsupported(f"FX node kind {node.op}")
         if node.target is operator.getitem and isinstance(node.args[0], fx.Node):
@@ -171,6 +188,7 @@ def import_graph(gm: fx.GraphModule):
             args, kwargs = [("list", tensors)], []
         nodes.append((index, target, args, kwargs, outputs))
 
+    inputs.extend(("tensor", vid) for vid, _ in constants)
     output_node = node_list[-1]
     outs = output_node.args[0]
     outs = list(outs) if isinstance(outs, (list, tuple)) else [outs]
@@ -181,5 +199,12 @@ def import_graph(gm: fx.GraphModule):
         "nodes": nodes,
         "outputs": [conv(o) for o in outs],
     }
-    info = {"nodes": node_list, "tensor_of": tensor_of, "int_nodes": int_nodes, "out_positions": out_positions}
+    info = {
+        "nodes": node_list,
+        "tensor_of": tensor_of,
+        "int_nodes": int_nodes,
+        "out_positions": out_positions,
+        # Module constants (get_attr) are passed as extra trailing inputs.
+        "constants": [value for _, value in constants],
+    }
     return data, info

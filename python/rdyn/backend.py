@@ -68,11 +68,22 @@ DECOMPOSITIONS = {
 }
 
 
+# torch 2.15's decomposition of this op gives a wrongly shaped logsumexp and
+# wrong gradients; the op runs eagerly instead (a counted fallback).
+DECOMPOSITIONS.pop(aten._scaled_dot_product_flash_attention_for_cpu.default, None)
+
+
 class CompileError(RuntimeError):
     """A graph could not be compiled (raised under ``RDYN_STRICT=1``)."""
 
 
-_py_stats = {"graphs_failed": 0, "python_compile_seconds": 0.0}
+_py_stats = {
+    "graphs_failed": 0,
+    "graphs_unsupported": 0,
+    "nodes_fallback": 0,
+    "fallback_ops": {},
+    "python_compile_seconds": 0.0,
+}
 
 
 def _strict(options: Options) -> bool:
@@ -96,6 +107,24 @@ def _eager(gm, reason, options):
     return _boxed(run)
 
 
+def _unsupported_graph(gm, reason):
+    """A graph rdyn cannot represent (complex or sparse tensors, effect
+    tokens, ...) runs eagerly: an unsupported construct, not a compiler bug,
+    so it is counted as fallback nodes rather than raised, even when strict."""
+    ops = [str(n.target) for n in gm.graph.nodes if n.op == "call_function"]
+    _py_stats["graphs_unsupported"] += 1
+    _py_stats["nodes_fallback"] += len(ops)
+    for op in ops:
+        _py_stats["fallback_ops"][op] = _py_stats["fallback_ops"].get(op, 0) + 1
+    if log_enabled("graph"):
+        log("graph", f"runs eagerly ({reason}):\n{gm.graph}")
+
+    def run(args):
+        return gm(*args)
+
+    return _boxed(run)
+
+
 def compile_aten_graph(gm: torch.fx.GraphModule, example_inputs, options: Options | None = None):
     """Compile an ATen-level FX graph; returns a boxed callable (one list
     argument -> list of outputs)."""
@@ -103,18 +132,19 @@ def compile_aten_graph(gm: torch.fx.GraphModule, example_inputs, options: Option
     start = time.perf_counter()
     devices = {t.device.type for t in example_inputs if isinstance(t, torch.Tensor)}
     if devices - {"cpu"}:
-        return _eager(gm, f"tensors on {sorted(devices - {'cpu'})}: only the CPU backend is built so far", options)
+        return _unsupported_graph(gm, f"tensors on {sorted(devices - {'cpu'})}: the CUDA backend is not built yet")
     try:
         data, info = import_graph(gm)
         runner = GraphRunner(info)
-        compiled = _rdyn.CompiledGraph(data, runner)
+        compiled = _rdyn.CompiledGraph(data, runner, options.device)
     except Unsupported as e:
-        return _eager(gm, str(e), options)
+        return _unsupported_graph(gm, str(e))
     finally:
         _py_stats["python_compile_seconds"] += time.perf_counter() - start
     if log_enabled("graph"):
         log("graph", compiled.graph_text())
     state = {"compiled": compiled, "specs": 0}
+    constants = info["constants"]
     logging = log_enabled("ir") or log_enabled("kernels")
 
     def run(args):
@@ -123,7 +153,7 @@ def compile_aten_graph(gm: torch.fx.GraphModule, example_inputs, options: Option
             return gm(*args)
         runner.set_inputs(args)
         try:
-            out = graph(args)
+            out = graph(args + constants if constants else args)
         except RuntimeError as e:
             if _strict(options) or not str(e).startswith("rdyn"):
                 raise

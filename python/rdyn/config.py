@@ -4,7 +4,8 @@ Environment:
   RDYN_LOG=graph,ir,kernels,guards   what to print (``all`` for everything)
   RDYN_STRICT=1                      a compile failure raises instead of
                                      falling back to eager
-  RDYN_DEVICE=cpu                    default device
+  RDYN_DEVICE=cpu|wgpu               default device (wgpu: any GPU through
+                                     Vulkan/Metal/DX12; CPU tensors in and out)
 """
 
 from __future__ import annotations
@@ -13,8 +14,8 @@ import os
 import sys
 from dataclasses import dataclass
 
-DEVICES = ("cpu",)
-PLANNED_DEVICES = ("wgpu", "cuda")
+DEVICES = ("cpu", "wgpu")
+PLANNED_DEVICES = ("cuda",)
 
 
 @dataclass(frozen=True)

@@ -44,14 +44,14 @@ class Report:
         return "\n".join(lines)
 
 
-def _describe_into(report: Report, gm, inputs) -> None:
+def _describe_into(report: Report, gm, inputs, device: str = "cpu") -> None:
     try:
         data, info = import_graph(gm)
     except Unsupported as e:
         report.notes.append(f"a graph runs eagerly: {e}")
         return
-    graph = _rdyn.CompiledGraph(data, GraphRunner(info))
-    desc = graph.describe(list(inputs))
+    graph = _rdyn.CompiledGraph(data, GraphRunner(info), device)
+    desc = graph.describe(list(inputs) + info["constants"])
     index = len(report.graphs)
     report.graphs.append(desc["graph"])
     report.ir.append(desc.get("ir", ""))
@@ -61,11 +61,11 @@ def _describe_into(report: Report, gm, inputs) -> None:
         report.fallback_ops[op] = report.fallback_ops.get(op, 0) + n
 
 
-def describe_graph(gm, example_inputs) -> Report:
+def describe_graph(gm, example_inputs, device: str = "cpu") -> Report:
     """Like `explain`, for an ATen FX graph (e.g. from ``make_fx`` with
     `rdyn.DECOMPOSITIONS`): builds its kernels without running anything."""
     report = Report()
-    _describe_into(report, gm, example_inputs)
+    _describe_into(report, gm, example_inputs, device)
     return report
 
 
@@ -83,7 +83,7 @@ def explain(fn, *example_inputs, device=None) -> Report:
     report = Report()
 
     def fw(gm, inputs):
-        _describe_into(report, gm, inputs)
+        _describe_into(report, gm, inputs, device)
         return gm
 
     backend = aot_autograd(fw_compiler=fw, decompositions=DECOMPOSITIONS)

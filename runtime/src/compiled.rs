@@ -39,13 +39,23 @@ pub trait Host {
     ) -> Result<(), RuntimeError>;
 }
 
+/// Where a graph's kernels run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Backend {
+    Cpu,
+    Wgpu,
+}
+
 /// One cached specialization.
 pub struct Specialization {
     pub key: Vec<i64>,
     pub program: Arc<Program>,
     pub plan: Arc<CpuProgram>,
+    /// The wgpu plan, for graphs compiled for wgpu.
+    pub wgpu: Option<crate::gpu::WgpuPlan>,
     pub counts: NodeCounts,
     arena_pool: Mutex<Vec<Vec<u64>>>,
+    inputs: crate::gpu::InputCache,
 }
 
 /// The shape-generic program: lowered once with symbolic sizes and strides,
@@ -59,6 +69,7 @@ struct Generic {
 /// A graph plus its specializations.
 pub struct CompiledGraph {
     pub graph: Graph,
+    pub backend: Backend,
     guard_offsets: bool,
     specs: Mutex<Vec<Arc<Specialization>>>,
     generic: Mutex<Option<Arc<Generic>>>,
@@ -80,10 +91,10 @@ impl Selected {
 }
 
 impl CompiledGraph {
-    pub fn new(graph: Graph) -> CompiledGraph {
+    pub fn new(graph: Graph, backend: Backend) -> CompiledGraph {
         let guard_offsets = graph.nodes.iter().any(|n| n.op == Op::AsStrided);
         STATS.graphs.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        CompiledGraph { graph, guard_offsets, specs: Mutex::new(Vec::new()), generic: Mutex::new(None) }
+        CompiledGraph { graph, backend, guard_offsets, specs: Mutex::new(Vec::new()), generic: Mutex::new(None) }
     }
 
     pub fn specializations(&self) -> Vec<Arc<Specialization>> {
@@ -164,6 +175,17 @@ impl CompiledGraph {
 
     /// Pick (or build) what runs this call; `key` is scratch for the guard key.
     pub fn select(&self, args: &[CallArg], key: &mut Vec<i64>) -> Result<Selected, RuntimeError> {
+        self.select_for(args, key, false)
+    }
+
+    /// As [`CompiledGraph::select`]; with `describe_only`, a wgpu plan is
+    /// generated and validated without opening a device.
+    pub fn select_for(
+        &self,
+        args: &[CallArg],
+        key: &mut Vec<i64>,
+        describe_only: bool,
+    ) -> Result<Selected, RuntimeError> {
         GuardKey::fill(key, args, self.guard_offsets);
         {
             let specs = self.specs.lock().map_err(|_| RuntimeError::Poisoned)?;
@@ -180,14 +202,20 @@ impl CompiledGraph {
         }
         let start = Instant::now();
         let Lowered { program, counts } = lower(&self.graph, &self.layouts(args), &ctx)?;
-        let cpu = plan(&program, &ctx)?;
+        let cpu = Arc::new(plan(&program, &ctx)?);
+        let wgpu = match self.backend {
+            Backend::Wgpu => Some(crate::gpu::plan_wgpu(&program, cpu.clone(), &ctx, !describe_only)?),
+            Backend::Cpu => None,
+        };
         STATS.record_lowering(&counts, program.kernels().count(), start.elapsed().as_nanos() as u64);
         let spec = Arc::new(Specialization {
             key: key.clone(),
             program: Arc::new(program),
-            plan: Arc::new(cpu),
+            plan: cpu,
+            wgpu,
             counts,
             arena_pool: Mutex::new(Vec::new()),
+            inputs: Default::default(),
         });
         self.specs.lock().map_err(|_| RuntimeError::Poisoned)?.push(spec.clone());
         Ok(Selected::Spec(spec))
@@ -294,6 +322,15 @@ pub fn execute(selected: &Selected, args: &[CallArg], host: &mut dyn Host) -> Re
         }
     };
     resolve_views(&mut ptrs);
+    if let Selected::Spec(spec) = selected {
+        if let Some(wgpu_plan) = &spec.wgpu {
+            crate::gpu::execute_wgpu(wgpu_plan, args, host, &mut ptrs, &spec.inputs)?;
+            if let Ok(mut pool) = spec.arena_pool.lock() {
+                pool.push(arena);
+            }
+            return Ok(ptrs);
+        }
+    }
     for step in &plan.steps {
         match step {
             CpuStep::Kernel(kernel) => {

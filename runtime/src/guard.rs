@@ -13,6 +13,12 @@ pub struct TensorArg {
     pub sizes: Vec<i64>,
     pub strides: Vec<i64>,
     pub storage_offset: i64,
+    /// PyTorch's version counter (`tensor._version`), `u64::MAX` if unknown:
+    /// lets a device keep a copy of an input that did not change.
+    pub version: u64,
+    /// Identity of the tensor object (the frontend keeps the last call's
+    /// inputs alive, so an identity is never reused while a cache holds it).
+    pub identity: usize,
 }
 
 /// One call argument.
@@ -63,6 +69,8 @@ mod tests {
             sizes: sizes.to_vec(),
             strides: strides.to_vec(),
             storage_offset: 0,
+            version: 0,
+            identity: 0,
         })
     }
 

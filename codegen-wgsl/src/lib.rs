@@ -1,0 +1,36 @@
+//! The WGSL backend: loop IR → WGSL compute shaders, each validated by
+//! naga (parser and validator) before it reaches a driver.
+//!
+//! Leaf crate: depends on `ir` only. The wgpu runtime (in `runtime/`) runs
+//! the modules; kernels this crate cannot express return
+//! [`WgslError::Unsupported`] and run on the CPU path instead.
+
+mod expr;
+mod kernel;
+
+pub use kernel::{gemm_wgsl, kernel_wgsl, Binding, WgslKernel, WORKGROUP};
+
+/// Why a kernel has no WGSL form.
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum WgslError {
+    /// Not expressible in WGSL (float64, symbolic sizes, some functions):
+    /// the kernel runs on the CPU.
+    #[error("not expressible in WGSL: {0}")]
+    Unsupported(String),
+    /// naga rejected the generated module: a compiler bug.
+    #[error("generated WGSL for {kernel} is invalid: {error}\n{wgsl}")]
+    Invalid { kernel: String, error: String, wgsl: String },
+    #[error("internal WGSL codegen error: {0}")]
+    Internal(&'static str),
+}
+
+/// Parse and validate a module with naga; the module on success.
+pub fn validate(kernel: &WgslKernel) -> Result<naga::Module, WgslError> {
+    let invalid =
+        |error: String| WgslError::Invalid { kernel: kernel.name.clone(), error, wgsl: kernel.source.clone() };
+    let module = naga::front::wgsl::parse_str(&kernel.source).map_err(|e| invalid(e.emit_to_string(&kernel.source)))?;
+    let mut validator =
+        naga::valid::Validator::new(naga::valid::ValidationFlags::all(), naga::valid::Capabilities::empty());
+    validator.validate(&module).map_err(|e| invalid(format!("{e:?}")))?;
+    Ok(module)
+}

@@ -1,0 +1,174 @@
+"""rdyn's own guards and specialization cache.
+
+A compiled graph keeps up to 8 specializations keyed by each input's sizes
+and strides: a call matching one reuses it (a guard hit), a call matching
+none compiles a new one (a guard miss), and past the limit a graph with
+symbolic sizes runs one shape-generic program.  A graph's dtypes are fixed
+when it is captured: through ``torch.compile`` a dtype change is Dynamo's
+recompile (a new graph); ``rdyn.compile_graph`` rejects it with a clear
+error.  Checked both directly through ``rdyn.compile_graph`` and end to end
+through ``torch.compile``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+
+import rdyn
+from helpers import assert_same, compile_aten, no_rust_panic
+
+SPECIALIZATION_LIMIT = 8
+
+
+def pointwise_and_reduction(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """No size appears in the graph, so any 2-D shape is valid for it."""
+    y = torch.sin(x) * 2 + 1
+    return y, y.sum(dim=-1)
+
+
+def stats_delta(before: dict[str, Any], after: dict[str, Any]) -> dict[str, int]:
+    keys = ("graphs", "specializations", "generic_programs", "guard_hits", "guard_misses")
+    return {key: after[key] - before[key] for key in keys}
+
+
+# --------------------------------------------------------------------------
+# Through rdyn.compile_graph
+
+
+def test_same_shape_hits_the_cache() -> None:
+    example = torch.randn(4, 8)
+    compiled = compile_aten(pointwise_and_reduction, [example])
+    with no_rust_panic():
+        compiled(example)
+        before = rdyn.stats()
+        for _ in range(3):
+            x = torch.randn(4, 8)
+            assert_same(tuple(compiled(x)), pointwise_and_reduction(x))
+    delta = stats_delta(before, rdyn.stats())
+    assert delta["specializations"] == 0, delta
+    assert delta["guard_misses"] == 0, delta
+    assert delta["guard_hits"] >= 3, delta
+
+
+@pytest.mark.parametrize(
+    "make_input",
+    [
+        pytest.param(lambda: torch.randn(8, 4).t(), id="transposed"),
+        pytest.param(lambda: torch.randn(4, 16)[:, ::2], id="strided"),
+        pytest.param(lambda: torch.randn(1, 8).expand(4, 8), id="expanded"),
+    ],
+)
+def test_new_strides_make_a_new_specialization(make_input: Any) -> None:
+    example = torch.randn(4, 8)
+    compiled = compile_aten(pointwise_and_reduction, [example])
+    with no_rust_panic():
+        compiled(example)
+        before = rdyn.stats()
+        x = make_input()
+        actual = tuple(compiled(x))
+        middle = rdyn.stats()
+        again = tuple(compiled(x))
+    expected = pointwise_and_reduction(x)
+    assert_same(actual, expected, pointwise_and_reduction(x.double()))
+    assert_same(again, expected, pointwise_and_reduction(x.double()))
+    first = stats_delta(before, middle)
+    assert first["specializations"] == 1, first
+    assert first["guard_misses"] == 1, first
+    second = stats_delta(middle, rdyn.stats())
+    assert second["specializations"] == 0, second
+    assert second["guard_hits"] >= 1, second
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.bfloat16])
+def test_compile_graph_rejects_a_new_dtype(dtype: torch.dtype) -> None:
+    example = torch.randn(4, 8)
+    compiled = compile_aten(pointwise_and_reduction, [example])
+    with pytest.raises(ValueError, match="dtype"):
+        with no_rust_panic():
+            compiled(example.to(dtype))
+
+
+def test_storage_offset_is_honoured() -> None:
+    example = torch.randn(4, 8)
+    compiled = compile_aten(pointwise_and_reduction, [example])
+    base = torch.randn(6, 8)
+    x = base[1:5]  # same sizes and strides as the example, storage offset 8
+    with no_rust_panic():
+        actual = tuple(compiled(x))
+    assert_same(actual, pointwise_and_reduction(x))
+
+
+def test_ninth_shape_uses_the_generic_program() -> None:
+    shapes = [(n, 3 + 2 * n) for n in range(2, 14)]  # 12 distinct shapes
+    compiled = compile_aten(pointwise_and_reduction, [torch.randn(*shapes[0])], dynamic=True)
+    counts = []
+    with no_rust_panic():
+        for shape in shapes:
+            x = torch.randn(*shape)
+            assert_same(tuple(compiled(x)), pointwise_and_reduction(x), what=f"output for shape {shape}")
+            counts.append(rdyn.stats()["specializations"])
+        # A shape seen before is still served from its specialization.
+        before = rdyn.stats()
+        x = torch.randn(*shapes[1])
+        assert_same(tuple(compiled(x)), pointwise_and_reduction(x), what="output for a repeated shape")
+    assert counts == [min(n, SPECIALIZATION_LIMIT) for n in range(1, len(shapes) + 1)], counts
+    stats = rdyn.stats()
+    assert stats["generic_programs"] == 1, stats
+    assert stats["guard_hits"] == before["guard_hits"] + 1, stats
+
+
+# --------------------------------------------------------------------------
+# Through torch.compile
+
+
+def test_torch_compile_repeated_shape_hits_the_cache() -> None:
+    fn = torch.compile(pointwise_and_reduction, backend="rdyn", dynamic=False)
+    with no_rust_panic():
+        fn(torch.randn(4, 8))
+        before = rdyn.stats()
+        for _ in range(3):
+            x = torch.randn(4, 8)
+            assert_same(fn(x), pointwise_and_reduction(x))
+    delta = stats_delta(before, rdyn.stats())
+    assert (delta["graphs"], delta["specializations"], delta["guard_misses"]) == (0, 0, 0), delta
+    assert delta["guard_hits"] >= 3, delta
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float16, torch.bfloat16])
+def test_torch_compile_dtype_change_makes_a_new_specialization(dtype: torch.dtype) -> None:
+    fn = torch.compile(pointwise_and_reduction, backend="rdyn", dynamic=False)
+    with no_rust_panic():
+        fn(torch.randn(4, 8))
+        before = rdyn.stats()
+        x = torch.randn(4, 8).to(dtype)
+        actual = fn(x)
+    assert_same(actual, pointwise_and_reduction(x), pointwise_and_reduction(x.double()))
+    delta = stats_delta(before, rdyn.stats())
+    assert delta["specializations"] >= 1, delta
+
+
+def test_torch_compile_output_strides_match_eager() -> None:
+    fn = torch.compile(lambda x: torch.sin(x) + 1, backend="rdyn", dynamic=False)
+    for x in (torch.randn(4, 8), torch.randn(8, 4).t(), torch.randn(2, 3, 4).permute(2, 0, 1)):
+        with no_rust_panic():
+            actual = fn(x)
+        expected = torch.sin(x) + 1
+        assert_same(actual, expected)
+        assert actual.stride() == expected.stride(), f"strides {actual.stride()}, eager {expected.stride()}"
+
+
+def test_torch_compile_dynamic_shapes() -> None:
+    fn = torch.compile(pointwise_and_reduction, backend="rdyn", dynamic=True)
+    counts = []
+    with no_rust_panic():
+        for n in range(2, 14):
+            x = torch.randn(n, 3 + 2 * n)
+            assert_same(fn(x), pointwise_and_reduction(x), what=f"output for shape {tuple(x.shape)}")
+            counts.append(rdyn.stats()["specializations"])
+    stats = rdyn.stats()
+    assert stats["graphs"] == 1, f"Dynamo should pass one symbolic graph: {stats}"
+    assert counts[-1] <= SPECIALIZATION_LIMIT, counts
+    assert stats["generic_programs"] <= 1, stats

@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# Run every check CI runs: setup, rustfmt, clippy, the Rust tests, and the
+# Python tests (pytest, with RDYN_STRICT=1 so a compile failure is an error,
+# not a silent eager fallback).  Extra arguments go to pytest:
+#
+#   tools/test.sh                       # everything
+#   tools/test.sh -k guards -x          # pytest selection
+#   tools/test.sh tests/test_api.py     # only these files
+#   RDYN_OPINFO_LIMIT=50 tools/test.sh  # cap the OpInfo conformance suite
+#   RDYN_SKIP_RUST_CHECKS=1 tools/test.sh   # skip fmt/clippy/cargo test
+#
+# All steps run even when one fails; the exit status is non-zero if any did.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+
+say() { printf '[test] %s\n' "$*"; }
+
+"$ROOT/tools/setup.sh"
+
+failed=()
+step() {
+    local name="$1"
+    shift
+    say "$name: $*"
+    local start=$SECONDS
+    if "$@"; then
+        say "$name: ok ($((SECONDS - start)) s)"
+    else
+        say "$name: FAILED ($((SECONDS - start)) s)"
+        failed+=("$name")
+    fi
+}
+
+if [[ "${RDYN_SKIP_RUST_CHECKS:-0}" != "1" ]]; then
+    step rustfmt cargo fmt --all --check
+    step clippy cargo clippy --workspace --all-targets --quiet -- -D warnings
+    step cargo-test cargo test --quiet
+fi
+
+# Run all of tests/ unless the arguments name test files or directories.
+pytest_paths=(tests)
+for arg in "$@"; do
+    if [[ "$arg" != -* && -e "${arg%%::*}" ]]; then
+        pytest_paths=()
+        break
+    fi
+done
+step pytest env RDYN_STRICT=1 "$ROOT/.venv/bin/python" -m pytest "${pytest_paths[@]}" -q "$@"
+
+if ((${#failed[@]})); then
+    say "FAILED steps: ${failed[*]}"
+    exit 1
+fi
+say "all checks passed"
