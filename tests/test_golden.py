@@ -1,8 +1,8 @@
 """Golden CPU kernel plans and pinned fusion decisions.
 
 Each case traces a small function to ATen (rdyn's decompositions), builds its
-kernels without running them, and compares every kernel's plan text with
-``tests/golden/cpu/<case>.txt``. Regenerate after an intended change with::
+kernels without running them, and compares every kernel's source with
+``tests/golden/<device>/<case>.txt`` (CPU kernel plans; WGSL, validated by naga). Regenerate after an intended change with::
 
     RDYN_BLESS=1 .venv/bin/python -m pytest tests/test_golden.py
 
@@ -25,9 +25,9 @@ import rdyn
 GOLDEN = Path(__file__).parent / "golden" / "cpu"
 
 
-def _report(fn, *args):
+def _report(fn, *args, device="cpu"):
     gm = make_fx(fn, decomposition_table=rdyn.DECOMPOSITIONS)(*args)
-    return rdyn.describe_graph(gm, list(args))
+    return rdyn.describe_graph(gm, list(args), device=device)
 
 
 def _kernels(report):
@@ -47,12 +47,15 @@ CASES = {
 }
 
 
+@pytest.mark.parametrize("device", ["cpu", "wgpu"])
 @pytest.mark.parametrize("name", sorted(CASES))
-def test_golden_cpu_plan(name):
+def test_golden_kernels(name, device):
+    """Kernel sources per backend: CPU plans and WGSL (generated and
+    validated by naga without needing a GPU)."""
     fn, args = CASES[name]
-    report = _report(fn, *args)
-    text = "".join(f"=== {k.name}\n{k.source}" for k in report.kernels)
-    path = GOLDEN / f"{name}.txt"
+    report = _report(fn, *args, device=device)
+    text = "".join(f"=== {k.name} on {k.device}\n{k.source}" for k in report.kernels)
+    path = GOLDEN.parent / device / f"{name}.txt"
     if os.environ.get("RDYN_BLESS") == "1":
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)

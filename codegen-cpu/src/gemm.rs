@@ -9,7 +9,14 @@ use crate::exec::Memory;
 use crate::CodegenError;
 
 /// `out (+)= a @ b`; 2-D, or 3-D batched with matching batch sizes.
-pub fn run_gemm(a: BufId, b: BufId, out: BufId, accumulate: bool, mem: &Memory) -> Result<(), CodegenError> {
+pub fn run_gemm(
+    a: BufId,
+    b: BufId,
+    out: BufId,
+    accumulate: bool,
+    scale: f64,
+    mem: &Memory,
+) -> Result<(), CodegenError> {
     let (pa, pb, po) = (&mem.bufs[a.0 as usize], &mem.bufs[b.0 as usize], &mem.bufs[out.0 as usize]);
     let batched = po.sizes.len() == 3;
     let dims = |p: &crate::plan::BufPlan| -> (i64, i64, i64, i64, i64, i64) {
@@ -53,7 +60,7 @@ pub fn run_gemm(a: BufId, b: BufId, out: BufId, accumulate: bool, mem: &Memory) 
                         b_cs as isize,
                         b_rs as isize,
                         if accumulate { $one } else { $zero },
-                        $one,
+                        scale as $t,
                         false,
                         false,
                         false,

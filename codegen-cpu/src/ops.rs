@@ -103,6 +103,7 @@ macro_rules! float_ops {
                 BinaryOp::Hypot => zip!(|x: $t, y: $t| x.hypot(y)),
                 BinaryOp::Copysign => zip!(|x: $t, y: $t| x.copysign(y)),
                 BinaryOp::Nextafter => zip!(|x: $t, y: $t| $libm_nextafter(x, y)),
+                BinaryOp::Polygamma => zip!(|n: $t, x: $t| polygamma(n as f64, x as f64) as $t),
                 BinaryOp::Eq => zip!(|x: $t, y: $t| (x == y) as u8 as $t),
                 BinaryOp::Ne => zip!(|x: $t, y: $t| (x != y) as u8 as $t),
                 BinaryOp::Lt => zip!(|x: $t, y: $t| (x < y) as u8 as $t),
@@ -233,6 +234,67 @@ pub fn unary_f32(op: UnaryOp, x: &[f32], out: &mut [f32]) {
 }
 float_ops!(f64, unary_f64, binary_f64, erfinv_f64, digamma_f64, libm::erf, libm::erfc, libm::lgamma, libm::nextafter);
 
+/// Hurwitz zeta ζ(s, q) for s > 1, by Euler–Maclaurin summation.
+fn hurwitz_zeta(s: f64, q: f64) -> f64 {
+    // B_2k / (2k)! denominators as in the classic expansion.
+    const A: [f64; 12] = [
+        12.0,
+        -720.0,
+        30240.0,
+        -1209600.0,
+        47900160.0,
+        -1.8924375803183791606e9,
+        7.47242496e10,
+        -2.950130727918164224e12,
+        1.1646782814350067249e14,
+        -4.5979787224074726105e15,
+        1.8152105401943546773e17,
+        -7.1661652561756670113e18,
+    ];
+    if q <= 0.0 && q == q.floor() {
+        return f64::INFINITY;
+    }
+    let mut sum = q.powf(-s);
+    let mut a = q;
+    let mut b = 0.0;
+    let mut i = 0;
+    while i < 9 || a <= 9.0 {
+        i += 1;
+        a += 1.0;
+        b = a.powf(-s);
+        sum += b;
+        if (b / sum).abs() < 1e-17 {
+            return sum;
+        }
+    }
+    let w = a;
+    sum += b * w / (s - 1.0);
+    sum -= 0.5 * b;
+    let mut fac = 1.0;
+    let mut k = 0.0;
+    for coef in A {
+        fac *= s + k;
+        b /= w;
+        let t = fac * b / coef;
+        sum += t;
+        if (t / sum).abs() < 1e-17 {
+            break;
+        }
+        k += 1.0;
+        fac *= s + k;
+        b /= w;
+        k += 1.0;
+    }
+    sum
+}
+
+/// polygamma(n, x) = (-1)^(n+1) n! ζ(n+1, x), n ≥ 1.
+fn polygamma(n: f64, x: f64) -> f64 {
+    let factorial: f64 = (1..=n as u64).map(|k| k as f64).product();
+    let sign = if (n as u64) % 2 == 1 { 1.0 } else { -1.0 };
+    sign * factorial * hurwitz_zeta(n + 1.0, x)
+}
+
 /// Integer (and bool, as 0/1) unary ops. Float-only ops never reach here:
 /// lowering rejects them for integer dtypes.
 pub fn unary_i64(op: UnaryOp, x: &[i64], out: &mut [i64]) {
@@ -323,7 +385,7 @@ pub fn binary_i64(op: BinaryOp, a: &[i64], b: &[i64], out: &mut [i64], error: &m
         } else {
             0
         }),
-        BinaryOp::Atan2 | BinaryOp::Hypot | BinaryOp::Copysign | BinaryOp::Nextafter => {
+        BinaryOp::Atan2 | BinaryOp::Hypot | BinaryOp::Copysign | BinaryOp::Nextafter | BinaryOp::Polygamma => {
             zip!(|x: i64, _y: i64| x)
         }
     }

@@ -202,6 +202,8 @@ pub enum CpuStep {
         b: BufId,
         out: BufId,
         accumulate: bool,
+        /// Multiplies the product (`addmm`'s alpha).
+        scale: f64,
     },
     /// Runs through the host (ATen): a library kernel or an eager fallback.
     Host {
@@ -283,9 +285,13 @@ pub fn plan(program: &Program, syms: &Ctx) -> Result<CpuProgram, CodegenError> {
                 CpuStep::Kernel(crate::lower_kernel::kernel_plan(program, &buffers, kernel, syms, name)?)
             }
             Step::Extern(ext) => match &ext.kind {
-                ExternKind::Gemm { accumulate } => {
-                    CpuStep::Gemm { a: ext.inputs[0], b: ext.inputs[1], out: ext.outputs[0], accumulate: *accumulate }
-                }
+                ExternKind::Gemm { accumulate, scale_bits } => CpuStep::Gemm {
+                    a: ext.inputs[0],
+                    b: ext.inputs[1],
+                    out: ext.outputs[0],
+                    accumulate: *accumulate,
+                    scale: f64::from_bits(*scale_bits),
+                },
                 ExternKind::Library { node, target } | ExternKind::Fallback { node, target } => CpuStep::Host {
                     node: *node,
                     target: target.clone(),

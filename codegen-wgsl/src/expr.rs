@@ -257,7 +257,7 @@ impl BodyWriter<'_> {
 
     fn binary(&self, op: BinaryOp, a: &str, b: &str, from: DType, to: DType) -> Result<String, WgslError> {
         let float = from.kind() == Kind::F32;
-        let cmp = |sym: &str| format!("b2i({a} {sym} {b})");
+        let cmp = |sym: &str| format!("b2i(({a}) {sym} ({b}))");
         let e = match op {
             BinaryOp::Add => format!("({a} + {b})"),
             BinaryOp::Sub => format!("({a} - {b})"),

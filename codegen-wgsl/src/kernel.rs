@@ -103,19 +103,24 @@ fn unreachable_combine() -> String {
 }
 
 const ARG_HELPERS: &str = r#"
-fn better_f(max: bool, av: f32, ai: i32, bv: f32, bi: i32) -> bool {
+fn better_f(is_max: bool, av: f32, ai: i32, bv: f32, bi: i32) -> bool {
     if (bi < 0i) { return false; }
     if (ai < 0i) { return true; }
-    let an = is_nan(av); let bn = is_nan(bv);
-    if (an || bn) { return bn && (!an || bi < ai); }
-    let strictly = select(bv < av, bv > av, max);
-    return strictly || (bv == av && bi < ai);
+    let an = is_nan(av);
+    let bn = is_nan(bv);
+    if (an || bn) { return bn && (!an || (bi < ai)); }
+    let greater = (bv > av);
+    let less = (bv < av);
+    let strictly = select(less, greater, is_max);
+    return strictly || ((bv == av) && (bi < ai));
 }
-fn better_i(max: bool, av: i32, ai: i32, bv: i32, bi: i32) -> bool {
+fn better_i(is_max: bool, av: i32, ai: i32, bv: i32, bi: i32) -> bool {
     if (bi < 0i) { return false; }
     if (ai < 0i) { return true; }
-    let strictly = select(bv < av, bv > av, max);
-    return strictly || (bv == av && bi < ai);
+    let greater = (bv > av);
+    let less = (bv < av);
+    let strictly = select(less, greater, is_max);
+    return strictly || ((bv == av) && (bi < ai));
 }
 "#;
 
@@ -367,12 +372,14 @@ pub fn kernel_wgsl(program: &Program, kernel: &Kernel, syms: &Ctx, name: String)
 }
 
 /// A tiled GEMM: `out (+)= a @ b` for 2-D or batched 3-D strided buffers.
+#[allow(clippy::too_many_arguments)]
 pub fn gemm_wgsl(
     program: &Program,
     a: BufId,
     b: BufId,
     out: BufId,
     accumulate: bool,
+    scale: f64,
     syms: &Ctx,
 ) -> Result<WgslKernel, WgslError> {
     let layout = |buf: BufId| -> Result<(Vec<i64>, Vec<i64>, i64), WgslError> {
@@ -448,10 +455,11 @@ pub fn gemm_wgsl(
     let _ = writeln!(src, "        workgroupBarrier();\n    }}");
     let _ = writeln!(src, "    if (row < {} && col < {}) {{", i(m), i(n));
     let _ = writeln!(src, "        let at = {} + bi * {} + row * {} + col * {};", i(oo), i(o_bs), i(o_rs), i(o_cs));
+    let scaled = if scale == 1.0 { "acc".to_string() } else { format!("acc * {}", float_lit(scale)) };
     if accumulate {
-        let _ = writeln!(src, "        go[at] = go[at] + acc;");
+        let _ = writeln!(src, "        go[at] = go[at] + {scaled};");
     } else {
-        let _ = writeln!(src, "        go[at] = acc;");
+        let _ = writeln!(src, "        go[at] = {scaled};");
     }
     let _ = writeln!(src, "    }}\n}}");
     let tiles = |v: i64| (v.max(1) as u32).div_ceil(16);

@@ -153,10 +153,14 @@ impl CompiledGraph {
                 }
                 match step {
                     CpuStep::Kernel(k) => kernels.append((k.name.clone(), "cpu", CpuProgram::kernel_source(k)))?,
-                    CpuStep::Gemm { a, b, out: o, accumulate } => kernels.append((
+                    CpuStep::Gemm { a, b, out: o, accumulate, scale } => kernels.append((
                         "gemm",
                         "cpu",
-                        format!("gemm crate: {o} {}= {a} @ {b}\n", if *accumulate { "+" } else { "" }),
+                        format!(
+                            "gemm crate: {o} {}= {}{a} @ {b}\n",
+                            if *accumulate { "+" } else { "" },
+                            if *scale == 1.0 { String::new() } else { format!("{scale} * ") }
+                        ),
                     ))?,
                     CpuStep::Host { target, fallback, .. } => kernels.append((
                         if *fallback { "fallback" } else { "library" },

@@ -123,7 +123,7 @@ simple_enum! {
         Pow => "pow", Max => "max", Min => "min", Fmax => "fmax", Fmin => "fmin",
         Atan2 => "atan2", Hypot => "hypot", Copysign => "copysign", Nextafter => "nextafter",
         Eq => "eq", Ne => "ne", Lt => "lt", Le => "le", Gt => "gt", Ge => "ge",
-        And => "and", Or => "or", Xor => "xor",
+        And => "and", Or => "or", Xor => "xor", Polygamma => "polygamma",
         BitAnd => "bitand", BitOr => "bitor", BitXor => "bitxor", Shl => "shl", Shr => "shr",
     }
 }
@@ -514,9 +514,10 @@ pub struct Kernel {
 /// A call rdyn does not generate code for.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum ExternKind {
-    /// `out = a @ b`, or `out += a @ b` when `accumulate` (the output was
-    /// pre-filled with the bias); batched when the buffers are 3-D.
-    Gemm { accumulate: bool },
+    /// `out = s·(a @ b)`, or `out += s·(a @ b)` when `accumulate` (the
+    /// output was pre-filled with the bias); batched when the buffers are
+    /// 3-D. `scale_bits` is `s` as f64 bits.
+    Gemm { accumulate: bool, scale_bits: u64 },
     /// A library kernel run through ATen (e.g. convolution).
     Library { node: u32, target: String },
     /// An op rdyn does not lower: the ATen node runs eagerly.

@@ -87,6 +87,8 @@ ops! {
     Empty => "empty", EmptyLike => "empty_like", EmptyStrided => "empty_strided",
     Repeat => "repeat", Flip => "flip", Roll => "roll", Tril => "tril", Triu => "triu",
     // library calls
+    SplitWithSizes => "split_with_sizes", SliceScatter => "slice_scatter", SelectScatter => "select_scatter",
+    EmptyPermuted => "empty_permuted", Angle => "angle", Polygamma => "polygamma",
     ScatterAdd => "scatter_add", BatchNormInference => "_native_batch_norm_legit_no_training",
     Mm => "mm", Bmm => "bmm", Addmm => "addmm", Convolution => "convolution",
     ConvolutionBackward => "convolution_backward",

@@ -38,7 +38,12 @@ impl Lowerer<'_> {
             | Unfold | T | Transpose | Diagonal | Flip | Repeat => self.view_op(node),
             Cat | ConstantPadNd | Gather | Index | IndexSelect | Embedding | Scatter | IndexPut | Iota | Arange
             | Full | FullLike | Zeros | ZerosLike | Ones | OnesLike | ScalarTensor | Fill | Empty | EmptyLike
-            | EmptyStrided | Tril | Triu | Roll | ScatterAdd => self.data_op(node),
+            | EmptyStrided | Tril | Triu | Roll | ScatterAdd | SliceScatter | SelectScatter | EmptyPermuted => {
+                self.data_op(node)
+            }
+            SplitWithSizes => self.split(node),
+            Angle => self.angle(node),
+            Polygamma => self.polygamma(node),
             Mm | Bmm | Addmm => self.gemm(node),
             Convolution | ConvolutionBackward => self.library(node),
             BatchNormInference => self.batch_norm_inference(node),
@@ -195,11 +200,18 @@ impl Lowerer<'_> {
                 }
             }
             Round => {
+                // round(x, d) = round(x·10^d) / 10^d, as PyTorch computes it.
                 let decimals = node.kwarg("decimals").as_int().unwrap_or(0);
-                if decimals != 0 {
-                    return Err(crate::unsupported(&node.target, "round with decimals"));
+                if decimals == 0 {
+                    s.unary(UnaryOp::Round, x, out)
+                } else {
+                    let (op_in, op_out) =
+                        if decimals > 0 { (BinaryOp::Mul, BinaryOp::Div) } else { (BinaryOp::Div, BinaryOp::Mul) };
+                    let k = s.constant(10f64.powi(decimals.unsigned_abs() as i32), out);
+                    let scaled = s.binary(op_in, x, k, out);
+                    let r = s.unary(UnaryOp::Round, scaled, out);
+                    s.binary(op_out, r, k, out)
                 }
-                s.unary(UnaryOp::Round, x, out)
             }
             Sinc => {
                 // sin(pi x) / (pi x), 1 at 0.
@@ -397,6 +409,59 @@ impl Lowerer<'_> {
 }
 
 impl Lowerer<'_> {
+    /// split_with_sizes: each output is a slice view.
+    fn split(&mut self, node: &Node) -> Res {
+        let x = self.tensor_arg(node, 0, "self")?;
+        let n = x.ndim();
+        if n == 0 {
+            return Err(crate::unsupported(&node.target, "0-dim input"));
+        }
+        let d = node.arg(2, "dim").as_int().unwrap_or(0);
+        let d = if d < 0 { d + n as i64 } else { d } as usize;
+        let mut start = Expr::zero();
+        let mut outs = Vec::new();
+        for v in &node.outputs {
+            let sizes = self.meta_sizes(*v);
+            let mut map: Vec<Expr> = (0..n as u32).map(Expr::v).collect();
+            map[d] = Expr::v(d as u32).add(&start);
+            start = start.add(&sizes[d]);
+            outs.push(self.view(&x, sizes, &map));
+        }
+        Ok(Handled::Native(outs))
+    }
+
+    /// angle of a real tensor: 0 for x >= 0, pi for x < 0, NaN stays NaN.
+    fn angle(&mut self, node: &Node) -> Res {
+        let (sizes, out) = self.out_meta(node)?;
+        let x = self.operand(node.arg(0, "self"), &sizes, out, &node.target)?;
+        let s = &mut self.prog.scalars;
+        let zero = s.constant(0.0, out);
+        let pi = s.constant(std::f64::consts::PI, out);
+        let neg = s.binary(BinaryOp::Lt, x, zero, DType::Bool);
+        let a = s.select(neg, pi, zero, out);
+        let nan = s.unary(UnaryOp::IsNan, x, DType::Bool);
+        let v = s.select(nan, x, a, out);
+        self.native(sizes, v, out)
+    }
+
+    /// polygamma(n, x) = (-1)^(n+1) n! zeta(n+1, x); digamma for n = 0.
+    fn polygamma(&mut self, node: &Node) -> Res {
+        let (sizes, out) = self.out_meta(node)?;
+        if !out.is_float() {
+            return Err(crate::unsupported(&node.target, "integer output"));
+        }
+        let n = node.arg(0, "n").as_int().ok_or_else(|| crate::unsupported(&node.target, "n"))?;
+        let x = self.operand(node.arg(1, "self"), &sizes, out, &node.target)?;
+        let s = &mut self.prog.scalars;
+        let v = if n == 0 {
+            s.unary(UnaryOp::Digamma, x, out)
+        } else {
+            let nn = s.constant(n as f64, out);
+            s.binary(BinaryOp::Polygamma, nn, x, out)
+        };
+        self.native(sizes, v, out)
+    }
+
     /// `(x - mean) / sqrt(var + eps) * weight + bias`, per channel (dim 1);
     /// the saved mean / rstd outputs are empty in inference.
     fn batch_norm_inference(&mut self, node: &Node) -> Res {

@@ -276,7 +276,6 @@ impl Lowerer<'_> {
                     parts.push(lazy);
                 }
                 let mut start = Expr::zero();
-                let mut acc: Option<ScalarId> = None;
                 let var = Expr::v(d as u32);
                 let mut pieces = Vec::new();
                 for part in &parts {
@@ -289,24 +288,22 @@ impl Lowerer<'_> {
                     pieces.push((v, start.clone(), end.clone()));
                     start = end;
                 }
-                for (k, (v, lo, hi)) in pieces.into_iter().enumerate().rev() {
-                    acc = Some(match acc {
-                        None => v,
-                        Some(rest) => {
-                            let s = &mut self.prog.scalars;
-                            let idx = s.index(var.clone());
-                            let hi_c = s.index(hi);
-                            let inside = s.binary(BinaryOp::Lt, idx, hi_c, DType::Bool);
-                            let masked = s.add_mask(v, inside);
-                            let _ = (k, lo);
-                            s.select(inside, masked, rest, out)
-                        }
-                    });
+                // Every piece reads only where the index is in its range, so no
+                // lane ever loads outside its source.
+                let mut acc = self.prog.scalars.constant(0.0, out);
+                for (v, lo, hi) in pieces {
+                    let s = &mut self.prog.scalars;
+                    let idx = s.index(var.clone());
+                    let lo_c = s.index(lo);
+                    let hi_c = s.index(hi);
+                    let ge = s.binary(BinaryOp::Ge, idx, lo_c, DType::Bool);
+                    let lt = s.binary(BinaryOp::Lt, idx, hi_c, DType::Bool);
+                    let inside = s.binary(BinaryOp::And, ge, lt, DType::Bool);
+                    let masked = s.add_mask(v, inside);
+                    acc = s.select(inside, masked, acc, out);
                 }
-                match acc {
-                    Some(v) => v,
-                    None => self.prog.scalars.constant(0.0, out),
-                }
+                let _ = start;
+                acc
             }
             Op::ConstantPadNd => {
                 let x = self.tensor_arg(node, 0, "self")?;
@@ -409,8 +406,62 @@ impl Lowerer<'_> {
                 let value = node.arg(0, "s").as_float().ok_or_else(|| crate::unsupported(op, "value"))?;
                 self.prog.scalars.constant(value, out)
             }
-            Op::Zeros | Op::ZerosLike | Op::Empty | Op::EmptyLike | Op::EmptyStrided => {
+            Op::Zeros | Op::ZerosLike | Op::Empty | Op::EmptyLike | Op::EmptyStrided | Op::EmptyPermuted => {
                 self.prog.scalars.constant(0.0, out)
+            }
+            Op::SliceScatter | Op::SelectScatter => {
+                // out = src inside the slice (or at the selected index), self elsewhere.
+                let x = self.tensor_arg(node, 0, "self")?;
+                let src = self.tensor_arg(node, 1, "src")?;
+                let n = sizes.len();
+                if n == 0 {
+                    return Err(crate::unsupported(op, "0-dim input"));
+                }
+                let d = norm_dim(node.arg(2, "dim").as_int().unwrap_or(0), n);
+                let size = x.sizes[d].as_const().ok_or_else(|| crate::unsupported(op, "symbolic size"))?;
+                let norm = |v: i64| if v < 0 { (v + size).max(0) } else { v.min(size) };
+                let (start, end, step) = if node.op == Op::SelectScatter {
+                    let i = node.arg(3, "index").as_int().ok_or_else(|| crate::unsupported(op, "index"))?;
+                    let i = if i < 0 { i + size } else { i };
+                    (i, i + 1, 1)
+                } else {
+                    let start = node.arg(3, "start").as_int().map_or(0, norm);
+                    let end = node.arg(4, "end").as_int().map_or(size, norm);
+                    (start, end, node.arg(5, "step").as_int().unwrap_or(1))
+                };
+                if step <= 0 {
+                    return Err(crate::unsupported(op, "non-positive step"));
+                }
+                let var = Expr::v(d as u32);
+                let offset = var.add_c(-start);
+                let ctx = self.ctx_for(&sizes);
+                let mut map: Vec<Expr> = vars(n);
+                if node.op == Op::SelectScatter {
+                    map.remove(d);
+                    for (k, e) in map.iter_mut().enumerate().skip(d) {
+                        *e = Expr::v(k as u32 + 1);
+                    }
+                } else {
+                    map[d] = offset.floordiv(&Expr::c(step), &ctx);
+                }
+                let src_v = self.prog.scalars.substitute(src.value, &map, &ctx);
+                let s = &mut self.prog.scalars;
+                let idx = s.index(var);
+                let lo = s.int_constant(start, DType::I64);
+                let hi = s.int_constant(end, DType::I64);
+                let ge = s.binary(BinaryOp::Ge, idx, lo, DType::Bool);
+                let lt = s.binary(BinaryOp::Lt, idx, hi, DType::Bool);
+                let mut inside = s.binary(BinaryOp::And, ge, lt, DType::Bool);
+                if step != 1 {
+                    let rem = s.index(offset.modulo(&Expr::c(step), &ctx));
+                    let zero = s.int_constant(0, DType::I64);
+                    let on_step = s.binary(BinaryOp::Eq, rem, zero, DType::Bool);
+                    inside = s.binary(BinaryOp::And, inside, on_step, DType::Bool);
+                }
+                let masked = s.add_mask(src_v, inside);
+                let masked = s.cast(masked, out);
+                let xv = s.cast(x.value, out);
+                s.select(inside, masked, xv, out)
             }
             Op::Ones | Op::OnesLike => self.prog.scalars.constant(1.0, out),
             Op::Tril | Op::Triu => {
@@ -625,9 +676,6 @@ impl Lowerer<'_> {
         }
         let alpha = node.kwarg("alpha").as_float().unwrap_or(1.0);
         let beta = node.kwarg("beta").as_float().unwrap_or(1.0);
-        if alpha != 1.0 {
-            return Err(crate::unsupported(op, "alpha != 1"));
-        }
         let a_buf = self.buffer_for_extern(&a);
         let b_buf = self.buffer_for_extern(&b);
         let out_v = node.outputs.first().copied().ok_or_else(|| crate::invalid(op, "no output"))?;
@@ -654,7 +702,7 @@ impl Lowerer<'_> {
             })
         };
         self.prog.steps.push(Step::Extern(crate::ir::loops::Extern {
-            kind: ExternKind::Gemm { accumulate },
+            kind: ExternKind::Gemm { accumulate, scale_bits: alpha.to_bits() },
             inputs: vec![a_buf, b_buf],
             outputs: vec![out_buf],
         }));

@@ -342,9 +342,9 @@ pub fn execute(selected: &Selected, args: &[CallArg], host: &mut dyn Host) -> Re
                     )));
                 }
             }
-            CpuStep::Gemm { a, b, out, accumulate } => {
+            CpuStep::Gemm { a, b, out, accumulate, scale } => {
                 let mem = Memory { ptrs: &ptrs, bufs };
-                run_gemm(*a, *b, *out, *accumulate, &mem)?;
+                run_gemm(*a, *b, *out, *accumulate, *scale, &mem)?;
             }
             CpuStep::Host { node, inputs, outputs, .. } => {
                 host.run_node(*node, inputs, outputs, bufs, &mut ptrs)?;

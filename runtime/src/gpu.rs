@@ -132,15 +132,21 @@ pub fn plan_wgpu(
                 kernel_wgsl(program, k, syms, format!("k{}", kernel_index - 1))
             }
             Step::Extern(e) => match &e.kind {
-                rdyn_ir::loops::ExternKind::Gemm { accumulate } => {
-                    gemm_wgsl(program, e.inputs[0], e.inputs[1], e.outputs[0], *accumulate, syms)
-                }
+                rdyn_ir::loops::ExternKind::Gemm { accumulate, scale_bits } => gemm_wgsl(
+                    program,
+                    e.inputs[0],
+                    e.inputs[1],
+                    e.outputs[0],
+                    *accumulate,
+                    f64::from_bits(*scale_bits),
+                    syms,
+                ),
                 _ => Err(WgslError::Unsupported("library and eager calls run through ATen".into())),
             },
         };
         match generated {
             Ok(kernel) => {
-                validate(&kernel).map_err(|e| RuntimeError::Kernel(e.to_string()))?;
+                validate(&kernel).map_err(|e| RuntimeError::Internal(e.to_string()))?;
                 let pipeline = match device {
                     Some(gpu) => Some(gpu.pipeline(&kernel)?),
                     None => None,
@@ -151,7 +157,7 @@ pub fn plan_wgpu(
                 cpu_reasons.push((i, reason));
                 steps.push(GpuStep::Cpu(i));
             }
-            Err(other) => return Err(RuntimeError::Kernel(other.to_string())),
+            Err(other) => return Err(RuntimeError::Internal(other.to_string())),
         }
     }
     Ok(WgpuPlan { cpu, steps, cpu_reasons })
@@ -451,9 +457,9 @@ pub fn execute_wgpu(
                             )));
                         }
                     }
-                    CpuStep::Gemm { a, b, out, accumulate } => {
+                    CpuStep::Gemm { a, b, out, accumulate, scale } => {
                         let mem = Memory { ptrs, bufs };
-                        run_gemm(*a, *b, *out, *accumulate, &mem)?;
+                        run_gemm(*a, *b, *out, *accumulate, *scale, &mem)?;
                     }
                     CpuStep::Host { node, inputs, outputs, .. } => {
                         host.run_node(*node, inputs, outputs, bufs, ptrs)?;

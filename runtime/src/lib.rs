@@ -32,4 +32,7 @@ pub enum RuntimeError {
     Host(String),
     #[error("a lock was poisoned by an earlier panic")]
     Poisoned,
+    /// A compiler bug (e.g. generated WGSL that naga rejects).
+    #[error("internal error: {0}")]
+    Internal(String),
 }
