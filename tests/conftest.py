@@ -59,17 +59,29 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 
 
 def _opinfo_summary(all_results: list[dict[str, Any]]) -> dict[str, Any]:
-    """Headline figures over the float32 ops; pass rates for the other dtypes."""
-    results = [r for r in all_results if r.get("dtype", "float32") == "float32"]
+    """Headline figures over the CPU float32 ops; the same over wgpu float32
+    ops when they ran; pass rates for the other dtypes."""
+    cpu = [r for r in all_results if r.get("device", "cpu") == "cpu"]
+    summary = _headline(cpu, all_results)
+    wgpu = [r for r in all_results if r.get("device") == "wgpu"]
+    if wgpu:
+        summary["wgpu"] = {k: v for k, v in _headline(wgpu, wgpu).items() if k not in ("results", "by_dtype")}
+    summary["results"] = all_results
+    return summary
+
+
+def _headline(device_results: list[dict[str, Any]], all_results: list[dict[str, Any]]) -> dict[str, Any]:
+    results = [r for r in device_results if r.get("dtype", "float32") == "float32"]
     by_dtype: dict[str, dict[str, int]] = {}
-    for record in all_results:
+    for record in device_results:
         counts = by_dtype.setdefault(record.get("dtype", "float32"), {"pass": 0, "fail": 0, "skip": 0})
         counts[record["status"]] += 1
     passed = [r for r in results if r["status"] == "pass"]
     failed = [r for r in results if r["status"] == "fail"]
     skipped = [r for r in results if r["status"] == "skip"]
     tested = len(passed) + len(failed)
-    zero_fallback = [r for r in passed if r.get("nodes_fallback", 0) == 0]
+    # On wgpu, a kernel that ran on the CPU (no WGSL form) counts as a fallback.
+    zero_fallback = [r for r in passed if r.get("nodes_fallback", 0) == 0 and r.get("wgpu_cpu_kernels", 0) == 0]
     fallback_ops: dict[str, int] = {}
     native = extern = fallback = 0
     for record in results:
@@ -98,10 +110,9 @@ def _opinfo_summary(all_results: list[dict[str, Any]]) -> dict[str, Any]:
         "failures": {r["op"]: r.get("reason", "") for r in failed},
         "failures_other_dtypes": {
             f"{r['op']}-{r['dtype']}": r.get("reason", "")
-            for r in all_results
+            for r in device_results
             if r["status"] == "fail" and r.get("dtype", "float32") != "float32"
         },
-        "results": all_results,
     }
 
 
@@ -131,6 +142,13 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
         terminalreporter.write_line(
             "other dtypes: "
             + ", ".join(f"{dtype} {counts['pass']}/{counts['pass'] + counts['fail']} pass" for dtype, counts in others.items())
+        )
+    wgpu = summary.get("wgpu")
+    if wgpu:
+        terminalreporter.write_line(
+            f"wgpu: {wgpu['ops']} ops, {wgpu['tested']} tested: pass {wgpu['pass_percent']}% "
+            f"({wgpu['passed']}/{wgpu['tested']}), zero-fallback (no eager node, no CPU kernel) "
+            f"{wgpu['zero_fallback_percent_of_passed']}% of passing ops"
         )
     top = list(summary["fallback_ops"].items())[:10]
     if top:

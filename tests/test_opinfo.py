@@ -273,7 +273,7 @@ def float64_reference(fn: Callable[..., Any], tensors: list[torch.Tensor], like:
 
 
 def run_rdyn(
-    fn: Callable[..., Any], tensors: list[torch.Tensor], tensors_only: bool
+    fn: Callable[..., Any], tensors: list[torch.Tensor], tensors_only: bool, device: str = "cpu"
 ) -> tuple[Any, list[torch.Tensor], str]:
     """rdyn's outputs, the inputs after the call, and the path taken.
 
@@ -281,7 +281,7 @@ def run_rdyn(
     (what an ATen graph returns); otherwise the op's own output.
     """
     if MODE == "aot" and tensors_only:
-        compiled = aot_compile(tensor_outputs(fn))
+        compiled = aot_compile(tensor_outputs(fn), {"device": device})
         inputs = clone_inputs(tensors)
         try:
             return tuple(compiled(*inputs)), inputs, "aot"
@@ -291,7 +291,9 @@ def run_rdyn(
             # AOTAutograd could not trace the sample without running
             # data-dependent code (nonzero, item, ...); Dynamo can.
     inputs = clone_inputs(tensors)
-    compiled_fn = torch.compile(tensor_outputs(fn) if tensors_only else fn, backend="rdyn", dynamic=False)
+    compiled_fn = torch.compile(
+        tensor_outputs(fn) if tensors_only else fn, backend="rdyn", dynamic=False, options={"device": device}
+    )
     return compiled_fn(*inputs), inputs, "dynamo"
 
 
@@ -304,14 +306,32 @@ def test_op(op: OpInfo, opinfo_results: list[dict[str, Any]]) -> None:
     _run_recorded(op, torch.float32, SAMPLES_PER_OP, opinfo_results)
 
 
+def _wgpu_available() -> bool:
+    try:
+        rdyn.wgpu_adapter()
+        return True
+    except Exception:  # noqa: BLE001 - any failure to open an adapter means "no wgpu"
+        return False
+
+
+@pytest.mark.skipif(not _wgpu_available(), reason="no wgpu adapter (install mesa-vulkan-drivers for lavapipe)")
+@pytest.mark.parametrize("op", OPS, ids=op_id)
+def test_op_wgpu(op: OpInfo, opinfo_results: list[dict[str, Any]]) -> None:
+    """The same conformance run with ``options={"device": "wgpu"}``."""
+    _run_recorded(op, torch.float32, SAMPLES_PER_OP, opinfo_results, device="wgpu")
+
+
 @pytest.mark.parametrize("op,dtype", LOW_PRECISION_CASES)
 def test_op_other_dtypes(op: OpInfo, dtype: torch.dtype, opinfo_results: list[dict[str, Any]]) -> None:
     _run_recorded(op, dtype, 1, opinfo_results)
 
 
-def _run_recorded(op: OpInfo, dtype: torch.dtype, samples: int, opinfo_results: list[dict[str, Any]]) -> None:
+def _run_recorded(
+    op: OpInfo, dtype: torch.dtype, samples: int, opinfo_results: list[dict[str, Any]], device: str = "cpu"
+) -> None:
     record: dict[str, Any] = {
         "op": op_id(op),
+        "device": device,
         "dtype": str(dtype).removeprefix("torch."),
         "status": "fail",
         "samples": 0,
@@ -319,7 +339,7 @@ def _run_recorded(op: OpInfo, dtype: torch.dtype, samples: int, opinfo_results: 
     }
     start = time.monotonic()
     try:
-        _check_op(op, dtype, samples, record)
+        _check_op(op, dtype, samples, record, device)
         record["status"] = "pass"
     except pytest.skip.Exception as skip:
         record["status"] = "skip"
@@ -330,14 +350,14 @@ def _run_recorded(op: OpInfo, dtype: torch.dtype, samples: int, opinfo_results: 
         raise
     finally:
         counters = rdyn.stats()
-        for key in ("nodes_native", "nodes_extern", "nodes_fallback", "graphs", "kernels"):
+        for key in ("nodes_native", "nodes_extern", "nodes_fallback", "graphs", "kernels", "wgpu_cpu_kernels"):
             record[key] = counters.get(key, 0)
         record["fallback_ops"] = dict(counters.get("fallback_ops", {}))
         record["seconds"] = round(time.monotonic() - start, 3)
         opinfo_results.append(record)
 
 
-def _check_op(op: OpInfo, dtype: torch.dtype, count: int, record: dict[str, Any]) -> None:
+def _check_op(op: OpInfo, dtype: torch.dtype, count: int, record: dict[str, Any], device: str = "cpu") -> None:
     if is_random(op):
         pytest.skip("random or uninitialised output")
     torch.manual_seed(0)
@@ -366,7 +386,7 @@ def _check_op(op: OpInfo, dtype: torch.dtype, count: int, record: dict[str, Any]
         if tensors_only and reference is not None:
             reference = tuple(tensor_leaves(reference))
         with no_rust_panic():
-            actual, actual_inputs, path = run_rdyn(fn, tensors, tensors_only)
+            actual, actual_inputs, path = run_rdyn(fn, tensors, tensors_only, device)
         record["paths"].append(path)
         what = f"sample {index} ({sample.summary()[:400]})"
         assert_same(actual, expected, reference, what=f"{what} output")

@@ -126,6 +126,15 @@ fn round_bf16(x: f32) -> f32 {
     return bitcast<f32>(r & 0xffff0000u);
 }
 fn b2i(c: bool) -> i32 { return select(0i, 1i, c); }
+fn round_f16(x: f32) -> f32 {
+    if (is_nan(x) || is_inf(x)) { return x; }
+    let a = abs(x);
+    if (a >= 65520.0f) { return select(bitcast<f32>(0xff800000u), bitcast<f32>(0x7f800000u), x > 0.0f); }
+    if (a < 6.103515625e-05f) { return round(x * 16777216.0f) / 16777216.0f; }
+    let b = bitcast<u32>(x);
+    let r = b + 0xfffu + ((b >> 13u) & 1u);
+    return bitcast<f32>(r & 0xffffe000u);
+}
 "#;
 
 fn wrap(expr: String, dtype: DType) -> String {
@@ -226,8 +235,9 @@ impl BodyWriter<'_> {
             UnaryOp::Sin => format!("sin({x})"),
             UnaryOp::Cos => format!("cos({x})"),
             UnaryOp::Tan => format!("tan({x})"),
-            UnaryOp::Asin => format!("asin({x})"),
-            UnaryOp::Acos => format!("acos({x})"),
+            // Through atan2: drivers' asin/acos lose precision near ±1.
+            UnaryOp::Asin => format!("atan2({x}, sqrt((1.0f - {x}) * (1.0f + {x})))"),
+            UnaryOp::Acos => format!("atan2(sqrt((1.0f - {x}) * (1.0f + {x})), {x})"),
             UnaryOp::Atan => format!("atan({x})"),
             UnaryOp::Sinh => format!("sinh({x})"),
             UnaryOp::Cosh => format!("cosh({x})"),
@@ -322,12 +332,12 @@ impl BodyWriter<'_> {
 fn cast(x: &str, from: DType, to: DType) -> Result<String, WgslError> {
     Ok(match (from.kind(), to.kind()) {
         (Kind::F32, Kind::F32) => match to {
-            DType::F16 => format!("quantizeToF16({x})"),
+            DType::F16 => format!("round_f16({x})"),
             DType::BF16 => format!("round_bf16({x})"),
             _ => x.to_string(),
         },
         (Kind::I64, Kind::F32) => match to {
-            DType::F16 => format!("quantizeToF16(f32({x}))"),
+            DType::F16 => format!("round_f16(f32({x}))"),
             DType::BF16 => format!("round_bf16(f32({x}))"),
             _ => format!("f32({x})"),
         },

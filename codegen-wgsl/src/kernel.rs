@@ -63,8 +63,10 @@ fn unravel(out: &mut String, indent: &str, linear: &str, sizes: &[i64], first: u
         if k == 0 {
             let _ = writeln!(out, "{indent}let v{}: i32 = rem{first};", first + k);
         } else {
-            let _ = writeln!(out, "{indent}let v{}: i32 = rem{first} % {};", first + k, int_lit(sizes[k]));
-            let _ = writeln!(out, "{indent}rem{first} = rem{first} / {};", int_lit(sizes[k]));
+            // (A zero-size range never runs; 1 keeps the module valid.)
+            let size = sizes[k].max(1);
+            let _ = writeln!(out, "{indent}let v{}: i32 = rem{first} % {};", first + k, int_lit(size));
+            let _ = writeln!(out, "{indent}rem{first} = rem{first} / {};", int_lit(size));
         }
     }
 }
@@ -302,9 +304,12 @@ pub fn kernel_wgsl(program: &Program, kernel: &Kernel, syms: &Ctx, name: String)
             if stage.reduce.is_some() || stage.ranges.len() != m {
                 return Err(WgslError::Unsupported("scatter with inner dims".into()));
             }
-            emitter.body(stage, &mut main, "        ")?;
+            // Each stage in its own block: stages share scalar names.
+            let _ = writeln!(main, "        {{");
+            emitter.body(stage, &mut main, "            ")?;
             let kind = program.scalars.dtype(stage.value).kind();
-            emitter.store(stage, &format!("t{}", stage.value.0), kind, &mut main, "        ")?;
+            emitter.store(stage, &format!("t{}", stage.value.0), kind, &mut main, "            ")?;
+            let _ = writeln!(main, "        }}");
         }
         let _ = writeln!(main, "    }}\n}}");
     } else if pointwise {
@@ -317,9 +322,12 @@ pub fn kernel_wgsl(program: &Program, kernel: &Kernel, syms: &Ctx, name: String)
         let _ = writeln!(main, "    if (o >= {}) {{ return; }}", int_lit(outer_numel.max(1)));
         unravel(&mut main, "    ", "o", &outer, 0);
         for stage in &kernel.stages {
-            emitter.body(stage, &mut main, "    ")?;
+            // Each stage in its own block: stages share scalar names.
+            let _ = writeln!(main, "    {{");
+            emitter.body(stage, &mut main, "        ")?;
             let kind = program.scalars.dtype(stage.value).kind();
-            emitter.store(stage, &format!("t{}", stage.value.0), kind, &mut main, "    ")?;
+            emitter.store(stage, &format!("t{}", stage.value.0), kind, &mut main, "        ")?;
+            let _ = writeln!(main, "    }}");
         }
         let _ = writeln!(main, "}}");
     } else {

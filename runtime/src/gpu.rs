@@ -29,6 +29,8 @@ pub struct Gpu {
     pub device: wgpu::Device,
     pub queue: wgpu::Queue,
     pub info: wgpu::AdapterInfo,
+    /// Storage buffers one kernel may bind.
+    pub max_bindings: u32,
     pipelines: Mutex<HashMap<String, Arc<wgpu::ComputePipeline>>>,
 }
 
@@ -58,9 +60,17 @@ fn open() -> Result<Gpu, String> {
     limits.max_storage_buffer_binding_size = supported.max_storage_buffer_binding_size;
     limits.max_buffer_size = supported.max_buffer_size;
     limits.max_storage_buffers_per_shader_stage = supported.max_storage_buffers_per_shader_stage.min(64);
-    let desc = wgpu::DeviceDescriptor { label: Some("rdyn"), required_limits: limits, ..Default::default() };
+    limits.max_buffers_and_acceleration_structures_per_shader_stage =
+        supported.max_buffers_and_acceleration_structures_per_shader_stage.min(64);
+    let desc = wgpu::DeviceDescriptor { label: Some("rdyn"), required_limits: limits.clone(), ..Default::default() };
     let (device, queue) = pollster::block_on(adapter.request_device(&desc)).map_err(|e| e.to_string())?;
-    Ok(Gpu { device, queue, info, pipelines: Mutex::new(HashMap::new()) })
+    // wgpu's default handler panics; errors are caught by scopes where they
+    // can happen, and anything else is reported, never a crash.
+    device.on_uncaptured_error(Arc::new(|e| eprintln!("rdyn: wgpu error: {e}")));
+    let max_bindings = limits
+        .max_storage_buffers_per_shader_stage
+        .min(limits.max_buffers_and_acceleration_structures_per_shader_stage);
+    Ok(Gpu { device, queue, info, max_bindings, pipelines: Mutex::new(HashMap::new()) })
 }
 
 /// The process's wgpu device, opened on first use.
@@ -78,10 +88,10 @@ pub fn adapter_description() -> Result<String, RuntimeError> {
 
 impl Gpu {
     fn pipeline(&self, kernel: &WgslKernel) -> Result<Arc<wgpu::ComputePipeline>, RuntimeError> {
-        let mut cache = self.pipelines.lock().map_err(|_| RuntimeError::Poisoned)?;
-        if let Some(p) = cache.get(&kernel.source) {
+        if let Some(p) = self.pipelines.lock().map_err(|_| RuntimeError::Poisoned)?.get(&kernel.source) {
             return Ok(p.clone());
         }
+        let scope = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
         let module = self.device.create_shader_module(wgpu::ShaderModuleDescriptor {
             label: Some(&kernel.name),
             source: wgpu::ShaderSource::Wgsl(kernel.source.as_str().into()),
@@ -94,7 +104,10 @@ impl Gpu {
             compilation_options: Default::default(),
             cache: None,
         }));
-        cache.insert(kernel.source.clone(), pipeline.clone());
+        if let Some(error) = pollster::block_on(scope.pop()) {
+            return Err(RuntimeError::Internal(format!("wgpu rejected kernel {}: {error}", kernel.name)));
+        }
+        self.pipelines.lock().map_err(|_| RuntimeError::Poisoned)?.insert(kernel.source.clone(), pipeline.clone());
         Ok(pipeline)
     }
 }
@@ -145,6 +158,15 @@ pub fn plan_wgpu(
             },
         };
         match generated {
+            Ok(kernel)
+                if device
+                    .is_some_and(|gpu| kernel.bindings.len() as u32 + kernel.error_flag as u32 > gpu.max_bindings) =>
+            {
+                // More buffers than the adapter can bind at once.
+                crate::stats::STATS.wgpu_cpu_kernels.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                cpu_reasons.push((i, format!("{} bindings, over the adapter's limit", kernel.bindings.len())));
+                steps.push(GpuStep::Cpu(i));
+            }
             Ok(kernel) => {
                 validate(&kernel).map_err(|e| RuntimeError::Internal(e.to_string()))?;
                 let pipeline = match device {
@@ -154,6 +176,9 @@ pub fn plan_wgpu(
                 steps.push(GpuStep::Shader { kernel, pipeline });
             }
             Err(WgslError::Unsupported(reason)) => {
+                if !matches!(step, Step::Extern(e) if !matches!(e.kind, rdyn_ir::loops::ExternKind::Gemm { .. })) {
+                    crate::stats::STATS.wgpu_cpu_kernels.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                }
                 cpu_reasons.push((i, reason));
                 steps.push(GpuStep::Cpu(i));
             }

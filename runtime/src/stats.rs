@@ -18,6 +18,8 @@ pub struct Stats {
     pub guard_hits: AtomicU64,
     pub guard_misses: AtomicU64,
     pub compile_ns: AtomicU64,
+    /// Kernels of wgpu graphs that have no WGSL form and ran on the CPU.
+    pub wgpu_cpu_kernels: AtomicU64,
     pub fallback_ops: Mutex<BTreeMap<String, u64>>,
 }
 
@@ -64,6 +66,7 @@ impl Stats {
                 ("nodes_fallback", get(&self.nodes_fallback)),
                 ("guard_hits", get(&self.guard_hits)),
                 ("guard_misses", get(&self.guard_misses)),
+                ("wgpu_cpu_kernels", get(&self.wgpu_cpu_kernels)),
             ],
             compile_seconds: get(&self.compile_ns) as f64 * 1e-9,
             fallback_ops: self.fallback_ops.lock().map(|m| m.clone()).unwrap_or_default(),
@@ -82,6 +85,7 @@ impl Stats {
             &self.guard_hits,
             &self.guard_misses,
             &self.compile_ns,
+            &self.wgpu_cpu_kernels,
         ] {
             c.store(0, Ordering::Relaxed);
         }

@@ -1,0 +1,716 @@
+#!/usr/bin/env python3
+"""rdyn's model benchmark suite: rdyn against eager PyTorch and Inductor.
+
+    python benches/suite.py                      # the CPU suite (eager, inductor, rdyn)
+    python benches/suite.py --quick              # CI: 3 small models, eager + rdyn, 2 rounds
+    python benches/suite.py --models mlp,bert --backends eager,rdyn --rounds 5
+    python benches/suite.py --train --half       # add a training step; bfloat16 on CPU
+    python benches/suite.py --devices cpu,wgpu,cuda
+    python benches/suite.py --list               # the models
+
+For every model x backend x device it measures correctness against eager,
+speedup over eager (medians of interleaved rounds), the first compile time
+(Inductor's on-disk caches disabled), the warm-start compile time in a second
+process (caches enabled and filled), per-call overhead on a one-element
+``x + 1``, the peak memory of compiling and running, and rdyn's native vs
+fallback node counts.  Each run is appended to ``build/bench/history.json``;
+``build/bench/dashboard.html`` and ``build/bench/*.png`` are rebuilt from it.
+See benches/README.md for what each figure means exactly.
+
+This process does not import torch: each measurement runs in a worker
+subprocess (benches/measure.py), so a backend that crashes or hangs costs one
+model, not the run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import math
+import os
+import platform
+import queue
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+BENCH_DIR = Path(__file__).resolve().parent
+ROOT = BENCH_DIR.parent
+sys.path.insert(0, str(BENCH_DIR))
+
+# Marks an event line on a worker's stdout; the same string as measure.EVENT_MARK
+# (not imported from there: measure.py imports torch, this process does not).
+EVENT_MARK = "@@rdyn-bench@@ "
+
+ALL_BACKENDS = ("eager", "inductor", "rdyn")
+ALL_DEVICES = ("cpu", "wgpu", "cuda")
+COMPILED = ("inductor", "rdyn")
+OVERHEAD_PROBE = "(overhead probe)"  # the model name measure.py reports for the probe
+
+
+# --------------------------------------------------------------------------
+# Command line
+# --------------------------------------------------------------------------
+
+
+def model_catalog() -> list[dict]:
+    """The model list, read without importing torch in this process."""
+    code = (
+        "import json, models; print(json.dumps([{'name': s.name, 'description': s.description, "
+        "'cost': s.cost} for s in models.MODELS.values()] + [{'quick': models.QUICK_MODELS}]))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=BENCH_DIR, capture_output=True, text=True, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        description="Benchmark rdyn against eager PyTorch and Inductor on a model suite.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=__doc__.split("\n\n")[1],
+    )
+    p.add_argument("--models", help="comma-separated model names (default: all; see --list)")
+    p.add_argument("--backends", help=f"comma-separated, from {','.join(ALL_BACKENDS)} (default: all; "
+                   "--quick: eager,rdyn). eager is always run: it is the baseline")
+    p.add_argument("--devices", default="cpu", help="comma-separated, from cpu,wgpu,cuda, or 'all' (default: cpu)")
+    p.add_argument("--rounds", type=int, help="interleaved timing rounds per model (default 7; --quick 2)")
+    p.add_argument("--target-ms", type=float, help="length of one timing round per backend (default 200; --quick 50)")
+    p.add_argument("--train", action="store_true", help="also run a training step (forward + backward) per model")
+    p.add_argument("--half", nargs="?", const="auto", choices=["auto", "bf16", "fp16"],
+                   help="run in half precision instead of float32 (auto: bfloat16 on CPU/wgpu, float16 on CUDA)")
+    p.add_argument("--quick", action="store_true",
+                   help="CI mode: the 3 smallest models, 2 rounds, eager + rdyn unless --backends says otherwise")
+    p.add_argument("--no-warm", action="store_true", help="skip the second-process warm-start and memory measurements")
+    p.add_argument("--no-overhead", action="store_true", help="skip the per-call overhead probe")
+    p.add_argument("--no-dashboard", action="store_true", help="do not rebuild the dashboard")
+    p.add_argument("--timeout", type=float, default=900,
+                   help="seconds without progress after which a worker is killed (default 900)")
+    p.add_argument("--threads", type=int, help="torch.set_num_threads in the workers (default: torch's choice)")
+    p.add_argument("--out", default=str(ROOT / "build" / "bench"), help="output folder (default build/bench)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--list", action="store_true", help="list the models and exit")
+    args = p.parse_args(argv)
+    args.rounds = args.rounds or (2 if args.quick else 7)
+    args.target_ms = args.target_ms or (50.0 if args.quick else 200.0)
+    if args.rounds < 1:
+        p.error("--rounds must be at least 1")
+    return args
+
+
+def resolve_plan(args, catalog: list[dict]) -> dict:
+    names = [m["name"] for m in catalog if "name" in m]
+    quick = next(m["quick"] for m in catalog if "quick" in m)
+    if args.models:
+        models = [m.strip() for m in args.models.split(",") if m.strip()]
+        unknown = [m for m in models if m not in names]
+        if unknown:
+            sys.exit(f"unknown model(s): {', '.join(unknown)}; known: {', '.join(names)}")
+    else:
+        models = quick if args.quick else names
+    if args.backends:
+        backends = [b.strip() for b in args.backends.split(",") if b.strip()]
+    else:
+        backends = ["eager", "rdyn"] if args.quick else list(ALL_BACKENDS)
+    unknown = [b for b in backends if b not in ALL_BACKENDS]
+    if unknown:
+        sys.exit(f"unknown backend(s): {', '.join(unknown)}; known: {', '.join(ALL_BACKENDS)}")
+    if "eager" not in backends:
+        backends.insert(0, "eager")
+    backends = [b for b in ALL_BACKENDS if b in backends]
+    devices = list(ALL_DEVICES) if args.devices == "all" else [d.strip() for d in args.devices.split(",") if d.strip()]
+    unknown = [d for d in devices if d not in ALL_DEVICES]
+    if unknown:
+        sys.exit(f"unknown device(s): {', '.join(unknown)}; known: {', '.join(ALL_DEVICES)}")
+    modes = ["inference"] + (["train"] if args.train else [])
+    configs = []
+    for device in devices:
+        if args.half:
+            dtype = {"bf16": "bfloat16", "fp16": "float16"}.get(args.half) or (
+                "float16" if device == "cuda" else "bfloat16")
+        else:
+            dtype = "float32"
+        for mode in modes:
+            configs.append({"device": device, "mode": mode, "dtype": dtype})
+    return {"models": models, "backends": backends, "configs": configs}
+
+
+# --------------------------------------------------------------------------
+# Workers
+# --------------------------------------------------------------------------
+
+
+class Progress:
+    """A tqdm bar on a terminal; elsewhere (CI logs) one plain line per phase."""
+
+    def __init__(self, total: int, enabled: bool):
+        self.bar = None
+        self.enabled = enabled
+        if enabled and sys.stderr.isatty():
+            try:
+                from tqdm import tqdm
+
+                self.bar = tqdm(total=total, unit="step", dynamic_ncols=True, file=sys.stderr,
+                                bar_format="{desc} {percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} "
+                                           "[{elapsed}<{remaining}]")
+            except ImportError:
+                pass
+        self.total, self.done = total, 0
+        self._last = None
+        self._t0 = time.monotonic()
+
+    def describe(self, text: str) -> None:
+        if self.bar is not None:
+            self.bar.set_description_str(text[:70], refresh=True)
+            return
+        # Plain mode: skip the per-round chatter, print each new phase once.
+        if " timing round " in text:
+            return
+        short = text
+        if self.enabled and short != self._last:
+            self._last = short
+            print(f"[bench {time.monotonic() - self._t0:5.0f}s {self.done}/{self.total}] {short}",
+                  file=sys.stderr, flush=True)
+
+    def advance(self, n: int = 1) -> None:
+        self.done += n
+        if self.bar is not None:
+            self.bar.update(n)
+
+    def grow(self, n: int) -> None:
+        self.total += n
+        if self.bar is not None:
+            self.bar.total += n
+            self.bar.refresh()
+
+    def note(self, text: str) -> None:
+        if self.bar is not None:
+            self.bar.write(text, file=sys.stderr)
+        else:
+            print(text, file=sys.stderr, flush=True)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+def run_worker(task: dict, env: dict, log_path: Path, timeout: float, on_event) -> tuple[int | None, str | None]:
+    """Run measure.py on ``task``; call ``on_event`` for each event.
+
+    Returns ``(returncode, problem)``: ``problem`` says how the worker died
+    (a signal, a non-zero exit, or no progress for ``timeout`` seconds) or is None.
+    """
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False, dir=log_path.parent) as f:
+        json.dump(task, f)
+        task_path = f.name
+    lines: queue.Queue = queue.Queue()
+    with open(log_path, "a") as log:
+        log.write(f"\n===== {time.strftime('%H:%M:%S')} task {task['kind']}: {json.dumps(task)[:400]}\n")
+        log.flush()
+        proc = subprocess.Popen(
+            [sys.executable, str(BENCH_DIR / "measure.py"), task_path],
+            stdout=subprocess.PIPE, stderr=log, env=env, cwd=ROOT, text=True, bufsize=1,
+        )
+
+        def pump():
+            for line in proc.stdout:
+                lines.put(line)
+            lines.put(None)
+
+        reader = threading.Thread(target=pump, daemon=True)
+        reader.start()
+        last_progress = time.monotonic()
+        problem = None
+        while True:
+            try:
+                line = lines.get(timeout=1.0)
+            except queue.Empty:
+                if time.monotonic() - last_progress > timeout:
+                    proc.kill()
+                    problem = f"no progress for {timeout:.0f} s (killed)"
+                    break
+                continue
+            if line is None:
+                break
+            if line.startswith(EVENT_MARK):
+                last_progress = time.monotonic()
+                on_event(json.loads(line[len(EVENT_MARK):]))
+        rc = proc.wait()
+        reader.join(timeout=5)
+    os.unlink(task_path)
+    if problem is None and rc != 0:
+        problem = f"worker killed by signal {-rc}" if rc < 0 else f"worker exited with status {rc}"
+    return rc, problem
+
+
+def worker_env(cache_root: Path, cold: bool) -> dict:
+    """Environment of a worker: cold (caches disabled / empty) or warm (shared cache)."""
+    env = os.environ.copy()
+    env.setdefault("XDG_RUNTIME_DIR", "/tmp")
+    env["PYTHONUNBUFFERED"] = "1"
+    env["PYTHONPATH"] = os.pathsep.join(p for p in [str(BENCH_DIR), env.get("PYTHONPATH", "")] if p)
+    if cold:
+        env["TORCHINDUCTOR_FORCE_DISABLE_CACHES"] = "1"
+        env["TORCHINDUCTOR_CACHE_DIR"] = str(cache_root / "cold-inductor")
+        env["RDYN_CACHE_DIR"] = str(cache_root / "cold-rdyn")
+    else:
+        env.pop("TORCHINDUCTOR_FORCE_DISABLE_CACHES", None)
+        env.pop("TORCH_COMPILE_FORCE_DISABLE_CACHES", None)
+        env["TORCHINDUCTOR_CACHE_DIR"] = str(cache_root / "inductor")
+        env["RDYN_CACHE_DIR"] = str(cache_root / "rdyn")
+    return env
+
+
+def key_of(r: dict) -> tuple:
+    return (r["model"], r["backend"], r["device"], r["mode"], r["dtype"])
+
+
+def run_config(cfg: dict, plan: dict, args, paths: dict, progress: Progress, results: dict, overhead: list,
+               notes: list, phases: dict) -> None:
+    """Measure every model and backend for one (device, mode, dtype)."""
+    device, mode, dtype = cfg["device"], cfg["mode"], cfg["dtype"]
+    label = f"{device}/{mode}/{dtype}"
+    phase_t0 = time.monotonic()
+
+    def phase_done(name):
+        nonlocal phase_t0
+        now = time.monotonic()
+        phases[f"{label} {name}"] = round(now - phase_t0, 1)
+        phase_t0 = now
+    base = {"device": device, "mode": mode, "dtype": dtype}
+
+    def blank(model, backend, status, error):
+        return dict(base, model=model, backend=backend, status=status, error=error)
+
+    # ---- main worker (cold compile, correctness, timing), restarted after a crash
+    pending = [{"model": m, "backends": list(plan["backends"])} for m in plan["models"]]
+    state = {"phase": None, "unavailable": None}
+    # "measure" the per-call overhead; "warmup": run the probe only to pay the
+    # backends' one-time start-up before the first model (a restarted worker).
+    overhead_mode = "warmup" if args.no_overhead else "measure"
+
+    def on_event(ev):
+        kind = ev["event"]
+        if kind == "phase":
+            state["phase"] = (ev["model"], ev["backend"], ev["phase"])
+            progress.describe(f"{label} {ev['model']} {ev['backend']}: {ev['phase']}")
+        elif kind == "step":
+            progress.advance()
+        elif kind == "result":
+            results[key_of(ev["data"])] = ev["data"]
+        elif kind == "overhead":
+            overhead.append(dict(ev["data"], mode=mode, dtype=dtype))
+        elif kind == "model_done":
+            pending.pop(0)
+        elif kind == "device_unavailable":
+            state["unavailable"] = ev["error"]
+
+    while pending:
+        task = {"kind": "main", "device": device, "mode": mode, "dtype": dtype, "rounds": args.rounds,
+                "target_s": args.target_ms / 1e3, "models": pending, "threads": args.threads,
+                "overhead": overhead_mode, "overhead_backends": plan["backends"]}
+        state["phase"] = None
+        _, problem = run_worker(task, worker_env(paths["cache"], cold=True), paths["log"], args.timeout, on_event)
+        if state["unavailable"]:
+            notes.append(f"{label}: skipped ({state['unavailable']})")
+            for item in pending:
+                for b in item["backends"]:
+                    results[(item["model"], b, device, mode, dtype)] = blank(item["model"], b, "skipped",
+                                                                           state["unavailable"])
+                progress.advance(len(item["backends"]) + 1)
+            pending.clear()
+            return
+        if problem is None or not pending:
+            break
+        # The worker died: blame the model and backend it was running, then go on without them.
+        model, backend, phase = state["phase"] or (pending[0]["model"], None, "start")
+        where = f"{model}/{backend} ({phase})"
+        progress.note(f"[bench] {label}: {problem} during {where}; see {paths['log']}")
+        notes.append(f"{label}: {problem} during {where}")
+        if model == OVERHEAD_PROBE:
+            overhead_mode = "skip"   # the probe itself crashed: do not try it again
+            continue
+        overhead_mode = "skip" if overhead_mode == "skip" else "warmup"
+        item = pending[0]
+        if backend in item["backends"] and backend != "eager" and phase == "compile":
+            results[(item["model"], backend, device, mode, dtype)] = blank(item["model"], backend, "error",
+                                                                         f"{problem} during {phase}")
+            item["backends"].remove(backend)
+            progress.grow(len(item["backends"]) + 1)
+        else:
+            # Crashed while timing, or in eager: drop the model, keep whatever is known.
+            for b in item["backends"]:
+                results.setdefault((item["model"], b, device, mode, dtype),
+                                   blank(item["model"], b, "error", f"{problem} during {phase}"))
+            pending.pop(0)
+
+    phase_done("main")
+    if args.no_warm:
+        return
+    # ---- populate on-disk caches in one process, then one fresh process per model x backend
+    compiled = [b for b in plan["backends"] if b in COMPILED]
+    todo = [{"model": m, "backends": [b for b in compiled if results.get((m, b, device, mode, dtype), {}).get("status") == "ok"]}
+            for m in plan["models"]]
+    todo = [t for t in todo if t["backends"]]
+    skipped_populate = sum(len(compiled) for _ in plan["models"]) - sum(len(t["backends"]) for t in todo)
+    progress.advance(skipped_populate)
+    if todo:
+        def on_populate(ev):
+            if ev["event"] == "phase":
+                progress.describe(f"{label} {ev['model']} {ev['backend']}: {ev['phase']}")
+            elif ev["event"] == "step":
+                progress.advance()
+            elif ev["event"] == "populated":
+                d = ev["data"]
+                r = results.get((d["model"], d["backend"], device, mode, dtype))
+                if r is not None and d.get("status") == "ok":
+                    r["cache_cold_compile_s"] = d["cache_cold_compile_s"]
+
+        task = {"kind": "populate", "device": device, "mode": mode, "dtype": dtype, "models": todo,
+                "threads": args.threads}
+        _, problem = run_worker(task, worker_env(paths["cache"], cold=False), paths["log"], args.timeout, on_populate)
+        if problem:
+            notes.append(f"{label}: cache fill worker: {problem}")
+
+    phase_done("fill caches")
+    for model in plan["models"]:
+        for backend in plan["backends"]:
+            r = results.get((model, backend, device, mode, dtype))
+            progress.describe(f"{label} {model} {backend}: warm start + memory")
+            if r is None or r.get("status") != "ok":
+                progress.advance()
+                continue
+            got = {}
+            task = {"kind": "warm", "device": device, "mode": mode, "dtype": dtype, "model": model,
+                    "backend": backend, "threads": args.threads}
+            _, problem = run_worker(task, worker_env(paths["cache"], cold=False), paths["log"], args.timeout,
+                                    lambda ev: got.update(ev["data"]) if ev["event"] == "warm" else None)
+            if problem or got.get("status") != "ok":
+                r["warm_error"] = problem or got.get("error")
+            else:
+                for k in ("warm_compile_s", "warm_startup_s", "peak_mem_mb", "run_mem_mb", "rss_growth_mb", "peak_rss_mb", "mem_method",
+                          "cuda_peak_mem_mb", "warm_rdyn_stats"):
+                    if k in got:
+                        r[k] = got[k]
+            progress.advance()
+    phase_done("warm start + memory")
+
+
+# --------------------------------------------------------------------------
+# Run metadata and history
+# --------------------------------------------------------------------------
+
+
+def git_info() -> dict:
+    def git(*a):
+        try:
+            out = subprocess.run(["git", *a], cwd=ROOT, capture_output=True, text=True, timeout=10)
+            return out.stdout.strip() if out.returncode == 0 else None
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+
+    commit = git("rev-parse", "HEAD")
+    status = git("status", "--porcelain", "--untracked-files=no")
+    return {"commit": commit, "dirty": bool(status) if status is not None else None}
+
+
+def machine_info() -> dict:
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    cpu = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    mem_gb = None
+    try:
+        with open("/proc/meminfo") as f:
+            mem_gb = round(int(f.readline().split()[1]) / 2**20, 1)
+    except (OSError, ValueError, IndexError):
+        pass
+    return {"cpu": cpu, "cores": os.cpu_count(), "memory_gb": mem_gb, "platform": platform.platform(),
+            "hostname": platform.node()}
+
+
+def _cpu_busy_s():
+    """Seconds of CPU time all processes on this machine have used (from /proc/stat)."""
+    try:
+        with open("/proc/stat") as f:
+            fields = [int(x) for x in f.readline().split()[1:]]
+        user, nice, system, _idle, _iowait, irq, softirq = fields[:7]
+        return (user + nice + system + irq + softirq) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _own_cpu_s():
+    import resource
+
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+def _loadavg():
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except OSError:
+        return None
+
+
+def versions() -> dict:
+    from importlib import metadata
+
+    out = {"python": platform.python_version()}
+    for dist in ("torch", "torchvision", "transformers", "numpy", "rdyn", "plotly", "matplotlib"):
+        try:
+            out[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            out[dist] = None
+    return out
+
+
+def geomean(xs):
+    xs = [x for x in xs if x is not None and x > 0]
+    return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else None
+
+
+def median(xs):
+    xs = [x for x in xs if x is not None]
+    return statistics.median(xs) if xs else None
+
+
+def summarise(results: list[dict], overhead: list[dict]) -> list[dict]:
+    """One row per (device, mode, dtype, backend): the run's headline figures."""
+    groups: dict = {}
+    for r in results:
+        groups.setdefault((r["device"], r["mode"], r["dtype"], r["backend"]), []).append(r)
+    rows = []
+    for (device, mode, dtype, backend), rs in groups.items():
+        ok = [r for r in rs if r.get("status") == "ok"]
+        speedups = [(r["model"], r.get("speedup")) for r in ok if r.get("speedup")]
+        slowest = min(speedups, key=lambda x: x[1]) if speedups else (None, None)
+        nodes = {k: sum((r.get("rdyn_stats") or {}).get(k, 0) or 0 for r in ok)
+                 for k in ("nodes_native", "nodes_extern", "nodes_fallback")}
+        total_nodes = sum(nodes.values())
+        oh = next((o for o in overhead if o["backend"] == backend and o["device"] == device and o["mode"] == mode
+                   and o["dtype"] == dtype and o.get("status") == "ok"), None)
+        rows.append({
+            "device": device, "mode": mode, "dtype": dtype, "backend": backend,
+            "models": len(rs), "ok": len(ok), "correct": sum(1 for r in ok if r.get("correct")),
+            "errors": sum(1 for r in rs if r.get("status") == "error"),
+            "skipped": sum(1 for r in rs if r.get("status") == "skipped"),
+            "geomean_speedup": geomean([s for _, s in speedups]),
+            "min_speedup": slowest[1], "slowest_model": slowest[0],
+            "median_compile_s": median([r.get("compile_s") for r in ok]),
+            "median_warm_compile_s": median([r.get("warm_compile_s") for r in ok]),
+            "median_warm_startup_s": median([r.get("warm_startup_s") for r in ok]),
+            "median_peak_mem_mb": median([r.get("peak_mem_mb") for r in ok]),
+            "overhead_us": oh.get("overhead_us") if oh else None,
+            "startup_s": oh.get("startup_s") if oh else None,
+            "native_pct": (100.0 * (nodes["nodes_native"] + nodes["nodes_extern"]) / total_nodes) if total_nodes else None,
+            **({"nodes": nodes} if backend == "rdyn" else {}),
+        })
+    order = {b: i for i, b in enumerate(ALL_BACKENDS)}
+    rows.sort(key=lambda r: (r["device"], r["mode"], r["dtype"], order.get(r["backend"], 9)))
+    return rows
+
+
+def load_history(path: Path) -> list:
+    if not path.exists():
+        return []
+    try:
+        data = json.loads(path.read_text())
+        return data if isinstance(data, list) else []
+    except json.JSONDecodeError:
+        backup = path.with_suffix(f".corrupt-{int(time.time())}.json")
+        shutil.copy(path, backup)
+        print(f"[bench] warning: {path} was not valid JSON; kept a copy at {backup} and started a new history",
+              file=sys.stderr)
+        return []
+
+
+def write_json(path: Path, data) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(data, indent=1, allow_nan=False))
+    tmp.replace(path)
+
+
+# --------------------------------------------------------------------------
+# The summary table
+# --------------------------------------------------------------------------
+
+
+def fmt(x, spec=".2f", none="-"):
+    return none if x is None else format(x, spec)
+
+
+def table(rows: list[list[str]], header: list[str]) -> str:
+    widths = [max(len(str(c)) for c in col) for col in zip(header, *rows)]
+    line = lambda cells: "  ".join(str(c).ljust(w) if i == 0 or i == 1 else str(c).rjust(w)
+                                   for i, (c, w) in enumerate(zip(cells, widths)))
+    return "\n".join([line(header), line(["-" * w for w in widths])] + [line(r) for r in rows])
+
+
+def print_summary(record: dict, dashboard: str | None, history_path: Path) -> None:
+    results = record["results"]
+    multi = len({(r["device"], r["mode"], r["dtype"]) for r in results}) > 1
+    header = ["model", "backend"] + (["config"] if multi else []) + [
+        "speedup", "ms/call", "compile s", "warm s", "mem MB", "correct", "native %"]
+    # A config where nothing ran (no CUDA here, say) is one note, not a row per model.
+    live = {(r["device"], r["mode"], r["dtype"]) for r in results if r.get("status") != "skipped"}
+    rows = []
+    for r in results:
+        if (r["device"], r["mode"], r["dtype"]) not in live:
+            continue
+        if r.get("status") == "ok":
+            correct = "yes" if r.get("correct") else f"NO ({fmt(r.get('max_rel_err'), '.1e')})"
+            cells = [fmt(r.get("speedup"), ".2f") + "x" if r.get("speedup") else "-", fmt(r.get("time_ms"), ".3f"),
+                     fmt(r.get("compile_s")), fmt(r.get("warm_compile_s")), fmt(r.get("peak_mem_mb"), ".0f"),
+                     correct, fmt(r.get("native_pct"), ".0f")]
+        else:
+            err = (r.get("error") or "")[:70]
+            cells = [r.get("status", "?").upper(), err, "", "", "", "", ""]
+        config = [f"{r['device']}/{r['mode']}/{r['dtype']}"] if multi else []
+        rows.append([r["model"], r["backend"]] + config + cells)
+    print()
+    print(table(rows, header))
+    print()
+    srows = []
+    for s in record["summary"]:
+        if s["ok"] == 0 and s["skipped"] == s["models"]:
+            continue
+        srows.append([s["backend"], f"{s['device']}/{s['mode']}/{s['dtype']}",
+                      fmt(s["geomean_speedup"], ".2f") + ("x" if s["geomean_speedup"] else ""),
+                      f"{fmt(s['min_speedup'], '.2f')} ({s['slowest_model'] or '-'})",
+                      fmt(s["median_compile_s"]), fmt(s["median_warm_compile_s"], ".3f"),
+                      fmt(s["overhead_us"], ".1f"), f"{s['correct']}/{s['models']}", fmt(s["native_pct"], ".0f")])
+    print(table(srows, ["backend", "config", "geomean", "slowest", "median compile s", "median warm s",
+                        "overhead us", "correct", "native %"]))
+    for note in record["notes"]:
+        print(f"note: {note}")
+    print()
+    print(f"run took {record['duration_s']:.0f} s; history: {history_path}")
+    if dashboard:
+        print(f"dashboard: {dashboard}")
+
+
+# --------------------------------------------------------------------------
+# main
+# --------------------------------------------------------------------------
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    catalog = model_catalog()
+    if args.list:
+        quick = next(m["quick"] for m in catalog if "quick" in m)
+        for m in catalog:
+            if "name" in m:
+                print(f"{m['name']:<16} {'(quick) ' if m['name'] in quick else ''}{m['description']}")
+        return 0
+    plan = resolve_plan(args, catalog)
+    out = Path(args.out).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "logs").mkdir(exist_ok=True)
+    stamp = _dt.datetime.now(_dt.timezone.utc)
+    run_id = stamp.strftime("%Y%m%dT%H%M%SZ")
+    paths = {"cache": out / "cache", "log": out / "logs" / f"{run_id}.log"}
+    shutil.rmtree(paths["cache"], ignore_errors=True)
+    paths["cache"].mkdir(parents=True)
+
+    nb, nm = len(plan["backends"]), len(plan["models"])
+    n_compiled = sum(1 for b in plan["backends"] if b in COMPILED)
+    per_config = nm * (nb + 1) + nb + (0 if args.no_warm else nm * (n_compiled + nb))
+    progress = Progress(per_config * len(plan["configs"]), enabled=not args.no_progress)
+    print(f"[bench] {nm} models x {', '.join(plan['backends'])} on "
+          f"{', '.join(sorted({c['device'] for c in plan['configs']}))}; "
+          f"{args.rounds} rounds; worker log: {paths['log']}", file=sys.stderr, flush=True)
+
+    results: dict = {}
+    overhead: list = []
+    notes: list = []
+    phases: dict = {}  # seconds spent per config and phase
+    load_before = _loadavg()
+    busy_before, own_before = _cpu_busy_s(), _own_cpu_s()
+    t0 = time.monotonic()
+    try:
+        for cfg in plan["configs"]:
+            run_config(cfg, plan, args, paths, progress, results, overhead, notes, phases)
+    except KeyboardInterrupt:
+        notes.append("interrupted by the user: partial results")
+        progress.note("[bench] interrupted: saving partial results")
+    finally:
+        progress.close()
+        shutil.rmtree(paths["cache"], ignore_errors=True)
+    duration = time.monotonic() - t0
+    # CPU used by other processes during the run, in cores: the suite's workers
+    # are our children, so what /proc/stat counts beyond them is someone else's.
+    busy_after = _cpu_busy_s()
+    foreign_load = None
+    if busy_before is not None and busy_after is not None and duration > 0:
+        foreign_load = max(0.0, (busy_after - busy_before) - (_own_cpu_s() - own_before)) / duration
+
+    order = {m: i for i, m in enumerate(plan["models"])}
+    border = {b: i for i, b in enumerate(ALL_BACKENDS)}
+    ordered = sorted(results.values(), key=lambda r: (r["device"], r["mode"], r["dtype"], order.get(r["model"], 99),
+                                                      border.get(r["backend"], 9)))
+    if args.no_warm:
+        notes.append("--no-warm: warm-start and memory not measured")
+    cores = os.cpu_count() or 1
+    if foreign_load is not None and foreign_load > 0.25:
+        notes.append(f"other processes used {foreign_load:.1f} of the {cores} cores on average during the run: "
+                     "timings are unreliable (eager's OpenMP threads suffer most from a busy machine)")
+    record = {
+        "schema": 1,
+        "id": run_id,
+        "timestamp": stamp.isoformat(timespec="seconds"),
+        **git_info(),
+        # Load averages (1, 5, 15 min) before and after: timings from a busy machine mean little.
+        "machine": dict(machine_info(), load_before=load_before, load_after=_loadavg(),
+                        foreign_load=None if foreign_load is None else round(foreign_load, 2)),
+        "versions": versions(),
+        "options": {"models": plan["models"], "backends": plan["backends"],
+                    "devices": sorted({c["device"] for c in plan["configs"]}),
+                    "modes": sorted({c["mode"] for c in plan["configs"]}),
+                    "dtypes": sorted({c["dtype"] for c in plan["configs"]}),
+                    "rounds": args.rounds, "target_ms": args.target_ms, "quick": args.quick,
+                    "warm": not args.no_warm, "threads": args.threads,
+                    "argv": sys.argv[1:] if argv is None else list(argv)},
+        "duration_s": duration,
+        "phase_s": phases,
+        "results": ordered,
+        "overhead": overhead,
+        "summary": summarise(ordered, overhead),
+        "notes": notes,
+        "log": str(paths["log"]),
+    }
+    history_path = out / "history.json"
+    history = load_history(history_path)
+    history.append(record)
+    write_json(history_path, history)
+    write_json(out / "latest.json", record)
+
+    dashboard = None
+    if not args.no_dashboard:
+        try:
+            import dashboard as dash
+
+            dashboard = str(dash.build(history_path, out))
+        except ImportError as exc:
+            record["notes"].append(f"dashboard not built: {exc} (pip install -r benches/requirements.txt)")
+        except Exception as exc:  # the measurements are saved; a chart bug must not lose them
+            record["notes"].append(f"dashboard failed: {type(exc).__name__}: {exc}")
+    print_summary(record, dashboard, history_path)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
