@@ -130,15 +130,27 @@ def float64_inputs(inputs: tuple[Any, ...]) -> tuple[Any, ...]:
     return tuple(x.to(torch.float64) if x.is_floating_point() else x for x in inputs)
 
 
+def _wgpu_available() -> bool:
+    try:
+        rdyn.wgpu_adapter()
+        return True
+    except Exception:  # noqa: BLE001 - any failure to open an adapter means "no wgpu"
+        return False
+
+
+DEVICES = ["cpu", pytest.param("wgpu", marks=pytest.mark.skipif(not _wgpu_available(), reason="no wgpu adapter"))]
+
+
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("name", list(MODELS))
-def test_inference(name: str) -> None:
+def test_inference(name: str, device: str) -> None:
     model, inputs = build(name)
     model.eval()
     pick = MODELS[name].outputs
     with torch.no_grad():
         expected = pick(model(*inputs))
         reference = pick(float64_copy(model)(*float64_inputs(inputs)))
-        compiled = torch.compile(model, backend="rdyn")
+        compiled = torch.compile(model, backend="rdyn", options={"device": device})
         with no_rust_panic():
             actual = pick(compiled(*inputs))
             again = pick(compiled(*inputs))  # the cached program
