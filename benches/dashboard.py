@@ -128,46 +128,51 @@ def memory_chart(record: dict) -> dict:
                             "MB over the pre-compile baseline", "peak_mem_mb")
 
 
+def _config_of(o: dict) -> tuple:
+    return (o["device"], o.get("mode", "inference"), o.get("dtype", "float32"))
+
+
 def overhead_chart(record: dict) -> dict:
+    """One bar per backend (per backend and config when there are several)."""
     rows = [o for o in record.get("overhead", []) if o.get("status") == "ok"]
     configs = []
     for o in rows:
-        c = (o["device"], o.get("mode", "inference"), o.get("dtype", "float32"))
-        if c not in configs:
-            configs.append(c)
+        if _config_of(o) not in configs:
+            configs.append(_config_of(o))
     multi = len(configs) > 1
-    traces = []
-    for config in configs:
-        sel = [o for o in rows if (o["device"], o.get("mode", "inference"), o.get("dtype", "float32")) == config]
-        sel.sort(key=lambda o: BACKEND_ORDER.index(o["backend"]) if o["backend"] in BACKEND_ORDER else 9)
-        traces.append({"name": "call time" + (f" ({'/'.join(config)})" if multi else ""), "field": "call_us",
-                       "config": list(config), "x": [o["backend"] for o in sel],
-                       "y": [_num(o.get("call_us")) for o in sel],
-                       "text": [f"overhead over eager: {(_num(o.get('overhead_us')) or 0):.2f} us" for o in sel]})
+    rows.sort(key=lambda o: (configs.index(_config_of(o)),
+                             BACKEND_ORDER.index(o["backend"]) if o["backend"] in BACKEND_ORDER else 9))
+    label = (lambda o: f"{o['backend']} ({'/'.join(_config_of(o))})") if multi else (lambda o: o["backend"])
+    trace = {"name": "call time", "field": "call_us", "backends": [o["backend"] for o in rows],
+             "configs": [list(_config_of(o)) for o in rows], "x": [label(o) for o in rows],
+             "y": [_num(o.get("call_us")) for o in rows],
+             "text": [f"overhead over eager: {(_num(o.get('overhead_us')) or 0):.2f} us" for o in rows]}
     return {"id": "chart-overhead", "kind": "bar", "xlabel": "backend", "ylabel": "microseconds per call",
-            "log": False, "ref_line": None, "traces": traces,
+            "log": False, "ref_line": None, "traces": [trace] if rows else [],
             "title": "Per-call time of x + 1 on one element (µs, lower is better)",
             "subtitle": "eager's bar is the floor; the rest is the backend's per-call overhead"}
 
 
 def coverage_chart(record: dict) -> dict:
+    """Stacked node counts per model (per model and config when there are several)."""
     results = [r for r in record["results"] if r["backend"] == "rdyn"]
     configs = _configs(results)
     multi = len(configs) > 1
     table = _lookup(results)
     models = _models(record["results"])
-    traces = []
+    cells = [(m, c) for c in configs for m in models] if multi else [(m, configs[0]) for m in models] if configs else []
+    xs = [f"{m} ({'/'.join(c)})" if multi else m for m, c in cells]
     labels = {"nodes_native": "native (rdyn kernels)", "nodes_extern": "extern (GEMM / conv library)",
               "nodes_fallback": "eager fallback"}
-    for config in configs:
-        for field, label in labels.items():
-            ys = []
-            for m in models:
-                r = table.get((m, "rdyn", *config))
-                stats = (r or {}).get("rdyn_stats") or {}
-                ys.append(_num(stats.get(field)) if (r and r.get("status") == "ok" and stats) else None)
-            traces.append({"name": label + (f" ({'/'.join(config)})" if multi else ""), "field": field,
-                           "config": list(config), "x": list(models), "y": ys})
+    traces = []
+    for field, label in labels.items():
+        ys = []
+        for m, c in cells:
+            r = table.get((m, "rdyn", *c))
+            stats = (r or {}).get("rdyn_stats") or {}
+            ys.append(_num(stats.get(field)) if (r and r.get("status") == "ok" and stats) else None)
+        traces.append({"name": label, "field": field, "configs": [list(c) for _, c in cells],
+                       "models": [m for m, _ in cells], "x": xs, "y": ys})
     return {"id": "chart-coverage", "kind": "stack", "xlabel": "model", "ylabel": "ATen nodes", "log": False,
             "ref_line": None, "traces": traces,
             "title": "rdyn native coverage: ATen nodes by how they ran",
@@ -255,7 +260,7 @@ def plotly_figure(spec: dict):
                                      line={"color": color}, connectgaps=False))
         else:
             if spec["id"] == "chart-overhead":  # one bar per backend, in the backend's colour
-                color = [COLORS.get(x, color) for x in t["x"]]
+                color = [COLORS.get(b, color) for b in t["backends"]]
             fig.add_trace(go.Bar(name=t["name"], x=t["x"], y=t["y"], hovertext=t.get("text"),
                                  marker={"color": color, "pattern": {"shape": "/" if warm else ""},
                                          "opacity": 0.6 if warm else 1.0}))
@@ -324,7 +329,7 @@ def png_chart(spec: dict, path: Path) -> None:
             ys = [y for y in t["y"] if y is not None]
             color = _trace_color(t, i)
             if spec["id"] == "chart-overhead":
-                color = [COLORS.get(x, color) for x, y in zip(t["x"], t["y"]) if y is not None]
+                color = [COLORS.get(b, color) for b, y in zip(t["backends"], t["y"]) if y is not None]
             ax.bar(idx, ys, width=width, label=t["name"], color=color, alpha=0.6 if warm else 1.0,
                    hatch="//" if warm else None)
             if spec["id"] == "chart-speedup":

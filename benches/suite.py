@@ -591,7 +591,7 @@ def print_summary(record: dict, dashboard: str | None, history_path: Path) -> No
                       fmt(s["geomean_speedup"], ".2f") + ("x" if s["geomean_speedup"] else ""),
                       f"{fmt(s['min_speedup'], '.2f')} ({s['slowest_model'] or '-'})",
                       fmt(s["median_compile_s"]), fmt(s["median_warm_compile_s"], ".3f"),
-                      fmt(s["overhead_us"], ".1f"), f"{s['correct']}/{s['models']}", fmt(s["native_pct"], ".0f")])
+                      fmt(s["overhead_us"], ".1f"), f"{s['correct']}/{s['models']}", fmt(s["native_pct"], ".1f")])
     print(table(srows, ["backend", "config", "geomean", "slowest", "median compile s", "median warm s",
                         "overhead us", "correct", "native %"]))
     for note in record["notes"]:

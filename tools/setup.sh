@@ -14,9 +14,10 @@ cd "$ROOT"
 PYTHON="${PYTHON:-python3}"
 VENV="$ROOT/.venv"
 PY="$VENV/bin/python"
-DEPS=(torch torchvision transformers maturin pytest expecttest hypothesis numpy)
+# The project's, the tests' and the benchmark suite's (benches/requirements.txt).
+DEPS=(torch torchvision transformers maturin pytest expecttest hypothesis numpy plotly matplotlib tqdm)
 # Module names to probe for each dependency (same order as DEPS).
-MODULES=(torch torchvision transformers maturin pytest expecttest hypothesis numpy)
+MODULES=(torch torchvision transformers maturin pytest expecttest hypothesis numpy plotly matplotlib tqdm)
 
 say() { printf '[setup] %s\n' "$*"; }
 

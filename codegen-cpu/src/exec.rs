@@ -21,7 +21,7 @@ use crate::ops;
 use crate::plan::{BufPlan, IndexFn, Inst, InstOp, KernelPlan, StagePlan, TileMode};
 
 /// Lanes per tile (the default for parallel kernels).
-pub const TILE: usize = 1024;
+pub const TILE: usize = 256;
 /// Below this many elements a kernel runs on the calling thread.
 const PARALLEL_MIN_WORK: usize = 1 << 15;
 
@@ -53,18 +53,20 @@ struct Scratch {
 }
 
 impl Scratch {
-    fn new(kernel: &KernelPlan, vars: usize) -> Scratch {
+    /// Registers of `lanes` elements: as wide as the kernel's tiles get,
+    /// not the maximum tile (short rows would otherwise pay for 1024).
+    fn new(kernel: &KernelPlan, vars: usize, lanes: usize) -> Scratch {
         Scratch {
             regs: kernel
                 .stages
                 .iter()
                 .map(|s| {
-                    let mut regs: Vec<Tile> = s.regs.iter().map(|k| Tile::new(*k, TILE)).collect();
+                    let mut regs: Vec<Tile> = s.regs.iter().map(|k| Tile::new(*k, lanes)).collect();
                     for (reg, op) in &s.consts {
                         let tile = &mut regs[*reg as usize];
                         match op {
-                            InstOp::ConstF(x) => fill_f(tile, *x, TILE),
-                            InstOp::ConstI(x) => fill_i(tile, *x, TILE),
+                            InstOp::ConstF(x) => fill_f(tile, *x, lanes),
+                            InstOp::ConstI(x) => fill_i(tile, *x, lanes),
                             _ => {}
                         }
                     }
@@ -72,12 +74,33 @@ impl Scratch {
                 })
                 .collect(),
             env: vec![0; vars + 1],
-            lane_index: vec![0; TILE],
-            acc: Tile::F64(vec![0.0; TILE]),
-            acc_index: vec![0; TILE],
+            lane_index: vec![0; lanes],
+            acc: Tile::F64(vec![0.0; lanes]),
+            acc_index: vec![0; lanes],
             error: false,
         }
     }
+}
+
+/// The widest tile `kernel` evaluates.
+fn lanes(kernel: &KernelPlan) -> usize {
+    let widest = match kernel.mode {
+        TileMode::Outer => kernel.outer.last().map_or(1, |&n| n.max(1) as usize),
+        TileMode::Inner => kernel
+            .stages
+            .iter()
+            .map(|s| {
+                let last = match &s.reduce {
+                    Some((_, red)) if !red.is_empty() => red.last().copied(),
+                    Some(_) => Some(1),
+                    None => s.inner.last().copied(),
+                };
+                last.unwrap_or(1).max(1) as usize
+            })
+            .max()
+            .unwrap_or(1),
+    };
+    widest.min(kernel.tile).max(1)
 }
 
 /// Addresses and layouts of the buffers, by buffer id.
@@ -126,17 +149,23 @@ pub fn run_kernel(kernel: &KernelPlan, mem: &Memory) -> bool {
             scratch.error = false;
         }
     };
+    let width = lanes(kernel);
     if kernel.serial || total_work < PARALLEL_MIN_WORK || items == 1 {
-        let mut scratch = Scratch::new(kernel, vars);
+        let mut scratch = Scratch::new(kernel, vars, width);
         for item in 0..items {
             run(&mut scratch, item);
         }
     } else {
-        let min_len = (PARALLEL_MIN_WORK / (lanes_per_item * per_item_work).max(1)).clamp(1, 1 << 16);
-        (0..items)
-            .into_par_iter()
-            .with_min_len(min_len)
-            .for_each_init(|| Scratch::new(kernel, vars), |scratch, item| run(scratch, item));
+        // A few chunks per thread, one scratch each (rayon's per-split init
+        // would build scratch far more often than once per thread).
+        let chunks = items.min(rayon::current_num_threads().max(1) * 4);
+        let per_chunk = items.div_ceil(chunks);
+        (0..chunks).into_par_iter().for_each(|chunk| {
+            let mut scratch = Scratch::new(kernel, vars, width);
+            for item in chunk * per_chunk..((chunk + 1) * per_chunk).min(items) {
+                run(&mut scratch, item);
+            }
+        });
     }
     !failed.load(Ordering::Relaxed)
 }
@@ -307,22 +336,22 @@ fn init_acc(acc: &mut Tile, kind: Kind, op: ReduceOp, len: usize) {
         Kind::F32 => {
             let id = <f32 as ops::Reducible>::identity(op);
             match acc {
-                Tile::F32(v) if v.len() >= TILE => v[..len].iter_mut().for_each(|x| *x = id),
-                _ => *acc = Tile::F32(vec![id; TILE]),
+                Tile::F32(v) if v.len() >= len => v[..len].iter_mut().for_each(|x| *x = id),
+                _ => *acc = Tile::F32(vec![id; len]),
             }
         }
         Kind::F64 => {
             let id = <f64 as ops::Reducible>::identity(op);
             match acc {
-                Tile::F64(v) if v.len() >= TILE => v[..len].iter_mut().for_each(|x| *x = id),
-                _ => *acc = Tile::F64(vec![id; TILE]),
+                Tile::F64(v) if v.len() >= len => v[..len].iter_mut().for_each(|x| *x = id),
+                _ => *acc = Tile::F64(vec![id; len]),
             }
         }
         Kind::I64 => {
             let id = <i64 as ops::Reducible>::identity(op);
             match acc {
-                Tile::I64(v) if v.len() >= TILE => v[..len].iter_mut().for_each(|x| *x = id),
-                _ => *acc = Tile::I64(vec![id; TILE]),
+                Tile::I64(v) if v.len() >= len => v[..len].iter_mut().for_each(|x| *x = id),
+                _ => *acc = Tile::I64(vec![id; len]),
             }
         }
     }

@@ -1,0 +1,128 @@
+"""The benchmark suite and its dashboard (issue 3).
+
+- The runner on ``--quick`` with eager and rdyn: the JSON record has the
+  fields and sane values.
+- The dashboard page in headless Chromium (Debian's ``chromium``): it loads
+  without console errors, its charts are drawn, and the data they plot is the
+  JSON's. A screenshot is kept at ``build/bench-test/dashboard.png``.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+OUT = ROOT / "build" / "bench-test"
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+CHROMIUM_FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
+
+@pytest.fixture(scope="module")
+def quick_run() -> dict:
+    """One ``--quick`` run into a fresh folder; its history record."""
+    if OUT.exists():
+        shutil.rmtree(OUT)
+    cmd = [
+        sys.executable,
+        str(ROOT / "benches" / "suite.py"),
+        "--quick",
+        "--backends",
+        "eager,rdyn",
+        "--rounds",
+        "1",
+        "--target-ms",
+        "20",
+        "--no-warm",
+        "--no-progress",
+        "--out",
+        str(OUT),
+    ]
+    env = dict(os.environ, RDYN_STRICT="1")
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, f"suite failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    assert "dashboard" in proc.stdout, proc.stdout[-2000:]
+    history = json.loads((OUT / "history.json").read_text())
+    assert isinstance(history, list) and history, "history.json holds no run"
+    return history[-1]
+
+
+def test_quick_run_record_has_fields_and_sane_values(quick_run: dict) -> None:
+    for key in ("timestamp", "commit", "machine", "versions", "options", "results", "summary"):
+        assert key in quick_run, f"record lacks {key}"
+    rows = quick_run["results"]
+    models = {r["model"] for r in rows}
+    assert len(models) == 3, models
+    for row in rows:
+        assert row.get("error") in (None, ""), row
+        assert row["correct"] is True, row
+        assert 0.0 < row["speedup"] < 1000.0, row
+        if row["backend"] == "rdyn":
+            assert 0.0 < row["compile_s"] < 120.0, row
+            assert row["rdyn_stats"]["nodes_native"] > 0, row
+            assert row["rdyn_stats"]["graphs_failed"] == 0, row
+
+
+def _dump_dom(page: Path, screenshot: Path) -> tuple[str, str]:
+    profile = OUT / "chromium-profile"
+    profile.mkdir(parents=True, exist_ok=True)
+    common = CHROMIUM_FLAGS + [f"--user-data-dir={profile}", "--enable-logging=stderr", "--v=0"]
+    dom = subprocess.run(
+        [CHROMIUM, *common, "--virtual-time-budget=10000", "--dump-dom", page.as_uri()],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    shot = subprocess.run(
+        [CHROMIUM, *common, "--window-size=1400,2400", "--virtual-time-budget=10000", f"--screenshot={screenshot}", page.as_uri()],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    return dom.stdout, dom.stderr + shot.stderr
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (apt-get install chromium)")
+def test_dashboard_renders_the_json_in_chromium(quick_run: dict) -> None:
+    page = OUT / "dashboard.html"
+    assert page.exists(), "the quick run built no dashboard"
+    screenshot = OUT / "dashboard.png"
+    dom, log = _dump_dom(page, screenshot)
+    errors = [line for line in log.splitlines() if "CONSOLE" in line and ("Uncaught" in line or "Error" in line)]
+    assert not errors, "console errors:\n" + "\n".join(errors)
+    # plotly draws each chart as an svg inside a .js-plotly-plot element.
+    charts = dom.count("js-plotly-plot")
+    assert charts >= 4, f"only {charts} charts rendered"
+    assert dom.count("main-svg") >= charts
+    # The data the charts plot is the run's JSON.
+    match = re.search(r'<script type="application/json" id="rdyn-data">(.*?)</script>', dom, re.S)
+    assert match, "no embedded data"
+    data = json.loads(html.unescape(match.group(1)))
+    assert data["latest"]["id"] == quick_run["id"]
+    assert data["latest"]["results"] == quick_run["results"]
+    # Every chart's points come from the run: each speedup plotted is one the
+    # JSON holds.
+    speedups = {round(r["speedup"], 6) for r in quick_run["results"]}
+    chart = data["charts"]["chart-speedup"]
+    plotted = {round(y, 6) for trace in chart["traces"] for y in trace["y"] if isinstance(y, (int, float))}
+    assert plotted and plotted <= speedups, (plotted, speedups)
+    for row in quick_run["results"]:
+        assert row["model"] in dom, f"{row['model']} not on the page"
+    assert screenshot.exists() and screenshot.stat().st_size > 10_000, "no screenshot"
