@@ -45,6 +45,11 @@ pub(crate) enum Handled {
     Extern(Vec<Lazy>),
 }
 
+/// What a reduction computes: op, output ranges, reduction ranges, body,
+/// result dtype.
+pub(crate) type ReductionKey =
+    (crate::ir::loops::ReduceOp, Vec<Expr>, Vec<Expr>, crate::ir::loops::ScalarId, crate::ir::DType);
+
 pub(crate) struct Lowerer<'g> {
     pub graph: &'g Graph,
     pub prog: Program,
@@ -55,8 +60,7 @@ pub(crate) struct Lowerer<'g> {
     pub counts: NodeCounts,
     /// Reductions already emitted, by what they compute: identical ones
     /// (e.g. `sum` and the sum inside `mean`) share one buffer.
-    pub reductions: std::collections::HashMap<
-        (crate::ir::loops::ReduceOp, Vec<Expr>, Vec<Expr>, crate::ir::loops::ScalarId, crate::ir::DType),
+    pub reductions: std::collections::HashMap<ReductionKey, crate::ir::loops::BufId>, Vec<Expr>, crate::ir::loops::ScalarId, crate::ir::DType),
         crate::ir::loops::BufId,
     >,
 }
