@@ -60,9 +60,7 @@ pub(crate) struct Lowerer<'g> {
     pub counts: NodeCounts,
     /// Reductions already emitted, by what they compute: identical ones
     /// (e.g. `sum` and the sum inside `mean`) share one buffer.
-    pub reductions: std::collections::HashMap<ReductionKey, crate::ir::loops::BufId>, Vec<Expr>, crate::ir::loops::ScalarId, crate::ir::DType),
-        crate::ir::loops::BufId,
-    >,
+    pub reductions: std::collections::HashMap<ReductionKey, crate::ir::loops::BufId>,
 }
 
 /// Bodies larger than this are stored once rather than recomputed in every
