@@ -235,6 +235,7 @@ pub fn unary_f32(op: UnaryOp, x: &[f32], out: &mut [f32]) {
 float_ops!(f64, unary_f64, binary_f64, erfinv_f64, digamma_f64, libm::erf, libm::erfc, libm::lgamma, libm::nextafter);
 
 /// Hurwitz zeta ζ(s, q) for s > 1, by Euler–Maclaurin summation.
+#[allow(clippy::excessive_precision)] // published constants, digits as printed
 fn hurwitz_zeta(s: f64, q: f64) -> f64 {
     // B_2k / (2k)! denominators as in the classic expansion.
     const A: [f64; 12] = [
