@@ -168,8 +168,7 @@ impl BodyWriter<'_> {
             let is_f = node.dtype.kind() == Kind::F32;
             let expr = match &node.op {
                 ScalarOp::Load { buf, index, indirect, mask } => {
-                    let name =
-                        (self.binding_name)(*buf).ok_or_else(|| WgslError::Internal("load from unbound buffer"))?;
+                    let name = (self.binding_name)(*buf).ok_or(WgslError::Internal("load from unbound buffer"))?;
                     let mut idx = (self.index_of)(index)?;
                     for (s, stride) in indirect {
                         idx = format!("{idx} + {} * {}", t(s), (self.index_of)(stride)?);

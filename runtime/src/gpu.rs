@@ -188,10 +188,14 @@ pub fn plan_wgpu(
     Ok(WgpuPlan { cpu, steps, cpu_reasons })
 }
 
+/// A device copy of one input: tensor identity, address, version, size in
+/// elements, and the buffer.
+type CachedInput = (usize, usize, u64, usize, Arc<wgpu::Buffer>);
+
 /// Device copies of a graph's inputs kept across calls.
 #[derive(Default)]
 pub struct InputCache {
-    entries: Mutex<HashMap<usize, (usize, usize, u64, usize, Arc<wgpu::Buffer>)>>,
+    entries: Mutex<HashMap<usize, CachedInput>>,
 }
 
 fn to_device(buf: &BufPlan, ptr: usize) -> Result<Vec<u8>, RuntimeError> {
@@ -388,9 +392,9 @@ pub fn execute_wgpu(
         _ => None,
     };
     if let Ok(entries) = cache.entries.lock() {
-        for k in 0..n {
+        for (k, buf) in bufs.iter().enumerate() {
             let Some((i, t)) = input_of(k) else { continue };
-            let bytes = bufs[k].extent_elems().max(0) as usize;
+            let bytes = buf.extent_elems().max(0) as usize;
             if let Some((identity, ptr, version, size, dev)) = entries.get(&i) {
                 let same = *identity == t.identity && *ptr == t.ptr && *version == t.version && *size == bytes;
                 if same && t.version != u64::MAX && t.identity != 0 {
@@ -504,12 +508,11 @@ pub fn execute_wgpu(
     }
     res.flush();
     if let Ok(mut entries) = cache.entries.lock() {
-        for k in 0..n {
+        for (k, buf) in bufs.iter().enumerate() {
             let Some((i, t)) = input_of(k) else { continue };
             if res.device_valid[k] && t.version != u64::MAX {
                 if let Some(dev) = res.device.get(&k) {
-                    entries
-                        .insert(i, (t.identity, t.ptr, t.version, bufs[k].extent_elems().max(0) as usize, dev.clone()));
+                    entries.insert(i, (t.identity, t.ptr, t.version, buf.extent_elems().max(0) as usize, dev.clone()));
                 }
             }
         }
