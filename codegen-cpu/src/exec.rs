@@ -54,7 +54,7 @@ struct Scratch {
 
 impl Scratch {
     /// Registers of `lanes` elements: as wide as the kernel's tiles get,
-    /// not the maximum tile (short rows would otherwise pay for 1024).
+    /// not the maximum tile (short rows would otherwise pay for the maximum).
     fn new(kernel: &KernelPlan, vars: usize, lanes: usize) -> Scratch {
         Scratch {
             regs: kernel

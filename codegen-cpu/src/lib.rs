@@ -2,7 +2,7 @@
 //!
 //! [`plan::plan`] turns a program (with concrete sizes) into a
 //! [`plan::CpuProgram`]: each kernel a set of register programs over tiles of
-//! up to 1024 lanes, so every operation is one tight, auto-vectorised loop and
+//! up to 256 lanes, so every operation is one tight, auto-vectorised loop and
 //! no dispatch happens per element. [`exec::run_kernel`] runs a kernel on raw
 //! buffer addresses; [`gemm::run_gemm`] runs matrix products.
 //!
