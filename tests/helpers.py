@@ -271,3 +271,12 @@ def exception_chain(error: BaseException) -> list[BaseException]:
         inner = getattr(current, "inner_exception", None)
         current = inner or current.__cause__ or current.__context__
     return chain
+
+
+def wgpu_available() -> bool:
+    """Whether rdyn can open a wgpu adapter here (lavapipe counts)."""
+    try:
+        rdyn.wgpu_adapter()
+        return True
+    except Exception:  # noqa: BLE001 - any failure to open an adapter means "no wgpu"
+        return False

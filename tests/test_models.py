@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 import rdyn
-from helpers import assert_same, no_rust_panic
+from helpers import assert_same, no_rust_panic, wgpu_available
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning", "ignore::FutureWarning")
 
@@ -130,15 +130,7 @@ def float64_inputs(inputs: tuple[Any, ...]) -> tuple[Any, ...]:
     return tuple(x.to(torch.float64) if x.is_floating_point() else x for x in inputs)
 
 
-def _wgpu_available() -> bool:
-    try:
-        rdyn.wgpu_adapter()
-        return True
-    except Exception:  # noqa: BLE001 - any failure to open an adapter means "no wgpu"
-        return False
-
-
-DEVICES = ["cpu", pytest.param("wgpu", marks=pytest.mark.skipif(not _wgpu_available(), reason="no wgpu adapter"))]
+DEVICES = ["cpu", pytest.param("wgpu", marks=pytest.mark.skipif(not wgpu_available(), reason="no wgpu adapter"))]
 
 
 @pytest.mark.parametrize("device", DEVICES)

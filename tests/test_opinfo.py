@@ -58,6 +58,7 @@ from helpers import (
     no_rust_panic,
     tensor_outputs,
     to_float64,
+    wgpu_available,
 )
 
 # Eager's own warnings (degrees of freedom <= 0, deprecations) are noise here.
@@ -306,15 +307,7 @@ def test_op(op: OpInfo, opinfo_results: list[dict[str, Any]]) -> None:
     _run_recorded(op, torch.float32, SAMPLES_PER_OP, opinfo_results)
 
 
-def _wgpu_available() -> bool:
-    try:
-        rdyn.wgpu_adapter()
-        return True
-    except Exception:  # noqa: BLE001 - any failure to open an adapter means "no wgpu"
-        return False
-
-
-@pytest.mark.skipif(not _wgpu_available(), reason="no wgpu adapter (install mesa-vulkan-drivers for lavapipe)")
+@pytest.mark.skipif(not wgpu_available(), reason="no wgpu adapter (install mesa-vulkan-drivers for lavapipe)")
 @pytest.mark.parametrize("op", OPS, ids=op_id)
 def test_op_wgpu(op: OpInfo, opinfo_results: list[dict[str, Any]]) -> None:
     """The same conformance run with ``options={"device": "wgpu"}``."""
