@@ -321,3 +321,22 @@ def test_backend_is_registered_without_import() -> None:
         cwd="/",
     )
     assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr[-3000:]
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+def test_half_precision_gemm_is_native_and_matches_eager(dtype: torch.dtype) -> None:
+    """Half-precision mm/addmm/bmm run through the float32 GEMM (float32
+    accumulation, one rounding — ATen's numerics), not eagerly."""
+    a = torch.randn(33, 64, dtype=dtype)
+    b = torch.randn(64, 17, dtype=dtype)
+    bias = torch.randn(17, dtype=dtype)
+    fn = lambda a, b, bias: (torch.addmm(bias, a, b, alpha=0.5, beta=2.0), a @ b, torch.bmm(a[None], b[None]))  # noqa: E731
+    actual = torch.compile(fn, backend="rdyn")(a, b, bias)
+    expected = fn(a, b, bias)
+    reference = fn(a.double(), b.double(), bias.double())
+    for got, want, ref in zip(actual, expected, reference):
+        assert got.dtype == dtype
+        assert (got.double() - ref).abs().max() <= 1.01 * (want.double() - ref).abs().max() + 1e-6
+    stats = rdyn.stats()
+    assert stats["nodes_fallback"] == 0, stats
+    assert stats["nodes_extern"] == 3, stats

@@ -665,9 +665,12 @@ impl Lowerer<'_> {
     pub(crate) fn gemm(&mut self, node: &Node) -> Res {
         let op = node.target.as_str();
         let (sizes, out) = self.out_meta(node)?;
-        if !matches!(out, DType::F32 | DType::F64) {
+        if !out.is_float() {
             return Err(crate::unsupported(op, format!("GEMM on {out}")));
         }
+        // Half precision multiplies in float32, as ATen does: float32
+        // accumulation, one rounding of the result.
+        let acc = if matches!(out, DType::F16 | DType::BF16) { DType::F32 } else { out };
         let (a_pos, b_pos) = if node.op == Op::Addmm { (1, 2) } else { (0, 1) };
         let a = self.tensor_arg(node, a_pos, "mat1")?;
         let b = self.tensor_arg(node, b_pos, "mat2")?;
@@ -676,6 +679,7 @@ impl Lowerer<'_> {
         }
         let alpha = node.kwarg("alpha").as_float().unwrap_or(1.0);
         let beta = node.kwarg("beta").as_float().unwrap_or(1.0);
+        let (a, b) = (self.cast_lazy(a, acc), self.cast_lazy(b, acc));
         let a_buf = self.buffer_for_extern(&a);
         let b_buf = self.buffer_for_extern(&b);
         let out_v = node.outputs.first().copied().ok_or_else(|| crate::invalid(op, "no output"))?;
@@ -684,17 +688,17 @@ impl Lowerer<'_> {
         let out_buf = if accumulate {
             let bias = self.tensor_arg(node, 0, "self")?;
             let bias = self.broadcast_to(&bias, &sizes);
-            let bias = self.cast_lazy(bias, out);
+            let bias = self.cast_lazy(bias, acc);
             let value = if beta != 1.0 {
-                let k = self.prog.scalars.constant(beta, out);
-                self.prog.scalars.binary(BinaryOp::Mul, bias.value, k, out)
+                let k = self.prog.scalars.constant(beta, acc);
+                self.prog.scalars.binary(BinaryOp::Mul, bias.value, k, acc)
             } else {
                 bias.value
             };
             self.realize(&Lazy { value, ..bias }, Some(strides))
         } else {
             self.prog.add_buffer(Buffer {
-                dtype: out,
+                dtype: acc,
                 sizes: sizes.clone(),
                 strides,
                 offset: Expr::zero(),
@@ -706,7 +710,8 @@ impl Lowerer<'_> {
             inputs: vec![a_buf, b_buf],
             outputs: vec![out_buf],
         }));
-        Ok(Handled::Extern(vec![self.load_buffer(out_buf)]))
+        let result = self.load_buffer(out_buf);
+        Ok(Handled::Extern(vec![self.cast_lazy(result, out)]))
     }
 
     /// Library kernels run through ATen (convolution).
