@@ -302,7 +302,7 @@ pub fn plan(program: &Program, syms: &Ctx) -> Result<CpuProgram, CodegenError> {
             },
         });
     }
-    let arena_bytes = assign_arena(&mut buffers, &steps, program);
+    let arena_bytes = assign_arena(&mut buffers, &steps);
     let outputs = program
         .outputs
         .iter()
@@ -316,33 +316,15 @@ pub fn plan(program: &Program, syms: &Ctx) -> Result<CpuProgram, CodegenError> {
 }
 
 /// Give arena buffers offsets, reusing space whose buffer is dead.
-fn assign_arena(buffers: &mut [BufPlan], steps: &[CpuStep], program: &Program) -> usize {
+fn assign_arena(buffers: &mut [BufPlan], steps: &[CpuStep]) -> usize {
     let n = buffers.len();
     let mut first = vec![usize::MAX; n];
     let mut last = vec![0usize; n];
-    let storage = |b: BufId| program.storage_of(b).0 as usize;
-    let touch = |b: usize, at: usize, first: &mut Vec<usize>, last: &mut Vec<usize>| {
-        first[b] = first[b].min(at);
-        last[b] = last[b].max(at);
-    };
     for (at, step) in steps.iter().enumerate() {
-        let mut used = Vec::new();
-        match step {
-            CpuStep::Kernel(k) => {
-                for s in &k.stages {
-                    used.push(storage(s.out));
-                    for inst in &s.insts {
-                        if let InstOp::Load { buf, .. } = &inst.op {
-                            used.push(storage(*buf));
-                        }
-                    }
-                }
-            }
-            CpuStep::Gemm { a, b, out, .. } => used.extend([storage(*a), storage(*b), storage(*out)]),
-            CpuStep::Host { inputs, outputs, .. } => used.extend(inputs.iter().chain(outputs).map(|b| storage(*b))),
-        }
-        for b in used {
-            touch(b, at, &mut first, &mut last);
+        let (reads, writes) = step.io(buffers);
+        for b in reads.into_iter().chain(writes) {
+            first[b] = first[b].min(at);
+            last[b] = last[b].max(at);
         }
     }
     let mut order: Vec<usize> =
@@ -368,6 +350,53 @@ fn assign_arena(buffers: &mut [BufPlan], steps: &[CpuStep], program: &Program) -
         total = total.max(offset + size);
     }
     total
+}
+
+/// The buffer that owns `b`'s storage (a view's base, else `b` itself).
+pub fn storage_root(bufs: &[BufPlan], b: BufId) -> usize {
+    match bufs[b.0 as usize].storage {
+        Storage::View(base) => base.0 as usize,
+        _ => b.0 as usize,
+    }
+}
+
+/// Point every view at its base's address (after the bases are known).
+pub fn resolve_views(bufs: &[BufPlan], ptrs: &mut [usize]) {
+    for (k, buf) in bufs.iter().enumerate() {
+        if let Storage::View(base) = buf.storage {
+            ptrs[k] = ptrs[base.0 as usize];
+        }
+    }
+}
+
+impl CpuStep {
+    /// Storage roots the step reads and writes. A scatter reads the buffer
+    /// it updates; an accumulating GEMM reads its output.
+    pub fn io(&self, bufs: &[BufPlan]) -> (Vec<usize>, Vec<usize>) {
+        let root = |b: &BufId| storage_root(bufs, *b);
+        match self {
+            CpuStep::Kernel(k) => {
+                let mut reads = Vec::new();
+                let mut writes = Vec::new();
+                for s in &k.stages {
+                    writes.push(root(&s.out));
+                    for inst in &s.insts {
+                        if let InstOp::Load { buf, .. } = &inst.op {
+                            reads.push(root(buf));
+                        }
+                    }
+                    if !s.store_indirect.is_empty() {
+                        reads.push(root(&s.out));
+                    }
+                }
+                (reads, writes)
+            }
+            CpuStep::Gemm { a, b, out, .. } => (vec![root(a), root(b), root(out)], vec![root(out)]),
+            CpuStep::Host { inputs, outputs, .. } => {
+                (inputs.iter().map(root).collect(), outputs.iter().map(root).collect())
+            }
+        }
+    }
 }
 
 impl CpuProgram {

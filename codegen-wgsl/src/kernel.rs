@@ -14,7 +14,7 @@
 use std::collections::BTreeMap;
 use std::fmt::Write;
 
-use rdyn_ir::loops::{BufId, Kernel, Program, ReduceOp, ScalarOp, Stage};
+use rdyn_ir::loops::{BufId, Kernel, Program, ReduceOp, Stage};
 use rdyn_ir::{Ctx, DType, Expr, Kind};
 
 use crate::expr::{elem, float_lit, index, int_lit, BodyWriter, PRELUDE};
@@ -95,13 +95,9 @@ fn combine(op: ReduceOp, kind: Kind, a: &str, b: &str) -> String {
         ReduceOp::Min => format!("min({a}, {b})"),
         ReduceOp::Any => format!("b2i({a} != 0i || {b} != 0i)"),
         ReduceOp::All => format!("b2i({a} != 0i && {b} != 0i)"),
-        ReduceOp::ArgMax | ReduceOp::ArgMin => unreachable_combine(),
+        // Arg-reductions combine through `better_*` (see `reduce_stage`).
+        ReduceOp::ArgMax | ReduceOp::ArgMin => String::new(),
     }
-}
-
-fn unreachable_combine() -> String {
-    // Arg-reductions combine through `better_*` (see `reduce_stage`).
-    String::new()
 }
 
 const ARG_HELPERS: &str = r#"
@@ -375,7 +371,6 @@ pub fn kernel_wgsl(program: &Program, kernel: &Kernel, syms: &Ctx, name: String)
     }
     source.push_str(PRELUDE);
     source.push_str(&main);
-    let _ = ScalarOp::Index(Expr::zero());
     Ok(WgslKernel { name, source, bindings, workgroups, grid: None, error_flag: emitter.error_flag })
 }
 

@@ -4,7 +4,7 @@
 use pyo3::prelude::*;
 use pyo3::types::{PyList, PyTuple};
 
-use rdyn_codegen_cpu::plan::{BufPlan, Storage};
+use rdyn_codegen_cpu::plan::{storage_root, BufPlan};
 use rdyn_ir::loops::BufId;
 use rdyn_ir::{DType, Device};
 use rdyn_runtime::compiled::Host;
@@ -42,7 +42,12 @@ impl Torch {
 
 /// Read the metadata of each call argument. `with_ptr` is false for fake
 /// tensors (explain), which have no storage.
-pub fn call_args(torch: &Torch, args: &Bound<'_, PyAny>, with_ptr: bool) -> PyResult<(Vec<CallArg>, Vec<Py<PyAny>>)> {
+pub fn call_args(
+    torch: &Torch,
+    args: &Bound<'_, PyAny>,
+    with_ptr: bool,
+    with_version: bool,
+) -> PyResult<(Vec<CallArg>, Vec<Py<PyAny>>)> {
     let py = args.py();
     let tensor_type = torch.tensor_type.bind(py);
     let mut out = Vec::new();
@@ -74,7 +79,7 @@ pub fn call_args(torch: &Torch, args: &Bound<'_, PyAny>, with_ptr: bool) -> PyRe
             let storage_offset: i64 = item.call_method0("storage_offset")?.extract()?;
             let ptr: usize = if with_ptr { item.call_method0("data_ptr")?.extract()? } else { 0 };
             let version: u64 =
-                if with_ptr { item.getattr("_version")?.extract().unwrap_or(u64::MAX) } else { u64::MAX };
+                if with_version { item.getattr("_version")?.extract().unwrap_or(u64::MAX) } else { u64::MAX };
             let identity = item.as_ptr() as usize;
             out.push(CallArg::Tensor(TensorArg {
                 ptr,
@@ -117,16 +122,9 @@ impl<'py> PyHost<'py, '_> {
         RuntimeError::Host(msg)
     }
 
-    fn root(bufs: &[BufPlan], b: BufId) -> usize {
-        match bufs[b.0 as usize].storage {
-            Storage::View(base) => base.0 as usize,
-            _ => b.0 as usize,
-        }
-    }
-
     /// A torch tensor for buffer `b` (the root tensor itself, or a view).
     pub fn tensor(&self, b: BufId, bufs: &[BufPlan]) -> PyResult<Bound<'py, PyAny>> {
-        let root = Self::root(bufs, b);
+        let root = storage_root(bufs, b);
         let Some((tensor, base)) = &self.tensors[root] else {
             return Err(pyo3::exceptions::PyRuntimeError::new_err(format!(
                 "rdyn internal error: buffer {b} has no torch tensor"

@@ -14,7 +14,6 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
 
 use rdyn_codegen_cpu::plan::{CpuProgram, CpuStep, OutputPlan, Storage};
-use rdyn_ir::loops::BufId;
 use rdyn_runtime::compiled::{execute, Backend, CompiledGraph as RtGraph, Selected};
 use rdyn_runtime::gpu::GpuStep;
 use rdyn_runtime::guard::CallArg;
@@ -91,7 +90,8 @@ impl CompiledGraph {
     fn __call__<'py>(&self, py: Python<'py>, args: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyList>> {
         guarded(|| {
             let torch = torch(py)?;
-            let (call, objects) = call_args(torch, args, true)?;
+            // Only the wgpu input cache reads tensors' version counters.
+            let (call, objects) = call_args(torch, args, true, self.inner.backend == Backend::Wgpu)?;
             let mut key = Vec::new();
             let misses = STATS.guard_misses.load(std::sync::atomic::Ordering::Relaxed);
             let selected = self.inner.select(&call, &mut key).map_err(to_py)?;
@@ -124,7 +124,7 @@ impl CompiledGraph {
     fn describe<'py>(&self, py: Python<'py>, args: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyDict>> {
         guarded(|| {
             let torch = torch(py)?;
-            let (call, _) = call_args(torch, args, false)?;
+            let (call, _) = call_args(torch, args, false, false)?;
             let mut key = Vec::new();
             let selected = self.inner.select_for(&call, &mut key, true).map_err(to_py)?;
             let out = PyDict::new(py);
@@ -243,6 +243,5 @@ fn _rdyn(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(num_threads, m)?)?;
     m.add_function(wrap_pyfunction!(wgpu_adapter, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
-    let _ = BufId(0);
     Ok(())
 }

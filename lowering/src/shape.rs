@@ -302,7 +302,6 @@ impl Lowerer<'_> {
                     let masked = s.add_mask(v, inside);
                     acc = s.select(inside, masked, acc, out);
                 }
-                let _ = start;
                 acc
             }
             Op::ConstantPadNd => {

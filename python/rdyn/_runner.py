@@ -7,7 +7,6 @@ passed in the order the node's arguments mention them.
 
 from __future__ import annotations
 
-import operator
 
 import torch
 import torch.fx as fx
@@ -85,5 +84,3 @@ def _with_layout(t, sizes, strides):
     out.copy_(t)
     return out
 
-
-_ = operator

@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use rdyn_codegen_cpu::exec::{run_kernel, Memory};
 use rdyn_codegen_cpu::gemm::run_gemm;
-use rdyn_codegen_cpu::plan::{plan, BufPlan, CpuProgram, CpuStep, Storage};
+use rdyn_codegen_cpu::plan::{plan, resolve_views, BufPlan, CpuProgram, CpuStep, Storage};
 use rdyn_ir::expr::Sym;
 use rdyn_ir::graph::{Graph, Input};
 use rdyn_ir::loops::{BufId, Program};
@@ -278,13 +278,6 @@ impl CompiledGraph {
     }
 }
 
-fn storage_root(bufs: &[BufPlan], b: BufId) -> usize {
-    match bufs[b.0 as usize].storage {
-        Storage::View(base) => base.0 as usize,
-        _ => b.0 as usize,
-    }
-}
-
 /// Run a selected program on the call's tensors. Returns each buffer's
 /// address (for building outputs).
 pub fn execute(selected: &Selected, args: &[CallArg], host: &mut dyn Host) -> Result<Vec<usize>, RuntimeError> {
@@ -314,14 +307,7 @@ pub fn execute(selected: &Selected, args: &[CallArg], host: &mut dyn Host) -> Re
             Storage::Extern | Storage::View(_) => 0,
         };
     }
-    let resolve_views = |ptrs: &mut [usize]| {
-        for (k, buf) in bufs.iter().enumerate() {
-            if let Storage::View(_) = buf.storage {
-                ptrs[k] = ptrs[storage_root(bufs, BufId(k as u32))];
-            }
-        }
-    };
-    resolve_views(&mut ptrs);
+    resolve_views(bufs, &mut ptrs);
     if let Selected::Spec(spec) = selected {
         if let Some(wgpu_plan) = &spec.wgpu {
             crate::gpu::execute_wgpu(wgpu_plan, args, host, &mut ptrs, &spec.inputs)?;
@@ -348,7 +334,7 @@ pub fn execute(selected: &Selected, args: &[CallArg], host: &mut dyn Host) -> Re
             }
             CpuStep::Host { node, inputs, outputs, .. } => {
                 host.run_node(*node, inputs, outputs, bufs, &mut ptrs)?;
-                resolve_views(&mut ptrs);
+                resolve_views(bufs, &mut ptrs);
             }
         }
     }

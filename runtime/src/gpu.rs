@@ -15,9 +15,9 @@ use std::sync::{Arc, Mutex, OnceLock};
 use half::{bf16, f16};
 use rdyn_codegen_cpu::exec::{run_kernel, Memory};
 use rdyn_codegen_cpu::gemm::run_gemm;
-use rdyn_codegen_cpu::plan::{BufPlan, CpuProgram, CpuStep, InstOp, Storage};
+use rdyn_codegen_cpu::plan::{resolve_views, storage_root, BufPlan, CpuProgram, CpuStep, Storage};
 use rdyn_codegen_wgsl::{gemm_wgsl, kernel_wgsl, validate, WgslError, WgslKernel};
-use rdyn_ir::loops::{BufId, Program, Step};
+use rdyn_ir::loops::{Program, Step};
 use rdyn_ir::{Ctx, DType};
 
 use crate::compiled::Host;
@@ -254,41 +254,6 @@ fn from_device(buf: &BufPlan, ptr: usize, data: &[u8]) {
     }
 }
 
-fn root(bufs: &[BufPlan], b: BufId) -> usize {
-    match bufs[b.0 as usize].storage {
-        Storage::View(base) => base.0 as usize,
-        _ => b.0 as usize,
-    }
-}
-
-/// Buffers a CPU step reads and writes (storage roots).
-fn cpu_step_io(step: &CpuStep, bufs: &[BufPlan]) -> (Vec<usize>, Vec<usize>) {
-    match step {
-        CpuStep::Kernel(k) => {
-            let mut reads = Vec::new();
-            let mut writes = Vec::new();
-            for s in &k.stages {
-                writes.push(root(bufs, s.out));
-                for inst in &s.insts {
-                    if let InstOp::Load { buf, .. } = &inst.op {
-                        reads.push(root(bufs, *buf));
-                    }
-                }
-                if !s.store_indirect.is_empty() {
-                    reads.push(root(bufs, s.out));
-                }
-            }
-            (reads, writes)
-        }
-        CpuStep::Gemm { a, b, out, .. } => {
-            (vec![root(bufs, *a), root(bufs, *b), root(bufs, *out)], vec![root(bufs, *out)])
-        }
-        CpuStep::Host { inputs, outputs, .. } => {
-            (inputs.iter().map(|b| root(bufs, *b)).collect(), outputs.iter().map(|b| root(bufs, *b)).collect())
-        }
-    }
-}
-
 struct Residency<'a> {
     gpu: &'a Gpu,
     bufs: &'a [BufPlan],
@@ -470,7 +435,7 @@ pub fn execute_wgpu(
             }
             GpuStep::Cpu(i) => {
                 let cpu_step = &plan.cpu.steps[*i];
-                let (reads, writes) = cpu_step_io(cpu_step, bufs);
+                let (reads, writes) = cpu_step.io(bufs);
                 for r in reads.iter().chain(&writes) {
                     if !res.host_valid[*r] && res.device_valid[*r] {
                         res.download(*r, ptrs)?;
@@ -492,11 +457,7 @@ pub fn execute_wgpu(
                     }
                     CpuStep::Host { node, inputs, outputs, .. } => {
                         host.run_node(*node, inputs, outputs, bufs, ptrs)?;
-                        for (k, buf) in bufs.iter().enumerate() {
-                            if let Storage::View(base) = buf.storage {
-                                ptrs[k] = ptrs[base.0 as usize];
-                            }
-                        }
+                        resolve_views(bufs, ptrs);
                     }
                 }
                 for r in writes {
@@ -519,7 +480,7 @@ pub fn execute_wgpu(
     }
     for out in &plan.cpu.outputs {
         if let rdyn_codegen_cpu::plan::OutputPlan::Buffer(b) = out {
-            let r = root(bufs, *b);
+            let r = storage_root(bufs, *b);
             if !res.host_valid[r] && res.device_valid[r] {
                 res.download(r, ptrs)?;
             }
