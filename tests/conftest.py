@@ -66,6 +66,9 @@ def _opinfo_summary(all_results: list[dict[str, Any]]) -> dict[str, Any]:
     wgpu = [r for r in all_results if r.get("device") == "wgpu"]
     if wgpu:
         summary["wgpu"] = {k: v for k, v in _headline(wgpu, wgpu).items() if k not in ("results", "by_dtype")}
+    cuda = [r for r in all_results if r.get("device") == "cuda"]
+    if cuda:
+        summary["cuda"] = {k: v for k, v in _headline(cuda, cuda).items() if k != "results"}
     summary["results"] = all_results
     return summary
 
@@ -149,6 +152,15 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
             f"wgpu: {wgpu['ops']} ops, {wgpu['tested']} tested: pass {wgpu['pass_percent']}% "
             f"({wgpu['passed']}/{wgpu['tested']}), zero-fallback (no eager node, no CPU kernel) "
             f"{wgpu['zero_fallback_percent_of_passed']}% of passing ops"
+        )
+    cuda = summary.get("cuda")
+    if cuda:
+        terminalreporter.write_line(
+            f"cuda: {cuda['ops']} ops, {cuda['tested']} tested: pass {cuda['pass_percent']}% "
+            f"({cuda['passed']}/{cuda['tested']}), zero-fallback {cuda['zero_fallback_percent_of_passed']}% of passing ops; "
+            + ", ".join(
+                f"{dtype} {c['pass']}/{c['pass'] + c['fail']} pass" for dtype, c in cuda["by_dtype"].items() if dtype != "float32"
+            )
         )
     top = list(summary["fallback_ops"].items())[:10]
     if top:

@@ -2,7 +2,9 @@
 
 Each case traces a small function to ATen (rdyn's decompositions), builds its
 kernels without running them, and compares every kernel's source with
-``tests/golden/<device>/<case>.txt`` (CPU kernel plans; WGSL, validated by naga). Regenerate after an intended change with::
+``tests/golden/<device>/<case>.txt`` (CPU kernel plans; WGSL, validated by
+naga; PTX, assembled by ptxas in test_cuda.py). Regenerate after an intended
+change with::
 
     RDYN_BLESS=1 .venv/bin/python -m pytest tests/test_golden.py
 
@@ -47,11 +49,11 @@ CASES = {
 }
 
 
-@pytest.mark.parametrize("device", ["cpu", "wgpu"])
+@pytest.mark.parametrize("device", ["cpu", "wgpu", "cuda"])
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_golden_kernels(name, device):
-    """Kernel sources per backend: CPU plans and WGSL (generated and
-    validated by naga without needing a GPU)."""
+    """Kernel sources per backend: CPU plans, WGSL (validated by naga) and
+    PTX, all generated without needing a GPU."""
     fn, args = CASES[name]
     report = _report(fn, *args, device=device)
     text = "".join(f"=== {k.name} on {k.device}\n{k.source}" for k in report.kernels)

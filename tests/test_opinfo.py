@@ -281,8 +281,10 @@ def run_rdyn(
     With ``tensors_only`` the outputs are the flat tuple of output tensors
     (what an ATen graph returns); otherwise the op's own output.
     """
+    # CUDA tensors compile for CUDA by themselves; the option picks CPU or wgpu.
+    options = {} if device == "cuda" else {"device": device}
     if MODE == "aot" and tensors_only:
-        compiled = aot_compile(tensor_outputs(fn), {"device": device})
+        compiled = aot_compile(tensor_outputs(fn), options)
         inputs = clone_inputs(tensors)
         try:
             return tuple(compiled(*inputs)), inputs, "aot"
@@ -293,7 +295,7 @@ def run_rdyn(
             # data-dependent code (nonzero, item, ...); Dynamo can.
     inputs = clone_inputs(tensors)
     compiled_fn = torch.compile(
-        tensor_outputs(fn) if tensors_only else fn, backend="rdyn", dynamic=False, options={"device": device}
+        tensor_outputs(fn) if tensors_only else fn, backend="rdyn", dynamic=False, options=options
     )
     return compiled_fn(*inputs), inputs, "dynamo"
 
@@ -312,6 +314,19 @@ def test_op(op: OpInfo, opinfo_results: list[dict[str, Any]]) -> None:
 def test_op_wgpu(op: OpInfo, opinfo_results: list[dict[str, Any]]) -> None:
     """The same conformance run with ``options={"device": "wgpu"}``."""
     _run_recorded(op, torch.float32, SAMPLES_PER_OP, opinfo_results, device="wgpu")
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU")
+@pytest.mark.parametrize("op", OPS, ids=op_id)
+def test_op_cuda(op: OpInfo, opinfo_results: list[dict[str, Any]]) -> None:
+    """The conformance run on CUDA tensors (rdyn's PTX kernels)."""
+    _run_recorded(op, torch.float32, SAMPLES_PER_OP, opinfo_results, device="cuda")
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU")
+@pytest.mark.parametrize("op,dtype", [c for c in LOW_PRECISION_CASES if c.values[1] in (torch.float16, torch.bfloat16)])
+def test_op_cuda_half(op: OpInfo, dtype: torch.dtype, opinfo_results: list[dict[str, Any]]) -> None:
+    _run_recorded(op, dtype, 1, opinfo_results, device="cuda")
 
 
 @pytest.mark.parametrize("op,dtype", LOW_PRECISION_CASES)
@@ -354,7 +369,8 @@ def _check_op(op: OpInfo, dtype: torch.dtype, count: int, record: dict[str, Any]
     if is_random(op):
         pytest.skip("random or uninitialised output")
     torch.manual_seed(0)
-    samples = list(itertools.islice(op.sample_inputs("cpu", dtype, requires_grad=False), count))
+    sample_device = "cuda" if device == "cuda" else "cpu"
+    samples = list(itertools.islice(op.sample_inputs(sample_device, dtype, requires_grad=False), count))
     reasons = []
     for index, sample in enumerate(samples):
         fn, tensors = sample_as_function(op, sample)

@@ -137,6 +137,115 @@ fn round_f16(x: f32) -> f32 {
 }
 "#;
 
+/// Special functions, included in a module only when its body calls one
+/// (every name starts with `special_`). float32 versions of the CPU
+/// backend's algorithms.
+pub const SPECIAL: &str = r#"
+fn special_inf() -> f32 { return bitcast<f32>(0x7f800000u); }
+// |sin(pi x)| with x reduced first, so it is exact at integers.
+fn special_abs_sinpi(x: f32) -> f32 {
+    var r = abs(x - 2.0f * floor(x * 0.5f));
+    r = select(r, r - 1.0f, r >= 1.0f);
+    r = min(r, 1.0f - r);
+    return sin(3.14159265358979f * r);
+}
+fn special_lgamma(x0: f32) -> f32 {
+    if (is_nan(x0)) { return x0; }
+    if (is_inf(x0)) { return special_inf(); }
+    var x = x0;
+    if (x <= 0.0f && x == floor(x)) { return special_inf(); }
+    var reflect = false;
+    if (x < 0.5f) { reflect = true; x = 1.0f - x; }
+    // Recurrence up to x >= 8, then Stirling's series.
+    var prod = 1.0f;
+    loop { if (x >= 8.0f) { break; } prod = prod * x; x = x + 1.0f; }
+    let inv = 1.0f / x;
+    let inv2 = inv * inv;
+    let series = inv * (0.0833333333f - inv2 * (0.00277777778f - inv2 * (0.000793650794f - inv2 * 0.000595238095f)));
+    let lg = (x - 0.5f) * log(x) - x + 0.918938533f + series - log(prod);
+    if (reflect) { return log(3.14159265358979f / special_abs_sinpi(x0)) - lg; }
+    return lg;
+}
+fn special_digamma(x0: f32) -> f32 {
+    if (x0 == 0.0f) { return select(-special_inf(), special_inf(), (bitcast<u32>(x0) >> 31u) == 1u); }
+    if (x0 < 0.0f && x0 == floor(x0)) { return nan(); }
+    var x = x0;
+    var result = 0.0f;
+    if (x < 0.0f) {
+        // Reflection: psi(1 - x) - psi(x) = pi cot(pi x), with the period reduced.
+        result = -3.14159265358979f / tan(3.14159265358979f * (x - floor(x)));
+        x = 1.0f - x;
+    }
+    loop { if (x >= 6.0f) { break; } result = result - 1.0f / x; x = x + 1.0f; }
+    let inv = 1.0f / x;
+    let inv2 = inv * inv;
+    return result + log(x) - 0.5f * inv
+        - inv2 * (0.0833333333f - inv2 * (0.00833333333f - inv2 * (0.00396825397f - inv2 * (0.00416666667f - inv2 * 0.00757575758f))));
+}
+// Giles' single-precision approximation.
+fn special_erfinv(x: f32) -> f32 {
+    if (abs(x) > 1.0f || is_nan(x)) { return nan(); }
+    if (abs(x) == 1.0f) { return x * special_inf(); }
+    var w = -log((1.0f - x) * (1.0f + x));
+    var p: f32;
+    if (w < 5.0f) {
+        w = w - 2.5f;
+        p = 2.81022636e-08f;
+        p = 3.43273939e-07f + p * w; p = -3.5233877e-06f + p * w; p = -4.39150654e-06f + p * w;
+        p = 0.00021858087f + p * w; p = -0.00125372503f + p * w; p = -0.00417768164f + p * w;
+        p = 0.246640727f + p * w; p = 1.50140941f + p * w;
+    } else {
+        w = sqrt(w) - 3.0f;
+        p = -0.000200214257f;
+        p = 0.000100950558f + p * w; p = 0.00134934322f + p * w; p = -0.00367342844f + p * w;
+        p = 0.00573950773f + p * w; p = -0.0076224613f + p * w; p = 0.00943887047f + p * w;
+        p = 1.00167406f + p * w; p = 2.83297682f + p * w;
+    }
+    return p * x;
+}
+// Hurwitz zeta(s, q), s > 1, by Euler-Maclaurin summation.
+fn special_zeta(s: f32, q: f32) -> f32 {
+    if (q <= 0.0f && q == floor(q)) { return special_inf(); }
+    var sum = powf(q, -s);
+    var a = q;
+    var b = 0.0f;
+    var i = 0;
+    loop {
+        if (i >= 9 && a > 9.0f) { break; }
+        i = i + 1; a = a + 1.0f; b = powf(a, -s); sum = sum + b;
+        if (abs(b / sum) < 1e-8f) { return sum; }
+    }
+    let w = a;
+    sum = sum + b * w / (s - 1.0f) - 0.5f * b;
+    var fac = 1.0f;
+    var k = 0.0f;
+    var den = array<f32, 12>(12.0f, -720.0f, 30240.0f, -1209600.0f, 47900160.0f, -1.8924375803e9f, 7.47242496e10f,
+        -2.9501307279e12f, 1.1646782814e14f, -4.5979787224e15f, 1.8152105402e17f, -7.1661652562e18f);
+    for (var j = 0; j < 12; j = j + 1) {
+        fac = fac * (s + k); b = b / w;
+        let t = fac * b / den[j];
+        sum = sum + t;
+        if (abs(t / sum) < 1e-8f) { break; }
+        k = k + 1.0f; fac = fac * (s + k); b = b / w; k = k + 1.0f;
+    }
+    return sum;
+}
+fn special_polygamma(n: f32, x: f32) -> f32 {
+    if (n == 0.0f) { return special_digamma(x); }
+    var factorial = 1.0f;
+    for (var k = 2.0f; k <= n; k = k + 1.0f) { factorial = factorial * k; }
+    let sign = select(-1.0f, 1.0f, n - 2.0f * floor(n * 0.5f) == 1.0f);
+    return sign * factorial * special_zeta(n + 1.0f, x);
+}
+fn special_nextafter(a: f32, b: f32) -> f32 {
+    if (is_nan(a) || is_nan(b)) { return nan(); }
+    if (a == b) { return b; }
+    if (a == 0.0f) { return select(bitcast<f32>(0x80000001u), bitcast<f32>(1u), b > 0.0f); }
+    let bits = bitcast<u32>(a);
+    return bitcast<f32>(select(bits - 1u, bits + 1u, (a < b) == (a > 0.0f)));
+}
+"#;
+
 fn wrap(expr: String, dtype: DType) -> String {
     match dtype {
         DType::Bool => format!("b2i({expr} != 0i)"),
@@ -257,9 +366,10 @@ impl BodyWriter<'_> {
             UnaryOp::IsNan => format!("b2i(is_nan({x}))"),
             UnaryOp::IsInf => format!("b2i(is_inf({x}))"),
             UnaryOp::Signbit => format!("b2i((bitcast<u32>({x}) >> 31u) == 1u)"),
-            UnaryOp::BitNot | UnaryOp::Erfinv | UnaryOp::Lgamma | UnaryOp::Digamma => {
-                return Err(WgslError::Unsupported(format!("{op} in WGSL")))
-            }
+            UnaryOp::Erfinv => format!("special_erfinv({x})"),
+            UnaryOp::Lgamma => format!("special_lgamma({x})"),
+            UnaryOp::Digamma => format!("special_digamma({x})"),
+            UnaryOp::BitNot => return Err(WgslError::Unsupported(format!("{op} in WGSL"))),
         };
         Ok(if bool_out && to.kind() == Kind::F32 { format!("f32({e})") } else { e })
     }
@@ -287,6 +397,8 @@ impl BodyWriter<'_> {
             BinaryOp::Max | BinaryOp::Fmax => format!("max({a}, {b})"),
             BinaryOp::Min | BinaryOp::Fmin => format!("min({a}, {b})"),
             BinaryOp::Atan2 if float => format!("atan2({a}, {b})"),
+            BinaryOp::Nextafter if float => format!("special_nextafter({a}, {b})"),
+            BinaryOp::Polygamma if float => format!("special_polygamma({a}, {b})"),
             BinaryOp::Hypot if float => format!("sqrt({a} * {a} + {b} * {b})"),
             BinaryOp::Copysign if float => {
                 format!("bitcast<f32>((bitcast<u32>({a}) & 0x7fffffffu) | (bitcast<u32>({b}) & 0x80000000u))")

@@ -113,6 +113,10 @@ pub struct PyHost<'py, 'a> {
     /// layout (so it can be returned without checking).
     pub exact: Vec<bool>,
     pub error: Option<PyErr>,
+    /// Buffers live on the CUDA device (PyTorch's current one).
+    pub cuda: bool,
+    /// Device scratch tensors kept alive for the call.
+    pub scratch: Vec<Bound<'py, PyAny>>,
 }
 
 impl<'py> PyHost<'py, '_> {
@@ -155,6 +159,33 @@ impl<'py> PyHost<'py, '_> {
 }
 
 impl Host for PyHost<'_, '_> {
+    fn cuda_stream(&mut self) -> Result<usize, RuntimeError> {
+        let result = (|| -> PyResult<usize> {
+            let torch = self.py.import("torch")?;
+            torch.getattr("cuda")?.call_method0("current_stream")?.getattr("cuda_stream")?.extract()
+        })();
+        result.map_err(|e| self.fail(e))
+    }
+
+    fn alloc_device(&mut self, bytes: usize) -> Result<usize, RuntimeError> {
+        let result = (|| -> PyResult<(Bound<'_, PyAny>, usize)> {
+            let torch = self.py.import("torch")?;
+            let kwargs = pyo3::types::PyDict::new(self.py);
+            kwargs.set_item("dtype", torch.getattr("uint8")?)?;
+            kwargs.set_item("device", "cuda")?;
+            let t = torch.getattr("empty")?.call((bytes.max(1),), Some(&kwargs))?;
+            let ptr: usize = t.call_method0("data_ptr")?.extract()?;
+            Ok((t, ptr))
+        })();
+        match result {
+            Ok((t, ptr)) => {
+                self.scratch.push(t);
+                Ok(ptr)
+            }
+            Err(e) => Err(self.fail(e)),
+        }
+    }
+
     fn alloc(&mut self, buf: BufId, plan: &BufPlan) -> Result<usize, RuntimeError> {
         let result = (|| -> PyResult<(Bound<'_, PyAny>, usize)> {
             let dtype = self
@@ -163,6 +194,9 @@ impl Host for PyHost<'_, '_> {
                 .ok_or_else(|| pyo3::exceptions::PyTypeError::new_err("dtype"))?;
             let kwargs = pyo3::types::PyDict::new(self.py);
             kwargs.set_item("dtype", dtype)?;
+            if self.cuda {
+                kwargs.set_item("device", "cuda")?;
+            }
             let t = self
                 .torch
                 .empty_strided

@@ -9,12 +9,13 @@ mod import;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::OnceLock;
 
-use pyo3::exceptions::{PyIndexError, PyRuntimeError, PyValueError};
+use pyo3::exceptions::{PyIndexError, PyNotImplementedError, PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
 
 use rdyn_codegen_cpu::plan::{CpuProgram, CpuStep, OutputPlan, Storage};
 use rdyn_runtime::compiled::{execute, Backend, CompiledGraph as RtGraph, Selected};
+use rdyn_runtime::cuda::CudaStep;
 use rdyn_runtime::gpu::GpuStep;
 use rdyn_runtime::guard::CallArg;
 use rdyn_runtime::stats::STATS;
@@ -51,6 +52,7 @@ fn to_py(e: RuntimeError) -> PyErr {
     match e {
         RuntimeError::Input(msg) => PyValueError::new_err(format!("rdyn: {msg}")),
         RuntimeError::Kernel(msg) => PyIndexError::new_err(format!("rdyn: {msg}")),
+        RuntimeError::Unsupported(msg) => PyNotImplementedError::new_err(format!("rdyn: {msg}")),
         other => PyRuntimeError::new_err(format!("rdyn: {other}")),
     }
 }
@@ -77,8 +79,11 @@ impl CompiledGraph {
             let backend = match device {
                 "cpu" => Backend::Cpu,
                 "wgpu" => Backend::Wgpu,
+                "cuda" => Backend::Cuda,
                 other => {
-                    return Err(PyValueError::new_err(format!("rdyn: unknown device {other:?}; use 'cpu' or 'wgpu'")))
+                    return Err(PyValueError::new_err(format!(
+                        "rdyn: unknown device {other:?}; use 'cpu', 'cuda' or 'wgpu'"
+                    )))
                 }
             };
             let graph = import::graph(graph_data)?;
@@ -101,7 +106,16 @@ impl CompiledGraph {
             }
             let runner = self.runner.bind(py);
             let n = selected.plan().buffers.len();
-            let mut host = PyHost { py, torch, runner, tensors: vec![None; n], exact: vec![false; n], error: None };
+            let mut host = PyHost {
+                py,
+                torch,
+                runner,
+                tensors: vec![None; n],
+                exact: vec![false; n],
+                error: None,
+                cuda: self.inner.backend == Backend::Cuda,
+                scratch: Vec::new(),
+            };
             for (k, buf) in selected.plan().buffers.iter().enumerate() {
                 if let Storage::Input(n) = buf.storage {
                     if let (Some(obj), Some(CallArg::Tensor(t))) = (objects.get(n), call.get(n)) {
@@ -145,7 +159,26 @@ impl CompiledGraph {
                     .collect(),
                 None => vec![None; selected.plan().steps.len()],
             };
-            for (step, shader) in selected.plan().steps.iter().zip(on_device) {
+            let ptx: Vec<Option<&rdyn_codegen_cuda::PtxKernel>> = match &selected {
+                Selected::Spec(spec) => match &spec.cuda {
+                    Some(plan) => plan
+                        .steps
+                        .iter()
+                        .map(|s| match s {
+                            CudaStep::Kernel(k) => Some(k),
+                            CudaStep::Host(_) => None,
+                        })
+                        .collect(),
+                    None => vec![None; selected.plan().steps.len()],
+                },
+                Selected::Generic(_) => vec![None; selected.plan().steps.len()],
+            };
+            for ((step, shader), ptx) in selected.plan().steps.iter().zip(on_device).zip(ptx) {
+                if let Some(kernel) = ptx {
+                    kernels.append((kernel.name.clone(), "cuda", kernel.source.clone()))?;
+                    continue;
+                }
+                let device = if self.inner.backend == Backend::Cuda { "cuda" } else { "cpu" };
                 if let Some(kernel) = shader {
                     let name = if kernel.name.starts_with("gemm") { "gemm".to_string() } else { kernel.name.clone() };
                     kernels.append((name, "wgpu", kernel.source.clone()))?;
@@ -164,7 +197,7 @@ impl CompiledGraph {
                     ))?,
                     CpuStep::Host { target, fallback, .. } => kernels.append((
                         if *fallback { "fallback" } else { "library" },
-                        "cpu",
+                        device,
                         format!("{} {target} (ATen)\n", if *fallback { "eager fallback" } else { "library call" }),
                     ))?,
                 }

@@ -663,6 +663,10 @@ impl Lowerer<'_> {
     /// mm, bmm, addmm through the GEMM library.
     pub(crate) fn gemm(&mut self, node: &Node) -> Res {
         let op = node.target.as_str();
+        if node.outputs.first().is_some_and(|v| matches!(self.graph.meta(*v).device, rdyn_ir::Device::Cuda(_))) {
+            // On CUDA, ATen's cuBLAS call (rdyn's GEMM is a CPU library).
+            return self.library(node);
+        }
         let (sizes, out) = self.out_meta(node)?;
         if !out.is_float() {
             return Err(crate::unsupported(op, format!("GEMM on {out}")));

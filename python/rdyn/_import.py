@@ -75,6 +75,14 @@ def _tensor_values(val):
     return []
 
 
+def on_device(data: dict, device: str) -> dict:
+    """``data`` with every tensor value placed on ``device`` (code for a
+    device is generated from metadata alone: ``explain(..., device="cuda")``
+    on a machine with no GPU)."""
+    values = [(*v[:4], device) for v in data["values"]]
+    return {**data, "values": values}
+
+
 def import_graph(gm: fx.GraphModule):
     """Return (data, info): `data` for the Rust importer and `info` for the
     runner (nodes by index, tensor/int node maps, output positions)."""

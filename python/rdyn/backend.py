@@ -63,6 +63,42 @@ DECOMPOSITIONS = {
             aten._unsafe_index,
             aten.select_backward,
             aten.slice_backward,
+            # Copy variants and scatters of views: views plus a copy.
+            aten.view_copy,
+            aten.permute_copy,
+            aten.narrow_copy,
+            aten.as_strided_copy,
+            aten.unbind_copy,
+            aten.unfold,
+            aten.repeat,
+            aten.index_select,
+            # Pointwise compositions.
+            aten.ldexp,
+            aten.frexp,
+            aten.special_i0e,
+            aten.special_i1,
+            aten.special_i1e,
+            aten.i0,
+            aten.special_erfcx,
+            aten.special_ndtri,
+            aten.special_log_ndtr,
+            aten.special_ndtr,
+            aten.special_bessel_j0,
+            aten.special_bessel_j1,
+            aten.special_spherical_bessel_j0,
+            aten.special_zeta,
+            aten.igamma,
+            aten.igammac,
+            # Scans, pooling, linear algebra built from reductions and GEMM.
+            aten.adaptive_max_pool2d,
+            aten.adaptive_max_pool3d,
+            aten.max_pool3d_with_indices,
+            aten.addmv,
+            aten.dist,
+            aten.grid_sampler_2d,
+            aten._upsample_bilinear2d_aa,
+            aten.bucketize,
+            aten._batch_norm_with_update_functional,
         ]
     ),
 }
@@ -131,13 +167,24 @@ def compile_aten_graph(gm: torch.fx.GraphModule, example_inputs, options: Option
     options = options or Options()
     start = time.perf_counter()
     devices = {t.device.type for t in example_inputs if isinstance(t, torch.Tensor)}
-    if devices - {"cpu"}:
-        return _unsupported_graph(gm, f"tensors on {sorted(devices - {'cpu'})}: the CUDA backend is not built yet")
+    device = options.device
+    if "cuda" in devices:
+        if devices != {"cuda"}:
+            return _unsupported_graph(gm, f"a graph mixing tensors on {sorted(devices)}")
+        device = "cuda"
+    elif devices - {"cpu"}:
+        return _unsupported_graph(gm, f"tensors on {sorted(devices - {'cpu'})}: rdyn compiles CPU and CUDA tensors")
     try:
         data, info = import_graph(gm)
         runner = GraphRunner(info)
-        compiled = _rdyn.CompiledGraph(data, runner, options.device)
+        compiled = _rdyn.CompiledGraph(data, runner, device)
+        if device == "cuda":
+            # Generate the kernels now: a graph the CUDA code generator
+            # cannot express yet runs eagerly (counted), not as an error.
+            compiled.describe(list(example_inputs) + info["constants"])
     except Unsupported as e:
+        return _unsupported_graph(gm, str(e))
+    except NotImplementedError as e:
         return _unsupported_graph(gm, str(e))
     finally:
         _py_stats["python_compile_seconds"] += time.perf_counter() - start
@@ -154,6 +201,11 @@ def compile_aten_graph(gm: torch.fx.GraphModule, example_inputs, options: Option
         runner.set_inputs(args)
         try:
             out = graph(args + constants if constants else args)
+        except NotImplementedError as e:
+            # New shapes the device's code generator cannot express: this
+            # call runs eagerly (an unsupported construct, counted).
+            _unsupported_graph(gm, str(e))
+            return gm(*args)
         except RuntimeError as e:
             if _strict(options) or not str(e).startswith("rdyn"):
                 raise

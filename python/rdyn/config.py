@@ -4,8 +4,10 @@ Environment:
   RDYN_LOG=graph,ir,kernels,guards   what to print (``all`` for everything)
   RDYN_STRICT=1                      a compile failure raises instead of
                                      falling back to eager
-  RDYN_DEVICE=cpu|wgpu               default device (wgpu: any GPU through
-                                     Vulkan/Metal/DX12; CPU tensors in and out)
+  RDYN_DEVICE=cpu|wgpu               default device for CPU tensors (wgpu: any
+                                     GPU through Vulkan/Metal/DX12; CPU tensors
+                                     in and out). CUDA tensors always compile
+                                     for CUDA.
 """
 
 from __future__ import annotations
@@ -15,7 +17,9 @@ import sys
 from dataclasses import dataclass
 
 DEVICES = ("cpu", "wgpu")
-PLANNED_DEVICES = ("cuda",)
+#: Devices `rdyn.explain` can generate code for (CUDA needs no GPU for that).
+EXPLAIN_DEVICES = ("cpu", "wgpu", "cuda")
+PLANNED_DEVICES: tuple = ()
 
 
 @dataclass(frozen=True)

@@ -8,9 +8,9 @@ import torch
 from torch._dynamo.backends.common import aot_autograd
 
 from . import _rdyn
-from ._import import Unsupported, import_graph
+from ._import import Unsupported, import_graph, on_device
 from ._runner import GraphRunner
-from .config import DEVICES, PLANNED_DEVICES
+from .config import EXPLAIN_DEVICES, PLANNED_DEVICES
 
 
 @dataclass
@@ -50,8 +50,14 @@ def _describe_into(report: Report, gm, inputs, device: str = "cpu") -> None:
     except Unsupported as e:
         report.notes.append(f"a graph runs eagerly: {e}")
         return
+    if device == "cuda":
+        data = on_device(data, "cuda:0")
     graph = _rdyn.CompiledGraph(data, GraphRunner(info), device)
-    desc = graph.describe(list(inputs) + info["constants"])
+    try:
+        desc = graph.describe(list(inputs) + info["constants"])
+    except NotImplementedError as e:
+        report.notes.append(f"a graph runs eagerly on {device}: {e}")
+        return
     index = len(report.graphs)
     report.graphs.append(desc["graph"])
     report.ir.append(desc.get("ir", ""))
@@ -74,10 +80,10 @@ def explain(fn, *example_inputs, device=None) -> Report:
     (with their generated source) and the eager fallbacks. The function runs
     once eagerly to trace it; rdyn's kernels are built but not run."""
     device = device or "cpu"
-    if device not in DEVICES:
+    if device not in EXPLAIN_DEVICES:
         if device in PLANNED_DEVICES:
             raise ValueError(f"rdyn.explain: device={device!r} is not available in this build yet; use device='cpu'")
-        raise ValueError(f"rdyn.explain: unknown device {device!r}; use one of {list(DEVICES)}")
+        raise ValueError(f"rdyn.explain: unknown device {device!r}; use one of {list(EXPLAIN_DEVICES)}")
     from .backend import DECOMPOSITIONS
 
     report = Report()

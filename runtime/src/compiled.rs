@@ -37,6 +37,14 @@ pub trait Host {
         bufs: &[BufPlan],
         ptrs: &mut [usize],
     ) -> Result<(), RuntimeError>;
+    /// The CUDA stream PyTorch is using (a `CUstream` address).
+    fn cuda_stream(&mut self) -> Result<usize, RuntimeError> {
+        Err(RuntimeError::Unavailable("CUDA not available in this host".into()))
+    }
+    /// Device scratch memory of `bytes` bytes, alive until the call ends.
+    fn alloc_device(&mut self, _bytes: usize) -> Result<usize, RuntimeError> {
+        Err(RuntimeError::Unavailable("CUDA not available in this host".into()))
+    }
 }
 
 /// Where a graph's kernels run.
@@ -44,6 +52,7 @@ pub trait Host {
 pub enum Backend {
     Cpu,
     Wgpu,
+    Cuda,
 }
 
 /// One cached specialization.
@@ -53,6 +62,8 @@ pub struct Specialization {
     pub plan: Arc<CpuProgram>,
     /// The wgpu plan, for graphs compiled for wgpu.
     pub wgpu: Option<crate::gpu::WgpuPlan>,
+    /// The CUDA plan, for graphs compiled for CUDA.
+    pub cuda: Option<crate::cuda::CudaPlan>,
     pub counts: NodeCounts,
     arena_pool: Mutex<Vec<Vec<u64>>>,
     inputs: crate::gpu::InputCache,
@@ -196,7 +207,9 @@ impl CompiledGraph {
         }
         STATS.guard_misses.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let ctx = self.bind(args)?;
-        let full = self.specs.lock().map_err(|_| RuntimeError::Poisoned)?.len() >= MAX_SPECIALIZATIONS;
+        // CUDA kernels need concrete sizes: CUDA graphs keep specializing.
+        let full = self.backend != Backend::Cuda
+            && self.specs.lock().map_err(|_| RuntimeError::Poisoned)?.len() >= MAX_SPECIALIZATIONS;
         if full {
             return self.run_generic(args, ctx);
         }
@@ -205,7 +218,11 @@ impl CompiledGraph {
         let cpu = Arc::new(plan(&program, &ctx)?);
         let wgpu = match self.backend {
             Backend::Wgpu => Some(crate::gpu::plan_wgpu(&program, cpu.clone(), &ctx, !describe_only)?),
-            Backend::Cpu => None,
+            Backend::Cpu | Backend::Cuda => None,
+        };
+        let cuda = match self.backend {
+            Backend::Cuda => Some(crate::cuda::plan_cuda(&program, cpu.clone(), &ctx)?),
+            Backend::Cpu | Backend::Wgpu => None,
         };
         STATS.record_lowering(&counts, program.kernels().count(), start.elapsed().as_nanos() as u64);
         let spec = Arc::new(Specialization {
@@ -213,6 +230,7 @@ impl CompiledGraph {
             program: Arc::new(program),
             plan: cpu,
             wgpu,
+            cuda,
             counts,
             arena_pool: Mutex::new(Vec::new()),
             inputs: Default::default(),
@@ -281,6 +299,11 @@ impl CompiledGraph {
 /// Run a selected program on the call's tensors. Returns each buffer's
 /// address (for building outputs).
 pub fn execute(selected: &Selected, args: &[CallArg], host: &mut dyn Host) -> Result<Vec<usize>, RuntimeError> {
+    if let Selected::Spec(spec) = selected {
+        if spec.cuda.is_some() {
+            crate::cuda::available()?;
+        }
+    }
     let plan = selected.plan();
     let bufs = &plan.buffers;
     let mut ptrs = vec![0usize; bufs.len()];
@@ -309,6 +332,10 @@ pub fn execute(selected: &Selected, args: &[CallArg], host: &mut dyn Host) -> Re
     }
     resolve_views(bufs, &mut ptrs);
     if let Selected::Spec(spec) = selected {
+        if let Some(cuda_plan) = &spec.cuda {
+            crate::cuda::execute_cuda(cuda_plan, host, &mut ptrs)?;
+            return Ok(ptrs);
+        }
         if let Some(wgpu_plan) = &spec.wgpu {
             crate::gpu::execute_wgpu(wgpu_plan, args, host, &mut ptrs, &spec.inputs)?;
             if let Ok(mut pool) = spec.arena_pool.lock() {

@@ -10,6 +10,7 @@
 //! the Python frontend implements.
 
 pub mod compiled;
+pub mod cuda;
 pub mod gpu;
 pub mod guard;
 pub mod stats;
@@ -30,6 +31,12 @@ pub enum RuntimeError {
     /// The host (Python) raised; the message is its exception.
     #[error("{0}")]
     Host(String),
+    /// The device is missing (no CUDA driver or GPU).
+    #[error("{0}")]
+    Unavailable(String),
+    /// A kernel the device's code generator cannot express yet.
+    #[error("{0}")]
+    Unsupported(String),
     #[error("a lock was poisoned by an earlier panic")]
     Poisoned,
     /// A compiler bug (e.g. generated WGSL that naga rejects).

@@ -1,0 +1,435 @@
+//! Loop-IR kernels → PTX entry functions.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt::Write;
+
+use rdyn_ir::loops::{BufId, Kernel, Program, ReduceOp, ScalarId, Stage};
+use rdyn_ir::{Ctx, Expr, Kind};
+
+use crate::emit::{imm, sel_ty, store, Class, Emitter, Func};
+use crate::{PtxError, PTX_TARGET, PTX_VERSION};
+
+/// Threads per block.
+pub const BLOCK: u32 = 256;
+const WARPS: u32 = BLOCK / 32;
+/// Blocks a grid-stride kernel launches at most.
+const MAX_GRID: i64 = 65_535;
+
+/// A generated kernel and how to launch it.
+#[derive(Clone, Debug)]
+pub struct PtxKernel {
+    pub name: String,
+    /// A complete PTX module holding just this kernel.
+    pub source: String,
+    /// The storage root behind each pointer parameter, in order; one more
+    /// parameter follows them: the address of a `u32` error flag.
+    pub params: Vec<BufId>,
+    pub grid: u32,
+    pub block: u32,
+    /// The kernel may set the error flag (a data-dependent index out of
+    /// range, an integer division by zero).
+    pub error_flag: bool,
+}
+
+fn concrete(e: &Expr, syms: &Ctx) -> Result<i64, PtxError> {
+    e.simplify(syms).as_const().ok_or_else(|| PtxError::Unsupported(format!("symbolic size {e}")))
+}
+
+fn concrete_all(es: &[Expr], syms: &Ctx) -> Result<Vec<i64>, PtxError> {
+    es.iter().map(|e| concrete(e, syms)).collect()
+}
+
+/// Set the loop variables `first..` from `linear` unravelled over `sizes`.
+fn unravel(f: &mut Func, em: &mut Emitter<'_>, linear: &str, sizes: &[i64], first: usize) {
+    if em.vars.len() < first + sizes.len() {
+        em.vars.resize(first + sizes.len(), String::new());
+    }
+    let rem = f.mov(Class::S64, linear);
+    for k in (0..sizes.len()).rev() {
+        let v = f.reg(Class::S64);
+        if k == 0 {
+            f.ins(format!("mov.b64 {v}, {rem}"));
+        } else {
+            let size = sizes[k].max(1);
+            f.ins(format!("rem.u64 {v}, {rem}, {size}"));
+            f.ins(format!("div.u64 {rem}, {rem}, {size}"));
+        }
+        em.vars[first + k] = v;
+    }
+}
+
+/// `for (i = start; i < end; i += step) { body }` over an s64 register.
+fn counted_loop(
+    f: &mut Func,
+    start: &str,
+    end: i64,
+    step: &str,
+    body: impl FnOnce(&mut Func, &str) -> Result<(), PtxError>,
+) -> Result<(), PtxError> {
+    let i = f.mov(Class::S64, start);
+    let (top, done) = (f.label("loop"), f.label("done"));
+    f.place(&top);
+    let p = f.setp("ge", "s64", &i, &end.to_string());
+    f.ins(format!("@{p} bra {done}"));
+    body(f, &i)?;
+    f.ins(format!("add.s64 {i}, {i}, {step}"));
+    f.ins(format!("bra {top}"));
+    f.place(&done);
+    Ok(())
+}
+
+/// Compute a stage's value at the current loop variables; its register.
+fn value(f: &mut Func, em: &Emitter<'_>, stage: &Stage) -> Result<(String, HashMap<ScalarId, String>), PtxError> {
+    let mut roots = vec![stage.value];
+    roots.extend(stage.store_indirect.iter().map(|(s, _)| *s));
+    let regs = em.scalars(f, &roots)?;
+    let v = regs.get(&stage.value).cloned().ok_or(PtxError::Internal("stage value not emitted"))?;
+    Ok((v, regs))
+}
+
+/// Store `v` (of `kind`) as the stage's output at the current variables.
+fn store_stage(
+    f: &mut Func,
+    em: &Emitter<'_>,
+    stage: &Stage,
+    v: &str,
+    kind: Kind,
+    regs: &HashMap<ScalarId, String>,
+) -> Result<(), PtxError> {
+    let mut idx = em.index(f, &stage.store)?;
+    for (s, stride) in &stage.store_indirect {
+        let st = em.index(f, stride)?;
+        let r = regs.get(s).ok_or(PtxError::Internal("scatter index not emitted"))?;
+        let next = f.reg(Class::S64);
+        f.ins(format!("mad.lo.s64 {next}, {r}, {st}, {idx}"));
+        idx = next;
+    }
+    let addr = em.address(f, stage.out, &idx)?;
+    store(f, &addr, v, kind, em.program.buffer(stage.out).dtype);
+    Ok(())
+}
+
+fn pointwise_stage_at(f: &mut Func, em: &Emitter<'_>, stage: &Stage) -> Result<(), PtxError> {
+    let (v, regs) = value(f, em, stage)?;
+    let kind = em.program.scalars.dtype(stage.value).kind();
+    store_stage(f, em, stage, &v, kind, &regs)
+}
+
+fn identity(op: ReduceOp, class: Class) -> String {
+    let float = class != Class::S64;
+    match op {
+        ReduceOp::Sum | ReduceOp::Any => imm(class, 0.0),
+        ReduceOp::Prod | ReduceOp::All => imm(class, 1.0),
+        ReduceOp::Max | ReduceOp::ArgMax if float => imm(class, f64::NEG_INFINITY),
+        ReduceOp::Min | ReduceOp::ArgMin if float => imm(class, f64::INFINITY),
+        ReduceOp::Max | ReduceOp::ArgMax => "0x8000000000000000".to_string(),
+        ReduceOp::Min | ReduceOp::ArgMin => i64::MAX.to_string(),
+    }
+}
+
+/// `acc = acc ⊕ v` in place.
+fn combine(f: &mut Func, op: ReduceOp, class: Class, acc: &str, v: &str) -> Result<(), PtxError> {
+    let ty = class.ty();
+    let float = class != Class::S64;
+    match op {
+        ReduceOp::Sum if float => f.ins(format!("add.rn.{ty} {acc}, {acc}, {v}")),
+        ReduceOp::Sum => f.ins(format!("add.s64 {acc}, {acc}, {v}")),
+        ReduceOp::Prod if float => f.ins(format!("mul.rn.{ty} {acc}, {acc}, {v}")),
+        ReduceOp::Prod => f.ins(format!("mul.lo.s64 {acc}, {acc}, {v}")),
+        ReduceOp::Max | ReduceOp::Min => {
+            let m = if op == ReduceOp::Max { "max" } else { "min" };
+            if class == Class::F32 {
+                f.ins(format!("{m}.NaN.f32 {acc}, {acc}, {v}"));
+            } else if class == Class::F64 {
+                let nan = f.setp("nan", "f64", v, v);
+                f.ins(format!("{m}.f64 {acc}, {acc}, {v}"));
+                f.ins(format!("@{nan} mov.f64 {acc}, {v}"));
+            } else {
+                f.ins(format!("{m}.s64 {acc}, {acc}, {v}"));
+            }
+        }
+        ReduceOp::Any | ReduceOp::All if !float => {
+            let pa = f.setp("ne", "s64", acc, "0");
+            let pv = f.setp("ne", "s64", v, "0");
+            let p = f.reg(Class::Pred);
+            let lop = if op == ReduceOp::Any { "or" } else { "and" };
+            f.ins(format!("{lop}.pred {p}, {pa}, {pv}"));
+            f.ins(format!("selp.b64 {acc}, 1, 0, {p}"));
+        }
+        other => return Err(PtxError::Unsupported(format!("{other} reduction of floats"))),
+    }
+    Ok(())
+}
+
+/// Whether candidate `(v, vi)` beats `(acc, acci)` for an arg-reduction:
+/// NaN first, then the extreme, ties to the lower index; index −1 is empty.
+fn arg_better(f: &mut Func, is_max: bool, class: Class, acc: &str, acci: &str, v: &str, vi: &str) -> String {
+    let ty = class.ty();
+    let float = class != Class::S64;
+    let cmp = if is_max { "gt" } else { "lt" };
+    let strictly = f.setp(cmp, ty, v, acc);
+    let equal = f.setp("eq", ty, v, acc);
+    let lower = f.setp("lt", "s64", vi, acci);
+    let tie = f.reg(Class::Pred);
+    f.ins(format!("and.pred {tie}, {equal}, {lower}"));
+    let better = f.reg(Class::Pred);
+    f.ins(format!("or.pred {better}, {strictly}, {tie}"));
+    if float {
+        // NaN beats numbers; between NaNs the lower index wins.
+        let an = f.setp("nan", ty, acc, acc);
+        let vn = f.setp("nan", ty, v, v);
+        let any_nan = f.reg(Class::Pred);
+        f.ins(format!("or.pred {any_nan}, {an}, {vn}"));
+        let nan_rule = f.reg(Class::Pred);
+        let first = f.reg(Class::Pred);
+        f.ins(format!("or.pred {first}, !{an}, {lower}"));
+        f.ins(format!("and.pred {nan_rule}, {vn}, {first}"));
+        let pick = f.reg(Class::Pred);
+        f.ins(format!("mov.pred {pick}, {nan_rule}"));
+        f.ins(format!("@!{any_nan} mov.pred {pick}, {better}"));
+        f.ins(format!("mov.pred {better}, {pick}"));
+    }
+    let empty_v = f.setp("lt", "s64", vi, "0");
+    let empty_acc = f.setp("lt", "s64", acci, "0");
+    let r = f.reg(Class::Pred);
+    f.ins(format!("or.pred {r}, {better}, {empty_acc}"));
+    f.ins(format!("and.pred {r}, {r}, !{empty_v}"));
+    r
+}
+
+/// Exchange a register with the lane `offset` away (butterfly), any class.
+fn shuffle(f: &mut Func, class: Class, x: &str, offset: u32) -> String {
+    let out = f.reg(class);
+    if class == Class::F32 {
+        f.ins(format!("shfl.sync.bfly.b32 {out}, {x}, {offset}, 31, -1"));
+        return out;
+    }
+    let (lo, hi) = (f.reg(Class::B32), f.reg(Class::B32));
+    f.ins(format!("mov.b64 {{{lo}, {hi}}}, {x}"));
+    f.ins(format!("shfl.sync.bfly.b32 {lo}, {lo}, {offset}, 31, -1"));
+    f.ins(format!("shfl.sync.bfly.b32 {hi}, {hi}, {offset}, 31, -1"));
+    f.ins(format!("mov.b64 {out}, {{{lo}, {hi}}}"));
+    out
+}
+
+/// Fold `(acc, acci)` across the lanes of each warp (`lanes` = 32 or fewer).
+fn warp_reduce(f: &mut Func, op: ReduceOp, class: Class, acc: &str, acci: &str, lanes: u32) -> Result<(), PtxError> {
+    let arg = matches!(op, ReduceOp::ArgMax | ReduceOp::ArgMin);
+    let mut offset = lanes / 2;
+    while offset > 0 {
+        let other = shuffle(f, class, acc, offset);
+        if arg {
+            let other_i = shuffle(f, Class::S64, acci, offset);
+            let p = arg_better(f, op == ReduceOp::ArgMax, class, acc, acci, &other, &other_i);
+            f.ins(format!("@{p} mov.{} {acc}, {other}", sel_ty(class)));
+            f.ins(format!("@{p} mov.b64 {acci}, {other_i}"));
+        } else {
+            combine(f, op, class, acc, &other)?;
+        }
+        offset /= 2;
+    }
+    Ok(())
+}
+
+struct Launch {
+    tid: String,
+    lane: String,
+    warp: String,
+    smem: String,
+}
+
+fn reduce_stage(f: &mut Func, em: &mut Emitter<'_>, l: &Launch, stage: &Stage, m: usize) -> Result<(), PtxError> {
+    let Some(reduce) = &stage.reduce else { return Err(PtxError::Internal("not a reduction")) };
+    let inner = concrete_all(&stage.ranges[m..], em.syms)?;
+    let red = concrete_all(&reduce.ranges, em.syms)?;
+    let kind = em.program.scalars.dtype(stage.value).kind();
+    let class = Class::of(kind);
+    let arg = matches!(reduce.op, ReduceOp::ArgMax | ReduceOp::ArgMin);
+    let inner_n: i64 = inner.iter().product();
+    let red_n: i64 = red.iter().product();
+    let one = f.mov(Class::S64, "1");
+    let zero = f.mov(Class::S64, "0");
+    counted_loop(f, &zero, inner_n, &one, |f, ii| {
+        unravel(f, em, ii, &inner, m);
+        let acc = f.mov(class, &identity(reduce.op, class));
+        let acci = f.mov(Class::S64, "-1");
+        counted_loop(f, &l.tid, red_n, &BLOCK.to_string(), |f, r| {
+            unravel(f, em, r, &red, m + inner.len());
+            let (v, _): (String, _) = value(f, em, stage)?;
+            if arg {
+                let p = arg_better(f, reduce.op == ReduceOp::ArgMax, class, &acc, &acci, &v, r);
+                f.ins(format!("@{p} mov.{} {acc}, {v}", sel_ty(class)));
+                f.ins(format!("@{p} mov.b64 {acci}, {r}"));
+                Ok(())
+            } else {
+                combine(f, reduce.op, class, &acc, &v)
+            }
+        })?;
+        warp_reduce(f, reduce.op, class, &acc, &acci, 32)?;
+        // Lane 0 of each warp parks its result in shared memory.
+        let lane0 = f.setp("eq", "s64", &l.lane, "0");
+        let slot = f.reg(Class::S64);
+        f.ins(format!("mad.lo.s64 {slot}, {}, 16, {}", l.warp, l.smem));
+        let mty = if class == Class::F32 { "f32" } else { sel_ty(class) };
+        f.ins(format!("@{lane0} st.shared.{mty} [{slot}], {acc}"));
+        f.ins(format!("@{lane0} st.shared.b64 [{slot}+8], {acci}"));
+        f.ins("bar.sync 0");
+        // Warp 0 folds the per-warp results; thread 0 stores.
+        let (skip, stored) = (f.label("skip"), f.label("stored"));
+        let not_w0 = f.setp("ne", "s64", &l.warp, "0");
+        f.ins(format!("@{not_w0} bra {skip}"));
+        let have = f.setp("lt", "s64", &l.lane, &WARPS.to_string());
+        let slot0 = f.reg(Class::S64);
+        f.ins(format!("mad.lo.s64 {slot0}, {}, 16, {}", l.lane, l.smem));
+        f.ins(format!("mov.{} {acc}, {}", sel_ty(class), identity(reduce.op, class)));
+        f.ins(format!("mov.b64 {acci}, -1"));
+        f.ins(format!("@{have} ld.shared.{mty} {acc}, [{slot0}]"));
+        f.ins(format!("@{have} ld.shared.b64 {acci}, [{slot0}+8]"));
+        warp_reduce(f, reduce.op, class, &acc, &acci, WARPS)?;
+        let t0 = f.setp("ne", "s64", &l.tid, "0");
+        f.ins(format!("@{t0} bra {stored}"));
+        if arg {
+            let i = f.reg(Class::S64);
+            f.ins(format!("max.s64 {i}, {acci}, 0"));
+            let regs = Default::default();
+            store_stage(f, em, stage, &i, Kind::I64, &regs)?;
+        } else {
+            let regs = Default::default();
+            store_stage(f, em, stage, &acc, kind, &regs)?;
+        }
+        f.place(&stored);
+        f.place(&skip);
+        f.ins("bar.sync 0");
+        Ok(())
+    })
+}
+
+fn inner_pointwise_stage(
+    f: &mut Func,
+    em: &mut Emitter<'_>,
+    l: &Launch,
+    stage: &Stage,
+    m: usize,
+) -> Result<(), PtxError> {
+    let inner = concrete_all(&stage.ranges[m..], em.syms)?;
+    let n: i64 = inner.iter().product();
+    counted_loop(f, &l.tid, n, &BLOCK.to_string(), |f, j| {
+        unravel(f, em, j, &inner, m);
+        pointwise_stage_at(f, em, stage)
+    })
+}
+
+/// The PTX for `kernel`, with sizes from `syms`.
+pub fn kernel_ptx(program: &Program, kernel: &Kernel, syms: &Ctx, name: String) -> Result<PtxKernel, PtxError> {
+    let outer = concrete_all(&kernel.outer, syms)?;
+    let m = outer.len();
+    let outer_n: i64 = outer.iter().product();
+    // Parameters: every storage root the kernel touches.
+    let mut touched: BTreeMap<BufId, ()> = BTreeMap::new();
+    for stage in &kernel.stages {
+        let mut roots = vec![stage.value];
+        roots.extend(stage.store_indirect.iter().map(|(s, _)| *s));
+        for b in program.scalars.loaded_buffers(&roots) {
+            touched.insert(program.storage_of(b), ());
+        }
+        touched.insert(program.storage_of(stage.out), ());
+    }
+    let params: Vec<BufId> = touched.into_keys().collect();
+    let mut f = Func::default();
+    let mut em = Emitter { program, syms, bases: Default::default(), vars: Vec::new(), error_addr: None };
+    for (k, buf) in params.iter().enumerate() {
+        let r = f.reg(Class::S64);
+        f.ins(format!("ld.param.u64 {r}, [{name}_p{k}]"));
+        f.ins(format!("cvta.to.global.u64 {r}, {r}"));
+        em.bases.insert(*buf, r);
+    }
+    let err = f.reg(Class::S64);
+    f.ins(format!("ld.param.u64 {err}, [{name}_err]"));
+    f.ins(format!("cvta.to.global.u64 {err}, {err}"));
+    em.error_addr = Some(err);
+    let sreg = |f: &mut Func, sreg: &str| {
+        let r32 = f.reg(Class::B32);
+        f.ins(format!("mov.u32 {r32}, {sreg}"));
+        let r = f.reg(Class::S64);
+        f.ins(format!("cvt.u64.u32 {r}, {r32}"));
+        r
+    };
+    let serial = kernel.stages.iter().any(|s| !s.store_indirect.is_empty());
+    let pointwise = !serial && kernel.stages.iter().all(|s| s.ranges.len() == m && s.reduce.is_none());
+    let (grid, shared);
+    if serial {
+        grid = 1;
+        shared = false;
+        let zero = f.mov(Class::S64, "0");
+        let one = f.mov(Class::S64, "1");
+        counted_loop(&mut f, &zero, outer_n, &one, |f, o| {
+            unravel(f, &mut em, o, &outer, 0);
+            for stage in &kernel.stages {
+                if stage.reduce.is_some() || stage.ranges.len() != m {
+                    return Err(PtxError::Unsupported("scatter with inner dims".into()));
+                }
+                pointwise_stage_at(f, &em, stage)?;
+            }
+            Ok(())
+        })?;
+    } else if pointwise {
+        grid = ((outer_n.max(1) + BLOCK as i64 - 1) / BLOCK as i64).min(MAX_GRID);
+        shared = false;
+        let (cta, ntid, tid) = (sreg(&mut f, "%ctaid.x"), sreg(&mut f, "%ntid.x"), sreg(&mut f, "%tid.x"));
+        let start = f.reg(Class::S64);
+        f.ins(format!("mad.lo.s64 {start}, {cta}, {ntid}, {tid}"));
+        let step = f.reg(Class::S64);
+        f.ins(format!("mul.lo.s64 {step}, {ntid}, {grid}"));
+        counted_loop(&mut f, &start, outer_n, &step, |f, o| {
+            unravel(f, &mut em, o, &outer, 0);
+            for stage in &kernel.stages {
+                pointwise_stage_at(f, &em, stage)?;
+            }
+            Ok(())
+        })?;
+    } else {
+        grid = outer_n.clamp(1, MAX_GRID);
+        shared = true;
+        let cta = sreg(&mut f, "%ctaid.x");
+        let tid = sreg(&mut f, "%tid.x");
+        let lane = f.reg(Class::S64);
+        f.ins(format!("and.b64 {lane}, {tid}, 31"));
+        let warp = f.reg(Class::S64);
+        f.ins(format!("shr.u64 {warp}, {tid}, 5"));
+        let smem = f.reg(Class::S64);
+        f.ins(format!("mov.u64 {smem}, {name}_smem"));
+        let l = Launch { tid, lane, warp, smem };
+        let step = grid.to_string();
+        counted_loop(&mut f, &cta, outer_n, &step, |f, o| {
+            unravel(f, &mut em, o, &outer, 0);
+            for stage in &kernel.stages {
+                if stage.reduce.is_some() {
+                    reduce_stage(f, &mut em, &l, stage, m)?;
+                } else {
+                    inner_pointwise_stage(f, &mut em, &l, stage, m)?;
+                    f.ins("bar.sync 0");
+                }
+            }
+            Ok(())
+        })?;
+    }
+    let error_flag = f.error_flag;
+    let mut src = String::new();
+    let _ = writeln!(src, ".version {PTX_VERSION}\n.target {PTX_TARGET}\n.address_size 64\n");
+    let _ = writeln!(src, ".visible .entry {name}(");
+    for k in 0..params.len() {
+        let _ = writeln!(src, "\t.param .u64 {name}_p{k},");
+    }
+    let _ = writeln!(src, "\t.param .u64 {name}_err\n)");
+    if !serial {
+        let _ = writeln!(src, ".maxntid {BLOCK}, 1, 1");
+    }
+    let _ = writeln!(src, "{{");
+    src.push_str(&f.decls());
+    if shared {
+        let _ = writeln!(src, "\t.shared .align 16 .b8 {name}_smem[{}];", WARPS * 16);
+    }
+    src.push_str(&f.body);
+    let _ = writeln!(src, "\tret;\n}}");
+    Ok(PtxKernel { name, source: src, params, grid: grid as u32, block: if serial { 1 } else { BLOCK }, error_flag })
+}

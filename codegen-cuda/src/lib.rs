@@ -1,0 +1,40 @@
+//! The CUDA backend's code generator: loop IR → PTX text, emitted directly
+//! (no CUDA C, no NVRTC), for sm_80 and newer.
+//!
+//! Leaf crate: depends on `ir` only, needs no GPU and no CUDA install. The
+//! runtime (`runtime/src/cuda.rs`) loads the modules with cudarc; the tests
+//! check every module with `ptxas` where it is installed.
+//!
+//! Kernel shapes follow the WGSL backend's:
+//! - pointwise kernels: one thread per outer point, a grid-stride loop;
+//! - kernels with reductions or inner dims: one 256-thread block per outer
+//!   point; a reduction folds a strided share per thread, then warp shuffles
+//!   and shared memory; stages are separated by `bar.sync`;
+//! - scatter kernels: one thread, in order.
+//!
+//! Every tensor element is loaded into a register of its dtype's kind
+//! (`.f32` for float32, float16 and bfloat16, `.f64`, `.s64` for integers and
+//! bool) and stored back in its own width.
+
+mod emit;
+mod kernel;
+mod math;
+mod special;
+
+pub use kernel::{kernel_ptx, PtxKernel, BLOCK};
+
+/// The PTX ISA version and target every module declares. Modules for
+/// `sm_80` load on any newer GPU (the driver compiles them for it).
+pub const PTX_VERSION: &str = "7.8";
+pub const PTX_TARGET: &str = "sm_80";
+
+/// Why a kernel has no PTX form.
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum PtxError {
+    /// Not expressible yet (symbolic sizes, float64 transcendentals, some
+    /// special functions): the graph runs eagerly on the GPU instead.
+    #[error("not supported by the CUDA code generator: {0}")]
+    Unsupported(String),
+    #[error("internal PTX codegen error: {0}")]
+    Internal(&'static str),
+}

@@ -1,0 +1,756 @@
+//! Scalar operations as PTX instruction sequences.
+//!
+//! float32 transcendentals are built on the hardware approximations
+//! (`ex2.approx`, `lg2.approx`, `sin.approx`, `cos.approx`) with range
+//! reduction and short series where those lose precision (near 1 for log,
+//! near 0 for expm1); additions and products use `.rn` so ptxas does not
+//! contract them into FMAs. float64 has no hardware transcendentals: those
+//! are not generated yet.
+
+use rdyn_ir::loops::{BinaryOp, UnaryOp};
+use rdyn_ir::{DType, Kind};
+
+use crate::emit::{cast, f32_imm, imm, wrap_int, Class, Emitter, Func};
+use crate::PtxError;
+
+const LOG2E: f64 = std::f64::consts::LOG2_E;
+const LN2: f64 = std::f64::consts::LN_2;
+const PI: f64 = std::f64::consts::PI;
+
+fn unsupported(op: impl std::fmt::Display, dtype: DType) -> PtxError {
+    PtxError::Unsupported(format!("{op} on {dtype}"))
+}
+
+/// `op` on f32 registers, result in a new register.
+pub(crate) fn op2(f: &mut Func, op: &str, a: &str, b: &str) -> String {
+    let r = f.reg(Class::F32);
+    f.ins(format!("{op}.f32 {r}, {a}, {b}"));
+    r
+}
+
+pub(crate) fn op1(f: &mut Func, op: &str, a: &str) -> String {
+    let r = f.reg(Class::F32);
+    f.ins(format!("{op}.f32 {r}, {a}"));
+    r
+}
+
+pub(crate) fn add(f: &mut Func, a: &str, b: &str) -> String {
+    op2(f, "add.rn", a, b)
+}
+pub(crate) fn sub(f: &mut Func, a: &str, b: &str) -> String {
+    op2(f, "sub.rn", a, b)
+}
+pub(crate) fn mul(f: &mut Func, a: &str, b: &str) -> String {
+    op2(f, "mul.rn", a, b)
+}
+pub(crate) fn div(f: &mut Func, a: &str, b: &str) -> String {
+    op2(f, "div.rn", a, b)
+}
+pub(crate) fn fma(f: &mut Func, a: &str, b: &str, c: &str) -> String {
+    let r = f.reg(Class::F32);
+    f.ins(format!("fma.rn.f32 {r}, {a}, {b}, {c}"));
+    r
+}
+pub(crate) fn k(v: f64) -> String {
+    f32_imm(v)
+}
+
+/// `x` unless `x` is NaN, where the result is `x` (restores NaN inputs
+/// after clamping, which drops them).
+fn keep_nan(f: &mut Func, x: &str, result: &str) -> String {
+    let nan = f.setp("nan", "f32", x, x);
+    f.selp(Class::F32, x, result, &nan)
+}
+
+/// Horner evaluation of `c[0] + c[1]·z + …`.
+pub(crate) fn poly(f: &mut Func, z: &str, c: &[f64]) -> String {
+    let mut acc = f.mov(Class::F32, &k(c[c.len() - 1]));
+    for &coef in c[..c.len() - 1].iter().rev() {
+        acc = fma(f, &acc, z, &k(coef));
+    }
+    acc
+}
+
+/// eˣ: Cody–Waite reduction by ln 2, `ex2.approx` on the remainder, the
+/// scale applied in two halves so 2ⁿ never overflows early.
+fn exp(f: &mut Func, x: &str) -> String {
+    let c = f.reg(Class::F32);
+    f.ins(format!("min.f32 {c}, {x}, {}", k(89.0)));
+    f.ins(format!("max.f32 {c}, {c}, {}", k(-104.0)));
+    let t = mul(f, &c, &k(LOG2E));
+    let n = op1(f, "cvt.rni.f32", &t);
+    let r = fma(f, &n, &k(-0.693_145_751_953_125), &c);
+    let r = fma(f, &n, &k(-1.428_606_765_330_187e-6), &r);
+    let r = mul(f, &r, &k(LOG2E));
+    let e = op1(f, "ex2.approx", &r);
+    let half = mul(f, &n, &k(0.5));
+    let h1 = op1(f, "cvt.rmi.f32", &half);
+    let h2 = sub(f, &n, &h1);
+    let s1 = op1(f, "ex2.approx", &h1);
+    let s2 = op1(f, "ex2.approx", &h2);
+    let e = mul(f, &e, &s1);
+    let e = mul(f, &e, &s2);
+    keep_nan(f, x, &e)
+}
+
+/// eˣ − 1: a series below |x| = 0.5, else exp(x) − 1.
+fn expm1(f: &mut Func, x: &str) -> String {
+    let inv_fact: Vec<f64> = (1..=9)
+        .scan(1.0, |acc, n| {
+            *acc /= n as f64;
+            Some(*acc)
+        })
+        .collect();
+    // x·(1 + x/2 + x²/6 + …)
+    let p = poly(f, x, &inv_fact);
+    let small = mul(f, x, &p);
+    let e = exp(f, x);
+    let big = sub(f, &e, &k(1.0));
+    let a = op1(f, "abs", x);
+    let is_small = f.setp("lt", "f32", &a, &k(0.5));
+    f.selp(Class::F32, &small, &big, &is_small)
+}
+
+/// ln(1 + u) for small u: 2·atanh(u / (2 + u)) as a series.
+fn log1p_series(f: &mut Func, u: &str) -> String {
+    let d = add(f, u, &k(2.0));
+    let s = div(f, u, &d);
+    let s2 = mul(f, &s, &s);
+    let p = poly(f, &s2, &[1.0, 1.0 / 3.0, 1.0 / 5.0, 1.0 / 7.0, 1.0 / 9.0, 1.0 / 11.0]);
+    let p = mul(f, &s, &p);
+    mul(f, &p, &k(2.0))
+}
+
+/// ln x: the series near 1, `lg2.approx` elsewhere.
+pub(crate) fn log(f: &mut Func, x: &str) -> String {
+    let u = sub(f, x, &k(1.0));
+    let near = log1p_series(f, &u);
+    let l = op1(f, "lg2.approx", x);
+    let far = mul(f, &l, &k(LN2));
+    let a = op1(f, "abs", &u);
+    let is_near = f.setp("lt", "f32", &a, &k(0.25));
+    f.selp(Class::F32, &near, &far, &is_near)
+}
+
+fn log1p(f: &mut Func, x: &str) -> String {
+    let near = log1p_series(f, x);
+    let one = add(f, x, &k(1.0));
+    let far = log(f, &one);
+    let a = op1(f, "abs", x);
+    let is_near = f.setp("lt", "f32", &a, &k(0.25));
+    f.selp(Class::F32, &near, &far, &is_near)
+}
+
+/// sin or cos: reduce by 2π, then the hardware approximation.
+fn sincos(f: &mut Func, x: &str, which: &str) -> String {
+    let t = mul(f, x, &k(1.0 / (2.0 * PI)));
+    let n = op1(f, "cvt.rni.f32", &t);
+    let r = fma(f, &n, &k(-6.283_185_482_025_146_5), x);
+    let r = fma(f, &n, &k(1.748_455_531_469_32e-7), &r);
+    op1(f, &format!("{which}.approx"), &r)
+}
+
+/// atan on [0, 1] after the tan(π/8) split, as an odd series.
+fn atan_unit(f: &mut Func, t: &str) -> String {
+    // t > tan(π/8): atan t = π/4 + atan((t − 1)/(t + 1)).
+    let big = f.setp("gt", "f32", t, &k(0.414_213_562_373_095));
+    let num = sub(f, t, &k(1.0));
+    let den = add(f, t, &k(1.0));
+    let q = div(f, &num, &den);
+    let u = f.selp(Class::F32, &q, t, &big);
+    let z = mul(f, &u, &u);
+    let coefs: Vec<f64> = (0..12).map(|i| if i % 2 == 0 { 1.0 } else { -1.0 } / (2 * i + 1) as f64).collect();
+    let p = poly(f, &z, &coefs);
+    let p = mul(f, &u, &p);
+    let shifted = add(f, &p, &k(PI / 4.0));
+    f.selp(Class::F32, &shifted, &p, &big)
+}
+
+pub(crate) fn copysign(f: &mut Func, mag: &str, sign: &str) -> String {
+    let (a, b, r) = (f.reg(Class::B32), f.reg(Class::B32), f.reg(Class::F32));
+    f.ins(format!("mov.b32 {a}, {mag}"));
+    f.ins(format!("mov.b32 {b}, {sign}"));
+    f.ins(format!("and.b32 {a}, {a}, 2147483647"));
+    f.ins(format!("and.b32 {b}, {b}, 0x80000000"));
+    f.ins(format!("or.b32 {a}, {a}, {b}"));
+    f.ins(format!("mov.b32 {r}, {a}"));
+    r
+}
+
+/// atan2(y, x) with the quadrant, signed-zero and infinity rules of libm.
+fn atan2(f: &mut Func, y: &str, x: &str) -> String {
+    let ay = op1(f, "abs", y);
+    let ax = op1(f, "abs", x);
+    let mx = op2(f, "max", &ay, &ax);
+    let mn = op2(f, "min", &ay, &ax);
+    let t = div(f, &mn, &mx);
+    let both_zero = f.setp("eq", "f32", &mx, &k(0.0));
+    let both_inf = f.setp("eq", "f32", &mn, &k(f64::INFINITY));
+    let t = f.selp(Class::F32, &k(0.0), &t, &both_zero);
+    let t = f.selp(Class::F32, &k(1.0), &t, &both_inf);
+    let base = atan_unit(f, &t);
+    let steep = f.setp("gt", "f32", &ay, &ax);
+    let flip = sub(f, &k(PI / 2.0), &base);
+    let base = f.selp(Class::F32, &flip, &base, &steep);
+    // x negative (including −0): the angle from the negative axis.
+    let xb = f.reg(Class::B32);
+    f.ins(format!("mov.b32 {xb}, {x}"));
+    let neg = f.setp("lt", "s32", &xb, "0");
+    let back = sub(f, &k(PI), &base);
+    let base = f.selp(Class::F32, &back, &base, &neg);
+    let r = copysign(f, &base, y);
+    let nan = f.reg(Class::Pred);
+    let ny = f.setp("nan", "f32", y, y);
+    let nx = f.setp("nan", "f32", x, x);
+    f.ins(format!("or.pred {nan}, {ny}, {nx}"));
+    let sum = add(f, x, y);
+    f.selp(Class::F32, &sum, &r, &nan)
+}
+
+/// erfc for x ≥ 0 as t·exp(p(t)) (Numerical Recipes' Chebyshev fit,
+/// fractional error below 1.2e-7); returns (erfc(|x|), x).
+fn erfc_abs(f: &mut Func, x: &str) -> String {
+    let z = op1(f, "abs", x);
+    let d = fma(f, &z, &k(0.5), &k(1.0));
+    let t = div(f, &k(1.0), &d);
+    let p = poly(
+        f,
+        &t,
+        &[
+            -1.265_512_23,
+            1.000_023_68,
+            0.374_091_96,
+            0.096_784_18,
+            -0.186_288_06,
+            0.278_868_07,
+            -1.135_203_98,
+            1.488_515_87,
+            -0.822_152_23,
+            0.170_872_77,
+        ],
+    );
+    let zz = mul(f, &z, &z);
+    let arg = sub(f, &p, &zz);
+    let e = exp(f, &arg);
+    mul(f, &t, &e)
+}
+
+fn float32_unary(f: &mut Func, op: UnaryOp, x: &str) -> Result<String, PtxError> {
+    Ok(match op {
+        UnaryOp::Neg => op1(f, "neg", x),
+        UnaryOp::Abs => op1(f, "abs", x),
+        UnaryOp::Exp => exp(f, x),
+        UnaryOp::Exp2 => op1(f, "ex2.approx", x),
+        UnaryOp::Expm1 => expm1(f, x),
+        UnaryOp::Log => log(f, x),
+        UnaryOp::Log2 => {
+            let l = log(f, x);
+            mul(f, &l, &k(LOG2E))
+        }
+        UnaryOp::Log10 => {
+            let l = log(f, x);
+            mul(f, &l, &k(std::f64::consts::LOG10_E))
+        }
+        UnaryOp::Log1p => log1p(f, x),
+        UnaryOp::Sqrt => op1(f, "sqrt.rn", x),
+        UnaryOp::Rsqrt => {
+            let s = op1(f, "sqrt.rn", x);
+            op1(f, "rcp.rn", &s)
+        }
+        UnaryOp::Reciprocal => op1(f, "rcp.rn", x),
+        UnaryOp::Sin => sincos(f, x, "sin"),
+        UnaryOp::Cos => sincos(f, x, "cos"),
+        UnaryOp::Tan => {
+            let s = sincos(f, x, "sin");
+            let c = sincos(f, x, "cos");
+            div(f, &s, &c)
+        }
+        UnaryOp::Atan => {
+            let one = f.mov(Class::F32, &k(1.0));
+            atan2(f, x, &one)
+        }
+        UnaryOp::Asin | UnaryOp::Acos => {
+            let a = sub(f, &k(1.0), x);
+            let b = add(f, &k(1.0), x);
+            let c = mul(f, &a, &b);
+            let s = op1(f, "sqrt.rn", &c);
+            if op == UnaryOp::Asin {
+                atan2(f, x, &s)
+            } else {
+                atan2(f, &s, x)
+            }
+        }
+        UnaryOp::Sinh => {
+            let a = expm1(f, x);
+            let nx = op1(f, "neg", x);
+            let b = expm1(f, &nx);
+            let d = sub(f, &a, &b);
+            mul(f, &d, &k(0.5))
+        }
+        UnaryOp::Cosh => {
+            let a = exp(f, x);
+            let nx = op1(f, "neg", x);
+            let b = exp(f, &nx);
+            let s = add(f, &a, &b);
+            mul(f, &s, &k(0.5))
+        }
+        UnaryOp::Tanh => {
+            let a = op1(f, "abs", x);
+            let a = op2(f, "min", &a, &k(10.0));
+            let two = mul(f, &a, &k(2.0));
+            let e = expm1(f, &two);
+            let d = add(f, &e, &k(2.0));
+            let t = div(f, &e, &d);
+            let t = copysign(f, &t, x);
+            keep_nan(f, x, &t)
+        }
+        UnaryOp::Asinh => {
+            let a = op1(f, "abs", x);
+            let a2 = mul(f, &a, &a);
+            let s = add(f, &a2, &k(1.0));
+            let s = op1(f, "sqrt.rn", &s);
+            let d = add(f, &s, &k(1.0));
+            let q = div(f, &a2, &d);
+            let u = add(f, &a, &q);
+            let small = log1p(f, &u);
+            let l = log(f, &a);
+            let large = add(f, &l, &k(LN2));
+            let huge = f.setp("gt", "f32", &a, &k(1e18));
+            let r = f.selp(Class::F32, &large, &small, &huge);
+            copysign(f, &r, x)
+        }
+        UnaryOp::Acosh => {
+            let u = sub(f, x, &k(1.0));
+            let v = add(f, &u, &k(2.0));
+            let w = mul(f, &u, &v);
+            let s = op1(f, "sqrt.rn", &w);
+            let t = add(f, &u, &s);
+            let small = log1p(f, &t);
+            let l = log(f, x);
+            let large = add(f, &l, &k(LN2));
+            let huge = f.setp("gt", "f32", x, &k(1e18));
+            f.selp(Class::F32, &large, &small, &huge)
+        }
+        UnaryOp::Atanh => {
+            let n = mul(f, x, &k(2.0));
+            let d = sub(f, &k(1.0), x);
+            let q = div(f, &n, &d);
+            let l = log1p(f, &q);
+            mul(f, &l, &k(0.5))
+        }
+        UnaryOp::Sigmoid => {
+            let n = op1(f, "neg", x);
+            let e = exp(f, &n);
+            let d = add(f, &e, &k(1.0));
+            op1(f, "rcp.rn", &d)
+        }
+        UnaryOp::Erf | UnaryOp::Erfc => {
+            let c = erfc_abs(f, x);
+            let neg = f.setp("lt", "f32", x, &k(0.0));
+            let r = if op == UnaryOp::Erf {
+                let e = sub(f, &k(1.0), &c);
+                let ne = op1(f, "neg", &e);
+                f.selp(Class::F32, &ne, &e, &neg)
+            } else {
+                let m = sub(f, &k(2.0), &c);
+                f.selp(Class::F32, &m, &c, &neg)
+            };
+            keep_nan(f, x, &r)
+        }
+        UnaryOp::Lgamma => crate::special::lgamma(f, x),
+        UnaryOp::Digamma => crate::special::digamma(f, x),
+        UnaryOp::Erfinv => crate::special::erfinv(f, x),
+        other => return float_common_unary(f, other, x, Class::F32),
+    })
+}
+
+/// Unary ops that float32 and float64 share (no transcendentals).
+fn float_common_unary(f: &mut Func, op: UnaryOp, x: &str, class: Class) -> Result<String, PtxError> {
+    let ty = class.ty();
+    let zero = imm(class, 0.0);
+    let simple = |f: &mut Func, ins: &str| {
+        let r = f.reg(class);
+        f.ins(format!("{ins}.{ty} {r}, {x}"));
+        r
+    };
+    Ok(match op {
+        UnaryOp::Neg => simple(f, "neg"),
+        UnaryOp::Abs => simple(f, "abs"),
+        UnaryOp::Sqrt => simple(f, "sqrt.rn"),
+        UnaryOp::Reciprocal => simple(f, "rcp.rn"),
+        UnaryOp::Rsqrt => {
+            let s = simple(f, "sqrt.rn");
+            let r = f.reg(class);
+            f.ins(format!("rcp.rn.{ty} {r}, {s}"));
+            r
+        }
+        UnaryOp::Floor => simple(f, &format!("cvt.rmi.{ty}")),
+        UnaryOp::Ceil => simple(f, &format!("cvt.rpi.{ty}")),
+        UnaryOp::Round => simple(f, &format!("cvt.rni.{ty}")),
+        UnaryOp::Trunc => simple(f, &format!("cvt.rzi.{ty}")),
+        UnaryOp::Sign => {
+            let pos = f.setp("gt", ty, x, &zero);
+            let neg = f.setp("lt", ty, x, &zero);
+            let r = f.selp(class, &imm(class, -1.0), x, &neg);
+            f.selp(class, &imm(class, 1.0), &r, &pos)
+        }
+        UnaryOp::Not => {
+            let p = f.setp("eq", ty, x, &zero);
+            f.bool_of(&p)
+        }
+        UnaryOp::IsNan => {
+            let p = f.setp("nan", ty, x, x);
+            f.bool_of(&p)
+        }
+        UnaryOp::IsInf => {
+            let a = simple(f, "abs");
+            let p = f.setp("eq", ty, &a, &imm(class, f64::INFINITY));
+            f.bool_of(&p)
+        }
+        UnaryOp::Signbit => {
+            let (bits, bty) = if class == Class::F32 { (f.reg(Class::B32), "s32") } else { (f.reg(Class::S64), "s64") };
+            let mty = if class == Class::F32 { "b32" } else { "b64" };
+            f.ins(format!("mov.{mty} {bits}, {x}"));
+            let p = f.setp("lt", bty, &bits, "0");
+            f.bool_of(&p)
+        }
+        other => return Err(unsupported(other, if class == Class::F32 { DType::F32 } else { DType::F64 })),
+    })
+}
+
+fn int_unary(f: &mut Func, op: UnaryOp, x: &str) -> Result<String, PtxError> {
+    let simple = |f: &mut Func, ins: &str| {
+        let r = f.reg(Class::S64);
+        f.ins(format!("{ins} {r}, {x}"));
+        r
+    };
+    Ok(match op {
+        UnaryOp::Neg => simple(f, "neg.s64"),
+        UnaryOp::Abs => simple(f, "abs.s64"),
+        UnaryOp::BitNot => simple(f, "not.b64"),
+        UnaryOp::Sign => {
+            let pos = f.setp("gt", "s64", x, "0");
+            let neg = f.setp("lt", "s64", x, "0");
+            let r = f.selp(Class::S64, "-1", "0", &neg);
+            f.selp(Class::S64, "1", &r, &pos)
+        }
+        UnaryOp::Not => {
+            let p = f.setp("eq", "s64", x, "0");
+            f.bool_of(&p)
+        }
+        UnaryOp::Signbit => {
+            let p = f.setp("lt", "s64", x, "0");
+            f.bool_of(&p)
+        }
+        UnaryOp::IsNan | UnaryOp::IsInf => f.mov(Class::S64, "0"),
+        UnaryOp::Floor | UnaryOp::Ceil | UnaryOp::Round | UnaryOp::Trunc => x.to_string(),
+        other => return Err(unsupported(other, DType::I64)),
+    })
+}
+
+/// A unary scalar op: operand of dtype `from`, result of dtype `to`.
+pub fn unary(f: &mut Func, op: UnaryOp, x: &str, from: DType, to: DType) -> Result<String, PtxError> {
+    let r = match from.kind() {
+        Kind::F32 => float32_unary(f, op, x)?,
+        Kind::F64 => float_common_unary(f, op, x, Class::F64)?,
+        Kind::I64 => int_unary(f, op, x)?,
+    };
+    Ok(fit(f, r, op_result_kind(from, to, is_predicate_unary(op)), to))
+}
+
+fn is_predicate_unary(op: UnaryOp) -> bool {
+    matches!(op, UnaryOp::Not | UnaryOp::IsNan | UnaryOp::IsInf | UnaryOp::Signbit)
+}
+
+/// The kind the op's instructions produced: bool-valued ops give s64 0/1.
+fn op_result_kind(from: DType, _to: DType, predicate: bool) -> Kind {
+    if predicate {
+        Kind::I64
+    } else {
+        from.kind()
+    }
+}
+
+/// Bring a result computed in `kind` to the node's dtype `to`.
+fn fit(f: &mut Func, r: String, kind: Kind, to: DType) -> String {
+    if kind == to.kind() {
+        if to.is_int() {
+            return wrap_int(f, &r, to);
+        }
+        return r;
+    }
+    let from = match kind {
+        Kind::F32 => DType::F32,
+        Kind::F64 => DType::F64,
+        Kind::I64 => DType::I64,
+    };
+    cast(f, &r, from, to)
+}
+
+/// A binary scalar op: operands of dtype `from`, result of dtype `to`.
+pub fn binary(
+    f: &mut Func,
+    em: &Emitter<'_>,
+    op: BinaryOp,
+    a: &str,
+    b: &str,
+    from: DType,
+    to: DType,
+) -> Result<String, PtxError> {
+    let class = Class::of(from.kind());
+    let ty = class.ty();
+    let logical = matches!(op, BinaryOp::And | BinaryOp::Or | BinaryOp::Xor);
+    if op.is_comparison() || logical {
+        let p = if logical {
+            let (cmp, zero) = if class == Class::S64 { ("ne", "0".to_string()) } else { ("neu", imm(class, 0.0)) };
+            let pa = f.setp(cmp, ty, a, &zero);
+            let pb = f.setp(cmp, ty, b, &zero);
+            let p = f.reg(Class::Pred);
+            let pop = match op {
+                BinaryOp::And => "and",
+                BinaryOp::Or => "or",
+                _ => "xor",
+            };
+            f.ins(format!("{pop}.pred {p}, {pa}, {pb}"));
+            p
+        } else {
+            let float = class != Class::S64;
+            let cmp = match op {
+                BinaryOp::Eq => "eq",
+                BinaryOp::Ne if float => "neu",
+                BinaryOp::Ne => "ne",
+                BinaryOp::Lt => "lt",
+                BinaryOp::Le => "le",
+                BinaryOp::Gt => "gt",
+                _ => "ge",
+            };
+            f.setp(cmp, ty, a, b)
+        };
+        let r = f.bool_of(&p);
+        return Ok(fit(f, r, Kind::I64, to));
+    }
+    let r = match class {
+        Class::S64 => int_binary(f, em, op, a, b)?,
+        _ => float_binary(f, op, a, b, class, from)?,
+    };
+    Ok(fit(f, r, from.kind(), to))
+}
+
+fn float_binary(f: &mut Func, op: BinaryOp, a: &str, b: &str, class: Class, from: DType) -> Result<String, PtxError> {
+    let ty = class.ty();
+    let two = |f: &mut Func, ins: &str| {
+        let r = f.reg(class);
+        f.ins(format!("{ins}.{ty} {r}, {a}, {b}"));
+        r
+    };
+    let quotient_rounded = |f: &mut Func, mode: &str| {
+        let q = two(f, "div.rn");
+        let r = f.reg(class);
+        f.ins(format!("cvt.{mode}.{ty}.{ty} {r}, {q}"));
+        r
+    };
+    Ok(match op {
+        BinaryOp::Add => two(f, "add.rn"),
+        BinaryOp::Sub => two(f, "sub.rn"),
+        BinaryOp::Mul => two(f, "mul.rn"),
+        BinaryOp::Div => two(f, "div.rn"),
+        BinaryOp::FloorDiv => quotient_rounded(f, "rmi"),
+        BinaryOp::TruncDiv => quotient_rounded(f, "rzi"),
+        BinaryOp::Rem | BinaryOp::Fmod => {
+            let mode = if op == BinaryOp::Rem { "rmi" } else { "rzi" };
+            let q = quotient_rounded(f, mode);
+            let r = f.reg(class);
+            f.ins(format!("mul.rn.{ty} {r}, {b}, {q}"));
+            f.ins(format!("sub.rn.{ty} {r}, {a}, {r}"));
+            r
+        }
+        BinaryOp::Max | BinaryOp::Min if class == Class::F64 => {
+            // max.f64 has no .NaN form: NaN operands give a + b (NaN).
+            let r = two(f, if op == BinaryOp::Max { "max" } else { "min" });
+            let nan = f.setp("nan", ty, a, b);
+            let s = two(f, "add.rn");
+            f.selp(class, &s, &r, &nan)
+        }
+        BinaryOp::Max => two(f, "max.NaN"),
+        BinaryOp::Min => two(f, "min.NaN"),
+        BinaryOp::Fmax => two(f, "max"),
+        BinaryOp::Fmin => two(f, "min"),
+        BinaryOp::Hypot => {
+            let s = f.reg(class);
+            f.ins(format!("mul.rn.{ty} {s}, {a}, {a}"));
+            f.ins(format!("fma.rn.{ty} {s}, {b}, {b}, {s}"));
+            f.ins(format!("sqrt.rn.{ty} {s}, {s}"));
+            s
+        }
+        BinaryOp::Copysign if class == Class::F32 => copysign(f, a, b),
+        BinaryOp::Copysign => {
+            let (x, y, r) = (f.reg(Class::S64), f.reg(Class::S64), f.reg(Class::F64));
+            f.ins(format!("mov.b64 {x}, {a}"));
+            f.ins(format!("mov.b64 {y}, {b}"));
+            f.ins(format!("and.b64 {x}, {x}, 9223372036854775807"));
+            f.ins(format!("and.b64 {y}, {y}, 0x8000000000000000"));
+            f.ins(format!("or.b64 {x}, {x}, {y}"));
+            f.ins(format!("mov.b64 {r}, {x}"));
+            r
+        }
+        BinaryOp::Atan2 if class == Class::F32 => atan2(f, a, b),
+        BinaryOp::Pow if class == Class::F32 => pow(f, a, b),
+        BinaryOp::Nextafter if class == Class::F32 => nextafter(f, a, b),
+        BinaryOp::Polygamma if class == Class::F32 => crate::special::polygamma(f, a, b),
+        other => return Err(unsupported(other, from)),
+    })
+}
+
+/// aᵇ with C's rules for negative bases, zeros and NaN; exact squares,
+/// cubes, square roots and reciprocals for those exponents.
+pub(crate) fn pow(f: &mut Func, a: &str, b: &str) -> String {
+    let abs_a = op1(f, "abs", a);
+    let l = log(f, &abs_a);
+    let l2 = mul(f, &l, &k(LOG2E));
+    let e = mul(f, &l2, b);
+    let mut r = op1(f, "ex2.approx", &e);
+    // A negative base with an odd integer exponent is negative; with a
+    // non-integer exponent NaN.
+    let tb = op1(f, "cvt.rzi.f32", b);
+    let int_exp = f.setp("eq", "f32", &tb, b);
+    let half = mul(f, b, &k(0.5));
+    let th = op1(f, "cvt.rzi.f32", &half);
+    let even = f.setp("eq", "f32", &th, &half);
+    let neg_base = f.setp("lt", "f32", a, &k(0.0));
+    let nr = op1(f, "neg", &r);
+    let odd_neg = f.reg(Class::Pred);
+    f.ins(format!("and.pred {odd_neg}, {neg_base}, !{even}"));
+    r = f.selp(Class::F32, &nr, &r, &odd_neg);
+    let bad = f.reg(Class::Pred);
+    f.ins(format!("and.pred {bad}, {neg_base}, !{int_exp}"));
+    r = f.selp(Class::F32, &k(f64::NAN), &r, &bad);
+    // Exact cases.
+    for (value, exact) in [
+        (2.0, mul(f, a, a)),
+        (1.0, f.mov(Class::F32, a)),
+        (0.5, op1(f, "sqrt.rn", a)),
+        (-1.0, op1(f, "rcp.rn", a)),
+        (0.0, f.mov(Class::F32, &k(1.0))),
+    ] {
+        let p = f.setp("eq", "f32", b, &k(value));
+        r = f.selp(Class::F32, &exact, &r, &p);
+    }
+    let sq = mul(f, a, a);
+    let cube = mul(f, &sq, a);
+    let p = f.setp("eq", "f32", b, &k(3.0));
+    r = f.selp(Class::F32, &cube, &r, &p);
+    // 1ᵇ = 1 even for NaN b.
+    let one = f.setp("eq", "f32", a, &k(1.0));
+    f.selp(Class::F32, &k(1.0), &r, &one)
+}
+
+fn nextafter(f: &mut Func, a: &str, b: &str) -> String {
+    let bits = f.reg(Class::B32);
+    f.ins(format!("mov.b32 {bits}, {a}"));
+    let up = f.reg(Class::B32);
+    let down = f.reg(Class::B32);
+    f.ins(format!("add.s32 {up}, {bits}, 1"));
+    f.ins(format!("sub.s32 {down}, {bits}, 1"));
+    // Away from zero when b is further out on a's side.
+    let lt = f.setp("lt", "f32", a, b);
+    let pos = f.setp("gt", "f32", a, &k(0.0));
+    let away = f.reg(Class::Pred);
+    f.ins(format!("xor.pred {away}, {lt}, {pos}"));
+    let moved = f.selp(Class::B32, &down, &up, &away);
+    let r = f.reg(Class::F32);
+    f.ins(format!("mov.b32 {r}, {moved}"));
+    // From zero: the smallest subnormal with b's sign.
+    let tiny = copysign(f, "0f00000001", b);
+    let zero = f.setp("eq", "f32", a, &k(0.0));
+    let r = f.selp(Class::F32, &tiny, &r, &zero);
+    let same = f.setp("eq", "f32", a, b);
+    let r = f.selp(Class::F32, b, &r, &same);
+    let nan = f.setp("nan", "f32", a, b);
+    f.selp(Class::F32, &k(f64::NAN), &r, &nan)
+}
+
+fn int_binary(f: &mut Func, em: &Emitter<'_>, op: BinaryOp, a: &str, b: &str) -> Result<String, PtxError> {
+    let two = |f: &mut Func, ins: &str| {
+        let r = f.reg(Class::S64);
+        f.ins(format!("{ins} {r}, {a}, {b}"));
+        r
+    };
+    Ok(match op {
+        BinaryOp::Add => two(f, "add.s64"),
+        BinaryOp::Sub => two(f, "sub.s64"),
+        BinaryOp::Mul => two(f, "mul.lo.s64"),
+        BinaryOp::Max | BinaryOp::Fmax => two(f, "max.s64"),
+        BinaryOp::Min | BinaryOp::Fmin => two(f, "min.s64"),
+        BinaryOp::BitAnd => two(f, "and.b64"),
+        BinaryOp::BitOr => two(f, "or.b64"),
+        BinaryOp::BitXor => two(f, "xor.b64"),
+        BinaryOp::Shl | BinaryOp::Shr => {
+            let amount = f.reg(Class::B32);
+            f.ins(format!("cvt.u32.u64 {amount}, {b}"));
+            let low = f.setp("lt", "s64", b, "0");
+            let high = f.setp("gt", "s64", b, "63");
+            let out = f.reg(Class::Pred);
+            f.ins(format!("or.pred {out}, {low}, {high}"));
+            let r = f.reg(Class::S64);
+            if op == BinaryOp::Shl {
+                f.ins(format!("shl.b64 {r}, {a}, {amount}"));
+                f.selp(Class::S64, "0", &r, &out)
+            } else {
+                f.ins(format!("shr.s64 {r}, {a}, {amount}"));
+                let sign = f.reg(Class::S64);
+                f.ins(format!("shr.s64 {sign}, {a}, 63"));
+                f.selp(Class::S64, &sign, &r, &out)
+            }
+        }
+        BinaryOp::Div | BinaryOp::TruncDiv | BinaryOp::FloorDiv | BinaryOp::Rem | BinaryOp::Fmod => {
+            // Division by zero sets the error flag (PyTorch raises on CPU).
+            let zero = f.setp("eq", "s64", b, "0");
+            em.raise(f, &zero)?;
+            let d = f.selp(Class::S64, "1", b, &zero);
+            let r = match op {
+                BinaryOp::FloorDiv => f.floor_divmod(a, &d).0,
+                BinaryOp::Rem => f.floor_divmod(a, &d).1,
+                _ => {
+                    let r = f.reg(Class::S64);
+                    let ins = if op == BinaryOp::Fmod { "rem" } else { "div" };
+                    f.ins(format!("{ins}.s64 {r}, {a}, {d}"));
+                    r
+                }
+            };
+            f.selp(Class::S64, "0", &r, &zero)
+        }
+        BinaryOp::Pow => int_pow(f, a, b),
+        other => return Err(unsupported(other, DType::I64)),
+    })
+}
+
+/// Integer power by squaring; negative exponents give 1, ±1 or 0 like the
+/// CPU backend.
+fn int_pow(f: &mut Func, a: &str, b: &str) -> String {
+    let r = f.mov(Class::S64, "1");
+    let base = f.mov(Class::S64, a);
+    let e = f.mov(Class::S64, b);
+    let (top, end) = (f.label("pow"), f.label("pow_end"));
+    f.place(&top);
+    let done = f.setp("le", "s64", &e, "0");
+    f.ins(format!("@{done} bra {end}"));
+    let bit = f.reg(Class::S64);
+    f.ins(format!("and.b64 {bit}, {e}, 1"));
+    let odd = f.setp("ne", "s64", &bit, "0");
+    f.ins(format!("@{odd} mul.lo.s64 {r}, {r}, {base}"));
+    f.ins(format!("mul.lo.s64 {base}, {base}, {base}"));
+    f.ins(format!("shr.s64 {e}, {e}, 1"));
+    f.ins(format!("bra {top}"));
+    f.place(&end);
+    // b < 0: 1 for a = 1, ±1 for a = −1, else 0.
+    let bit = f.reg(Class::S64);
+    f.ins(format!("and.b64 {bit}, {b}, 1"));
+    let odd = f.setp("ne", "s64", &bit, "0");
+    let m1 = f.selp(Class::S64, "-1", "1", &odd);
+    let is_m1 = f.setp("eq", "s64", a, "-1");
+    let is_1 = f.setp("eq", "s64", a, "1");
+    let neg = f.selp(Class::S64, &m1, "0", &is_m1);
+    let neg = f.selp(Class::S64, "1", &neg, &is_1);
+    let negative = f.setp("lt", "s64", b, "0");
+    f.selp(Class::S64, &neg, &r, &negative)
+}

@@ -1,0 +1,194 @@
+//! The CUDA device: rdyn's PTX modules loaded with cudarc and launched on
+//! PyTorch's context and current stream.
+//!
+//! Every kernel of a program is generated as PTX when the graph is compiled
+//! (no GPU needed for that: `rdyn.explain(..., device="cuda")` shows it).
+//! Eager and library steps (convolution, GEMM through ATen's cuBLAS call)
+//! run through the host on CUDA tensors. Scratch buffers live in one
+//! allocation from PyTorch's caching allocator per call; outputs are torch
+//! tensors the host allocates on the device.
+//!
+//! The driver is loaded at run time: with no driver the first call says
+//! "CUDA not available" as a normal error (cudarc would panic if called
+//! blindly).
+
+use std::ffi::{c_void, CString};
+use std::sync::{Arc, OnceLock};
+
+use cudarc::driver::{result, sys};
+use rdyn_codegen_cpu::plan::{CpuProgram, CpuStep, Storage};
+use rdyn_codegen_cuda::{kernel_ptx, PtxError, PtxKernel};
+use rdyn_ir::loops::{Program, Step};
+use rdyn_ir::Ctx;
+
+use crate::compiled::Host;
+use crate::RuntimeError;
+
+/// One step of a CUDA program.
+pub enum CudaStep {
+    /// A generated kernel.
+    Kernel(PtxKernel),
+    /// Step `n` of the CPU plan, run by the host (an eager or library call).
+    Host(usize),
+}
+
+/// A program's CUDA form.
+pub struct CudaPlan {
+    pub cpu: Arc<CpuProgram>,
+    pub steps: Vec<CudaStep>,
+    /// The loaded function of each kernel step, on first use.
+    functions: OnceLock<Result<Vec<Option<usize>>, String>>,
+}
+
+/// The PTX for every kernel of `program`; extern steps run on the host.
+pub fn plan_cuda(program: &Program, cpu: Arc<CpuProgram>, syms: &Ctx) -> Result<CudaPlan, RuntimeError> {
+    let mut steps = Vec::new();
+    let mut kernel_index = 0;
+    for (i, step) in program.steps.iter().enumerate() {
+        match step {
+            Step::Kernel(k) => {
+                let kernel = kernel_ptx(program, k, syms, format!("k{kernel_index}")).map_err(|e| match e {
+                    PtxError::Unsupported(why) => RuntimeError::Unsupported(format!("kernel k{kernel_index}: {why}")),
+                    other => RuntimeError::Internal(other.to_string()),
+                })?;
+                kernel_index += 1;
+                steps.push(CudaStep::Kernel(kernel));
+            }
+            Step::Extern(e) => {
+                if matches!(e.kind, rdyn_ir::loops::ExternKind::Gemm { .. }) {
+                    return Err(RuntimeError::Internal("a CPU GEMM step in a CUDA program".into()));
+                }
+                steps.push(CudaStep::Host(i));
+            }
+        }
+    }
+    Ok(CudaPlan { cpu, steps, functions: OnceLock::new() })
+}
+
+/// The process's CUDA driver state: PyTorch's primary context on device 0.
+struct Cuda {
+    ctx: usize,
+}
+
+static CUDA: OnceLock<Result<Cuda, String>> = OnceLock::new();
+
+fn cuda() -> Result<&'static Cuda, RuntimeError> {
+    let state = CUDA.get_or_init(|| {
+        // SAFETY: only probes for the driver library; nothing is called
+        // through it when it is absent.
+        if !unsafe { sys::is_culib_present() } {
+            return Err("CUDA not available: no NVIDIA driver (libcuda) was found on this machine".into());
+        }
+        result::init().map_err(|e| format!("CUDA not available: cuInit failed: {e}"))?;
+        let dev = result::device::get(0).map_err(|e| format!("CUDA not available: no device 0: {e}"))?;
+        // SAFETY: `dev` is a valid device handle; the primary context is
+        // the one PyTorch uses and stays retained for the process.
+        let ctx = unsafe { result::primary_ctx::retain(dev) }.map_err(|e| format!("CUDA context: {e}"))?;
+        Ok(Cuda { ctx: ctx as usize })
+    });
+    state.as_ref().map_err(|e| RuntimeError::Unavailable(e.clone()))
+}
+
+/// Whether CUDA can run here (the driver loads and device 0 opens).
+pub fn available() -> Result<(), RuntimeError> {
+    cuda().map(|_| ())
+}
+
+fn driver(what: &str, e: result::DriverError) -> RuntimeError {
+    RuntimeError::Internal(format!("CUDA {what}: {e}"))
+}
+
+/// Load each kernel's module once; the function handles (as addresses).
+fn load(plan: &CudaPlan) -> Result<Vec<Option<usize>>, String> {
+    let mut out = Vec::new();
+    for step in &plan.steps {
+        let CudaStep::Kernel(k) = step else {
+            out.push(None);
+            continue;
+        };
+        let image = CString::new(k.source.as_str()).map_err(|e| e.to_string())?;
+        // SAFETY: `image` is a NUL-terminated PTX module; the module stays
+        // loaded for the process (its functions are cached in the plan).
+        let func = unsafe {
+            let module = result::module::load_data(image.as_ptr() as *const c_void)
+                .map_err(|e| format!("loading PTX of {}: {e}", k.name))?;
+            result::module::get_function(module, CString::new(k.name.as_str()).map_err(|e| e.to_string())?)
+                .map_err(|e| format!("function {}: {e}", k.name))?
+        };
+        out.push(Some(func as usize));
+    }
+    Ok(out)
+}
+
+/// Run a CUDA program. `ptrs` holds every buffer's device address (inputs
+/// and host-allocated outputs); scratch buffers are placed here.
+pub fn execute_cuda(plan: &CudaPlan, host: &mut dyn Host, ptrs: &mut [usize]) -> Result<(), RuntimeError> {
+    let cuda = cuda()?;
+    // SAFETY: the context was retained in `cuda()` and is never released.
+    unsafe { result::ctx::set_current(cuda.ctx as sys::CUcontext) }.map_err(|e| driver("set context", e))?;
+    let functions =
+        plan.functions.get_or_init(|| load(plan)).as_ref().map_err(|e| RuntimeError::Internal(e.clone()))?;
+    let stream = host.cuda_stream()? as sys::CUstream;
+    let bufs = &plan.cpu.buffers;
+    // One scratch allocation: the arena, then the error flag.
+    let arena = plan.cpu.arena_bytes.div_ceil(256) * 256;
+    let scratch = host.alloc_device(arena + 256)?;
+    for (k, buf) in bufs.iter().enumerate() {
+        if let Storage::Arena(offset) = buf.storage {
+            ptrs[k] = scratch + offset;
+        }
+    }
+    rdyn_codegen_cpu::plan::resolve_views(bufs, ptrs);
+    let flag = scratch + arena;
+    let checks = plan.steps.iter().any(|s| matches!(s, CudaStep::Kernel(k) if k.error_flag));
+    if checks {
+        // SAFETY: `flag` is 4 bytes inside the scratch allocation.
+        unsafe { result::memset_d8_async(flag as sys::CUdeviceptr, 0, 4, stream) }.map_err(|e| driver("memset", e))?;
+    }
+    for (step, func) in plan.steps.iter().zip(functions) {
+        match (step, func) {
+            (CudaStep::Kernel(k), Some(func)) => {
+                let mut values: Vec<u64> = k.params.iter().map(|b| ptrs[b.0 as usize] as u64).collect();
+                values.push(flag as u64);
+                let mut params: Vec<*mut c_void> = values.iter_mut().map(|v| v as *mut u64 as *mut c_void).collect();
+                // SAFETY: the parameters are device addresses of live
+                // buffers laid out as the kernel was generated for (the
+                // guards checked the inputs), in the kernel's order.
+                unsafe {
+                    result::launch_kernel(
+                        *func as sys::CUfunction,
+                        (k.grid, 1, 1),
+                        (k.block, 1, 1),
+                        0,
+                        stream,
+                        &mut params,
+                    )
+                }
+                .map_err(|e| driver(&format!("launch of {}", k.name), e))?;
+            }
+            (CudaStep::Host(i), _) => match &plan.cpu.steps[*i] {
+                CpuStep::Host { node, inputs, outputs, .. } => {
+                    host.run_node(*node, inputs, outputs, bufs, ptrs)?;
+                    rdyn_codegen_cpu::plan::resolve_views(bufs, ptrs);
+                }
+                _ => return Err(RuntimeError::Internal("a CPU step in a CUDA program".into())),
+            },
+            (CudaStep::Kernel(_), None) => return Err(RuntimeError::Internal("kernel without a function".into())),
+        }
+    }
+    if checks {
+        let mut value = [0u32; 1];
+        // SAFETY: copies the 4-byte flag into `value`, then waits for it.
+        unsafe {
+            result::memcpy_dtoh_async(&mut value, flag as sys::CUdeviceptr, stream)
+                .map_err(|e| driver("copy of the error flag", e))?;
+            result::stream::synchronize(stream).map_err(|e| driver("stream sync", e))?;
+        }
+        if value[0] != 0 {
+            return Err(RuntimeError::Kernel(
+                "a CUDA kernel read an index out of range or divided an integer by zero".into(),
+            ));
+        }
+    }
+    Ok(())
+}
