@@ -15,6 +15,7 @@ pub mod gemm;
 mod lower_kernel;
 mod ops;
 pub mod plan;
+pub mod special;
 
 /// Why a CPU plan could not be built or run.
 #[derive(Debug, thiserror::Error, PartialEq)]

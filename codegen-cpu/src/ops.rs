@@ -4,6 +4,8 @@
 
 use rdyn_ir::loops::{BinaryOp, ReduceOp, UnaryOp};
 
+use crate::special as sp;
+
 macro_rules! float_ops {
     ($t:ident, $unary:ident, $binary:ident, $erfinv:ident, $digamma:ident, $libm_erf:path, $libm_erfc:path, $libm_lgamma:path, $libm_nextafter:path) => {
         pub fn $unary(op: UnaryOp, x: &[$t], out: &mut [$t]) {
@@ -61,6 +63,21 @@ macro_rules! float_ops {
                 UnaryOp::Signbit => map!(|v: $t| v.is_sign_negative() as u8 as $t),
                 UnaryOp::Lgamma => map!(|v: $t| $libm_lgamma(v)),
                 UnaryOp::Digamma => map!(|v: $t| $digamma(v)),
+                UnaryOp::I0 => map!(|v: $t| sp::i0(v as f64) as $t),
+                UnaryOp::I0e => map!(|v: $t| sp::i0e(v as f64) as $t),
+                UnaryOp::I1 => map!(|v: $t| sp::i1(v as f64) as $t),
+                UnaryOp::I1e => map!(|v: $t| sp::i1e(v as f64) as $t),
+                UnaryOp::K0 => map!(|v: $t| sp::k0(v as f64) as $t),
+                UnaryOp::K1 => map!(|v: $t| sp::k1(v as f64) as $t),
+                UnaryOp::K0e => map!(|v: $t| sp::k0e(v as f64) as $t),
+                UnaryOp::K1e => map!(|v: $t| sp::k1e(v as f64) as $t),
+                UnaryOp::BesselJ0 => map!(|v: $t| sp::j0(v as f64) as $t),
+                UnaryOp::BesselJ1 => map!(|v: $t| sp::j1(v as f64) as $t),
+                UnaryOp::BesselY0 => map!(|v: $t| sp::y0(v as f64) as $t),
+                UnaryOp::BesselY1 => map!(|v: $t| sp::y1(v as f64) as $t),
+                UnaryOp::SphericalJ0 => map!(|v: $t| sp::spherical_j0(v as f64) as $t),
+                UnaryOp::Erfcx => map!(|v: $t| sp::erfcx(v as f64) as $t),
+                UnaryOp::Ndtri => map!(|v: $t| sp::ndtri(v as f64) as $t),
             }
         }
 
@@ -77,7 +94,26 @@ macro_rules! float_ops {
                 BinaryOp::Sub => zip!(|x: $t, y: $t| x - y),
                 BinaryOp::Mul => zip!(|x: $t, y: $t| x * y),
                 BinaryOp::Div => zip!(|x: $t, y: $t| x / y),
-                BinaryOp::FloorDiv => zip!(|x: $t, y: $t| (x / y).floor()),
+                // As PyTorch computes it: through fmod, so 1 // 0.1 is 9.
+                BinaryOp::FloorDiv => zip!(|x: $t, y: $t| {
+                    if y == 0.0 {
+                        return x / y;
+                    }
+                    let m = x % y;
+                    let mut div = (x - m) / y;
+                    if m != 0.0 && ((y < 0.0) != (m < 0.0)) {
+                        div -= 1.0;
+                    }
+                    if div == 0.0 {
+                        return (0.0 as $t).copysign(x / y);
+                    }
+                    let fl = div.floor();
+                    if div - fl > 0.5 {
+                        fl + 1.0
+                    } else {
+                        fl
+                    }
+                }),
                 BinaryOp::TruncDiv => zip!(|x: $t, y: $t| (x / y).trunc()),
                 BinaryOp::Rem => zip!(|x: $t, y: $t| {
                     let r = x % y;
@@ -104,6 +140,21 @@ macro_rules! float_ops {
                 BinaryOp::Copysign => zip!(|x: $t, y: $t| x.copysign(y)),
                 BinaryOp::Nextafter => zip!(|x: $t, y: $t| $libm_nextafter(x, y)),
                 BinaryOp::Polygamma => zip!(|n: $t, x: $t| polygamma(n as f64, x as f64) as $t),
+                BinaryOp::Zeta => zip!(|x: $t, q: $t| sp::zeta(x as f64, q as f64) as $t),
+                BinaryOp::Igamma => zip!(|a: $t, x: $t| sp::igamma(a as f64, x as f64) as $t),
+                BinaryOp::Igammac => zip!(|a: $t, x: $t| sp::igammac(a as f64, x as f64) as $t),
+                BinaryOp::ChebyshevT => zip!(|x: $t, n: $t| sp::chebyshev_t(x as f64, n as f64) as $t),
+                BinaryOp::ChebyshevU => zip!(|x: $t, n: $t| sp::chebyshev_u(x as f64, n as f64) as $t),
+                BinaryOp::ChebyshevV => zip!(|x: $t, n: $t| sp::chebyshev_v(x as f64, n as f64) as $t),
+                BinaryOp::ChebyshevW => zip!(|x: $t, n: $t| sp::chebyshev_w(x as f64, n as f64) as $t),
+                BinaryOp::ShiftedChebyshevT => zip!(|x: $t, n: $t| sp::shifted_chebyshev_t(x as f64, n as f64) as $t),
+                BinaryOp::ShiftedChebyshevU => zip!(|x: $t, n: $t| sp::shifted_chebyshev_u(x as f64, n as f64) as $t),
+                BinaryOp::ShiftedChebyshevV => zip!(|x: $t, n: $t| sp::shifted_chebyshev_v(x as f64, n as f64) as $t),
+                BinaryOp::ShiftedChebyshevW => zip!(|x: $t, n: $t| sp::shifted_chebyshev_w(x as f64, n as f64) as $t),
+                BinaryOp::HermiteH => zip!(|x: $t, n: $t| sp::hermite_h(x as f64, n as f64) as $t),
+                BinaryOp::HermiteHe => zip!(|x: $t, n: $t| sp::hermite_he(x as f64, n as f64) as $t),
+                BinaryOp::LaguerreL => zip!(|x: $t, n: $t| sp::laguerre_l(x as f64, n as f64) as $t),
+                BinaryOp::LegendreP => zip!(|x: $t, n: $t| sp::legendre_p(x as f64, n as f64) as $t),
                 BinaryOp::Eq => zip!(|x: $t, y: $t| (x == y) as u8 as $t),
                 BinaryOp::Ne => zip!(|x: $t, y: $t| (x != y) as u8 as $t),
                 BinaryOp::Lt => zip!(|x: $t, y: $t| (x < y) as u8 as $t),
@@ -386,9 +437,8 @@ pub fn binary_i64(op: BinaryOp, a: &[i64], b: &[i64], out: &mut [i64], error: &m
         } else {
             0
         }),
-        BinaryOp::Atan2 | BinaryOp::Hypot | BinaryOp::Copysign | BinaryOp::Nextafter | BinaryOp::Polygamma => {
-            zip!(|x: i64, _y: i64| x)
-        }
+        // Float-only ops: lowering never sends integers here.
+        _ => zip!(|x: i64, _y: i64| x),
     }
 }
 

@@ -141,9 +141,10 @@ fn combine(f: &mut Func, op: ReduceOp, class: Class, acc: &str, v: &str) -> Resu
             if class == Class::F32 {
                 f.ins(format!("{m}.NaN.f32 {acc}, {acc}, {v}"));
             } else if class == Class::F64 {
-                let nan = f.setp("nan", "f64", v, v);
+                // max.f64 has no .NaN form: a NaN on either side stays.
+                let nan = f.setp("nan", "f64", acc, v);
                 f.ins(format!("{m}.f64 {acc}, {acc}, {v}"));
-                f.ins(format!("@{nan} mov.f64 {acc}, {v}"));
+                f.ins(format!("@{nan} add.rn.f64 {acc}, {acc}, {v}"));
             } else {
                 f.ins(format!("{m}.s64 {acc}, {acc}, {v}"));
             }

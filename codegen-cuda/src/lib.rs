@@ -19,7 +19,9 @@
 mod emit;
 mod kernel;
 mod math;
+mod math64;
 mod special;
+mod trig;
 
 pub use kernel::{kernel_ptx, PtxKernel, BLOCK};
 

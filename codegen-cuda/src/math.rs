@@ -15,7 +15,6 @@ use crate::PtxError;
 
 const LOG2E: f64 = std::f64::consts::LOG2_E;
 const LN2: f64 = std::f64::consts::LN_2;
-const PI: f64 = std::f64::consts::PI;
 
 fn unsupported(op: impl std::fmt::Display, dtype: DType) -> PtxError {
     PtxError::Unsupported(format!("{op} on {dtype}"))
@@ -121,6 +120,18 @@ fn log1p_series(f: &mut Func, u: &str) -> String {
     mul(f, &p, &k(2.0))
 }
 
+/// log₂ x: `lg2.approx` (exact at powers of two) away from 1, the series
+/// near 1.
+fn log2(f: &mut Func, x: &str) -> String {
+    let u = sub(f, x, &k(1.0));
+    let near = log1p_series(f, &u);
+    let near = mul(f, &near, &k(LOG2E));
+    let far = op1(f, "lg2.approx", x);
+    let a = op1(f, "abs", &u);
+    let is_near = f.setp("lt", "f32", &a, &k(0.25));
+    f.selp(Class::F32, &near, &far, &is_near)
+}
+
 /// ln x: the series near 1, `lg2.approx` elsewhere.
 pub(crate) fn log(f: &mut Func, x: &str) -> String {
     let u = sub(f, x, &k(1.0));
@@ -141,31 +152,6 @@ fn log1p(f: &mut Func, x: &str) -> String {
     f.selp(Class::F32, &near, &far, &is_near)
 }
 
-/// sin or cos: reduce by 2π, then the hardware approximation.
-fn sincos(f: &mut Func, x: &str, which: &str) -> String {
-    let t = mul(f, x, &k(1.0 / (2.0 * PI)));
-    let n = op1(f, "cvt.rni.f32", &t);
-    let r = fma(f, &n, &k(-6.283_185_482_025_146_5), x);
-    let r = fma(f, &n, &k(1.748_455_531_469_32e-7), &r);
-    op1(f, &format!("{which}.approx"), &r)
-}
-
-/// atan on [0, 1] after the tan(π/8) split, as an odd series.
-fn atan_unit(f: &mut Func, t: &str) -> String {
-    // t > tan(π/8): atan t = π/4 + atan((t − 1)/(t + 1)).
-    let big = f.setp("gt", "f32", t, &k(0.414_213_562_373_095));
-    let num = sub(f, t, &k(1.0));
-    let den = add(f, t, &k(1.0));
-    let q = div(f, &num, &den);
-    let u = f.selp(Class::F32, &q, t, &big);
-    let z = mul(f, &u, &u);
-    let coefs: Vec<f64> = (0..12).map(|i| if i % 2 == 0 { 1.0 } else { -1.0 } / (2 * i + 1) as f64).collect();
-    let p = poly(f, &z, &coefs);
-    let p = mul(f, &u, &p);
-    let shifted = add(f, &p, &k(PI / 4.0));
-    f.selp(Class::F32, &shifted, &p, &big)
-}
-
 pub(crate) fn copysign(f: &mut Func, mag: &str, sign: &str) -> String {
     let (a, b, r) = (f.reg(Class::B32), f.reg(Class::B32), f.reg(Class::F32));
     f.ins(format!("mov.b32 {a}, {mag}"));
@@ -175,36 +161,6 @@ pub(crate) fn copysign(f: &mut Func, mag: &str, sign: &str) -> String {
     f.ins(format!("or.b32 {a}, {a}, {b}"));
     f.ins(format!("mov.b32 {r}, {a}"));
     r
-}
-
-/// atan2(y, x) with the quadrant, signed-zero and infinity rules of libm.
-fn atan2(f: &mut Func, y: &str, x: &str) -> String {
-    let ay = op1(f, "abs", y);
-    let ax = op1(f, "abs", x);
-    let mx = op2(f, "max", &ay, &ax);
-    let mn = op2(f, "min", &ay, &ax);
-    let t = div(f, &mn, &mx);
-    let both_zero = f.setp("eq", "f32", &mx, &k(0.0));
-    let both_inf = f.setp("eq", "f32", &mn, &k(f64::INFINITY));
-    let t = f.selp(Class::F32, &k(0.0), &t, &both_zero);
-    let t = f.selp(Class::F32, &k(1.0), &t, &both_inf);
-    let base = atan_unit(f, &t);
-    let steep = f.setp("gt", "f32", &ay, &ax);
-    let flip = sub(f, &k(PI / 2.0), &base);
-    let base = f.selp(Class::F32, &flip, &base, &steep);
-    // x negative (including −0): the angle from the negative axis.
-    let xb = f.reg(Class::B32);
-    f.ins(format!("mov.b32 {xb}, {x}"));
-    let neg = f.setp("lt", "s32", &xb, "0");
-    let back = sub(f, &k(PI), &base);
-    let base = f.selp(Class::F32, &back, &base, &neg);
-    let r = copysign(f, &base, y);
-    let nan = f.reg(Class::Pred);
-    let ny = f.setp("nan", "f32", y, y);
-    let nx = f.setp("nan", "f32", x, x);
-    f.ins(format!("or.pred {nan}, {ny}, {nx}"));
-    let sum = add(f, x, y);
-    f.selp(Class::F32, &sum, &r, &nan)
 }
 
 /// erfc for x ≥ 0 as t·exp(p(t)) (Numerical Recipes' Chebyshev fit,
@@ -243,10 +199,7 @@ fn float32_unary(f: &mut Func, op: UnaryOp, x: &str) -> Result<String, PtxError>
         UnaryOp::Exp2 => op1(f, "ex2.approx", x),
         UnaryOp::Expm1 => expm1(f, x),
         UnaryOp::Log => log(f, x),
-        UnaryOp::Log2 => {
-            let l = log(f, x);
-            mul(f, &l, &k(LOG2E))
-        }
+        UnaryOp::Log2 => log2(f, x),
         UnaryOp::Log10 => {
             let l = log(f, x);
             mul(f, &l, &k(std::f64::consts::LOG10_E))
@@ -258,16 +211,12 @@ fn float32_unary(f: &mut Func, op: UnaryOp, x: &str) -> Result<String, PtxError>
             op1(f, "rcp.rn", &s)
         }
         UnaryOp::Reciprocal => op1(f, "rcp.rn", x),
-        UnaryOp::Sin => sincos(f, x, "sin"),
-        UnaryOp::Cos => sincos(f, x, "cos"),
-        UnaryOp::Tan => {
-            let s = sincos(f, x, "sin");
-            let c = sincos(f, x, "cos");
-            div(f, &s, &c)
-        }
+        UnaryOp::Sin => crate::trig::trig(f, x, crate::trig::Trig::Sin),
+        UnaryOp::Cos => crate::trig::trig(f, x, crate::trig::Trig::Cos),
+        UnaryOp::Tan => crate::trig::trig(f, x, crate::trig::Trig::Tan),
         UnaryOp::Atan => {
             let one = f.mov(Class::F32, &k(1.0));
-            atan2(f, x, &one)
+            crate::trig::atan2(f, x, &one)
         }
         UnaryOp::Asin | UnaryOp::Acos => {
             let a = sub(f, &k(1.0), x);
@@ -275,9 +224,9 @@ fn float32_unary(f: &mut Func, op: UnaryOp, x: &str) -> Result<String, PtxError>
             let c = mul(f, &a, &b);
             let s = op1(f, "sqrt.rn", &c);
             if op == UnaryOp::Asin {
-                atan2(f, x, &s)
+                crate::trig::atan2(f, x, &s)
             } else {
-                atan2(f, &s, x)
+                crate::trig::atan2(f, &s, x)
             }
         }
         UnaryOp::Sinh => {
@@ -361,6 +310,27 @@ fn float32_unary(f: &mut Func, op: UnaryOp, x: &str) -> Result<String, PtxError>
         UnaryOp::Digamma => crate::special::digamma(f, x),
         UnaryOp::Erfinv => crate::special::erfinv(f, x),
         other => return float_common_unary(f, other, x, Class::F32),
+    })
+}
+
+fn float64_unary(f: &mut Func, op: UnaryOp, x: &str) -> Result<String, PtxError> {
+    use crate::math64 as m;
+    let scaled = |f: &mut Func, x: &str, c: f64| {
+        let l = m::log(f, x);
+        let r = f.reg(Class::F64);
+        f.ins(format!("mul.rn.f64 {r}, {l}, {}", imm(Class::F64, c)));
+        r
+    };
+    Ok(match op {
+        UnaryOp::Exp => m::exp(f, x),
+        UnaryOp::Expm1 => m::expm1(f, x),
+        UnaryOp::Log => m::log(f, x),
+        UnaryOp::Log1p => m::log1p(f, x),
+        UnaryOp::Log2 => scaled(f, x, LOG2E),
+        UnaryOp::Log10 => scaled(f, x, std::f64::consts::LOG10_E),
+        UnaryOp::Tanh => m::tanh(f, x),
+        UnaryOp::Sigmoid => m::sigmoid(f, x),
+        other => float_common_unary(f, other, x, Class::F64)?,
     })
 }
 
@@ -452,7 +422,7 @@ fn int_unary(f: &mut Func, op: UnaryOp, x: &str) -> Result<String, PtxError> {
 pub fn unary(f: &mut Func, op: UnaryOp, x: &str, from: DType, to: DType) -> Result<String, PtxError> {
     let r = match from.kind() {
         Kind::F32 => float32_unary(f, op, x)?,
-        Kind::F64 => float_common_unary(f, op, x, Class::F64)?,
+        Kind::F64 => float64_unary(f, op, x)?,
         Kind::I64 => int_unary(f, op, x)?,
     };
     Ok(fit(f, r, op_result_kind(from, to, is_predicate_unary(op)), to))
@@ -554,15 +524,23 @@ fn float_binary(f: &mut Func, op: BinaryOp, a: &str, b: &str, class: Class, from
         BinaryOp::Sub => two(f, "sub.rn"),
         BinaryOp::Mul => two(f, "mul.rn"),
         BinaryOp::Div => two(f, "div.rn"),
-        BinaryOp::FloorDiv => quotient_rounded(f, "rmi"),
+        BinaryOp::FloorDiv if class == Class::F32 => floor_divide(f, a, b),
         BinaryOp::TruncDiv => quotient_rounded(f, "rzi"),
-        BinaryOp::Rem | BinaryOp::Fmod => {
-            let mode = if op == BinaryOp::Rem { "rmi" } else { "rzi" };
-            let q = quotient_rounded(f, mode);
-            let r = f.reg(class);
-            f.ins(format!("mul.rn.{ty} {r}, {b}, {q}"));
-            f.ins(format!("sub.rn.{ty} {r}, {a}, {r}"));
-            r
+        BinaryOp::Rem | BinaryOp::Fmod if class == Class::F32 => {
+            let r = fmod(f, a, b);
+            if op == BinaryOp::Fmod {
+                r
+            } else {
+                // Python's modulo: the sign of the divisor.
+                let rz = f.setp("ne", "f32", &r, &k(0.0));
+                let rn = f.setp("lt", "f32", &r, &k(0.0));
+                let bn = f.setp("lt", "f32", b, &k(0.0));
+                let fix = f.reg(Class::Pred);
+                f.ins(format!("xor.pred {fix}, {rn}, {bn}"));
+                f.ins(format!("and.pred {fix}, {fix}, {rz}"));
+                let moved = add(f, &r, b);
+                f.selp(Class::F32, &moved, &r, &fix)
+            }
         }
         BinaryOp::Max | BinaryOp::Min if class == Class::F64 => {
             // max.f64 has no .NaN form: NaN operands give a + b (NaN).
@@ -576,11 +554,29 @@ fn float_binary(f: &mut Func, op: BinaryOp, a: &str, b: &str, class: Class, from
         BinaryOp::Fmax => two(f, "max"),
         BinaryOp::Fmin => two(f, "min"),
         BinaryOp::Hypot => {
-            let s = f.reg(class);
-            f.ins(format!("mul.rn.{ty} {s}, {a}, {a}"));
-            f.ins(format!("fma.rn.{ty} {s}, {b}, {b}, {s}"));
+            // max·sqrt(1 + (min/max)²): no overflow; inf wins over NaN.
+            let (aa, ab, mx, mn, q, s) =
+                (f.reg(class), f.reg(class), f.reg(class), f.reg(class), f.reg(class), f.reg(class));
+            f.ins(format!("abs.{ty} {aa}, {a}"));
+            f.ins(format!("abs.{ty} {ab}, {b}"));
+            f.ins(format!("max.{ty} {mx}, {aa}, {ab}"));
+            f.ins(format!("min.{ty} {mn}, {aa}, {ab}"));
+            f.ins(format!("div.rn.{ty} {q}, {mn}, {mx}"));
+            f.ins(format!("fma.rn.{ty} {s}, {q}, {q}, {}", imm(class, 1.0)));
             f.ins(format!("sqrt.rn.{ty} {s}, {s}"));
-            s
+            f.ins(format!("mul.rn.{ty} {s}, {s}, {mx}"));
+            let zero = f.setp("eq", ty, &mx, &imm(class, 0.0));
+            let r = f.selp(class, &imm(class, 0.0), &s, &zero);
+            let nan = f.setp("nan", ty, a, b);
+            let sum = two(f, "add.rn");
+            let r = f.selp(class, &sum, &r, &nan);
+            let inf = f.setp("eq", ty, &mx, &imm(class, f64::INFINITY));
+            let ia = f.setp("eq", ty, &aa, &imm(class, f64::INFINITY));
+            let ib = f.setp("eq", ty, &ab, &imm(class, f64::INFINITY));
+            let any_inf = f.reg(Class::Pred);
+            f.ins(format!("or.pred {any_inf}, {ia}, {ib}"));
+            let _ = inf;
+            f.selp(class, &imm(class, f64::INFINITY), &r, &any_inf)
         }
         BinaryOp::Copysign if class == Class::F32 => copysign(f, a, b),
         BinaryOp::Copysign => {
@@ -593,55 +589,86 @@ fn float_binary(f: &mut Func, op: BinaryOp, a: &str, b: &str, class: Class, from
             f.ins(format!("mov.b64 {r}, {x}"));
             r
         }
-        BinaryOp::Atan2 if class == Class::F32 => atan2(f, a, b),
+        BinaryOp::Atan2 if class == Class::F32 => crate::trig::atan2(f, a, b),
         BinaryOp::Pow if class == Class::F32 => pow(f, a, b),
+        BinaryOp::Pow => crate::math64::pow(f, a, b),
         BinaryOp::Nextafter if class == Class::F32 => nextafter(f, a, b),
         BinaryOp::Polygamma if class == Class::F32 => crate::special::polygamma(f, a, b),
         other => return Err(unsupported(other, from)),
     })
 }
 
-/// aᵇ with C's rules for negative bases, zeros and NaN; exact squares,
-/// cubes, square roots and reciprocals for those exponents.
+/// fmod of float32 values, exact: computed in float64, where a − q·b is
+/// exact for quotients below 2²⁹, then one correction step.
+fn fmod(f: &mut Func, a: &str, b: &str) -> String {
+    let (x, y, q, r) = (f.reg(Class::F64), f.reg(Class::F64), f.reg(Class::F64), f.reg(Class::F64));
+    f.ins(format!("cvt.f64.f32 {x}, {a}"));
+    f.ins(format!("cvt.f64.f32 {y}, {b}"));
+    f.ins(format!("div.rn.f64 {q}, {x}, {y}"));
+    f.ins(format!("cvt.rzi.f64.f64 {q}, {q}"));
+    f.ins(format!("neg.f64 {q}, {q}"));
+    f.ins(format!("fma.rn.f64 {r}, {q}, {y}, {x}"));
+    // The remainder takes a's sign and stays below |b|.
+    let step = f.reg(Class::F64);
+    f.ins(format!("abs.f64 {step}, {y}"));
+    let neg_a = f.setp("lt", "f64", &x, &imm(Class::F64, 0.0));
+    f.ins(format!("@{neg_a} neg.f64 {step}, {step}"));
+    let nz = f.setp("ne", "f64", &r, &imm(Class::F64, 0.0));
+    let rn = f.setp("lt", "f64", &r, &imm(Class::F64, 0.0));
+    let wrong = f.reg(Class::Pred);
+    f.ins(format!("xor.pred {wrong}, {rn}, {neg_a}"));
+    f.ins(format!("and.pred {wrong}, {wrong}, {nz}"));
+    f.ins(format!("@{wrong} add.rn.f64 {r}, {r}, {step}"));
+    let (ar, ay) = (f.reg(Class::F64), f.reg(Class::F64));
+    f.ins(format!("abs.f64 {ar}, {r}"));
+    f.ins(format!("abs.f64 {ay}, {y}"));
+    let over = f.setp("ge", "f64", &ar, &ay);
+    f.ins(format!("@{over} sub.rn.f64 {r}, {r}, {step}"));
+    let out = f.reg(Class::F32);
+    f.ins(format!("cvt.rn.f32.f64 {out}, {r}"));
+    // A zero remainder keeps a's sign.
+    let zero = f.setp("eq", "f32", &out, &k(0.0));
+    let signed = copysign(f, &out, a);
+    f.selp(Class::F32, &signed, &out, &zero)
+}
+
+/// floor_divide of float32 values as PyTorch computes it (through fmod, so
+/// 1 // 0.1 is 9, not 10).
+fn floor_divide(f: &mut Func, a: &str, b: &str) -> String {
+    let m = fmod(f, a, b);
+    let am = sub(f, a, &m);
+    let div_ = div(f, &am, b);
+    let mnz = f.setp("ne", "f32", &m, &k(0.0));
+    let bn = f.setp("lt", "f32", b, &k(0.0));
+    let mn = f.setp("lt", "f32", &m, &k(0.0));
+    let fix = f.reg(Class::Pred);
+    f.ins(format!("xor.pred {fix}, {bn}, {mn}"));
+    f.ins(format!("and.pred {fix}, {fix}, {mnz}"));
+    let dm1 = sub(f, &div_, &k(1.0));
+    let dv = f.selp(Class::F32, &dm1, &div_, &fix);
+    let fl = op1(f, "cvt.rmi.f32", &dv);
+    let frac = sub(f, &dv, &fl);
+    let up = f.setp("gt", "f32", &frac, &k(0.5));
+    let fl1 = add(f, &fl, &k(1.0));
+    let fl = f.selp(Class::F32, &fl1, &fl, &up);
+    // A zero quotient takes the sign of a / b.
+    let q = div(f, a, b);
+    let z = copysign(f, &k(0.0), &q);
+    let dz = f.setp("eq", "f32", &dv, &k(0.0));
+    let r = f.selp(Class::F32, &z, &fl, &dz);
+    // Division by zero: a / b.
+    let bz = f.setp("eq", "f32", b, &k(0.0));
+    f.selp(Class::F32, &q, &r, &bz)
+}
+
+/// aᵇ for float32, computed in float64 (one rounding, like libm's powf).
 pub(crate) fn pow(f: &mut Func, a: &str, b: &str) -> String {
-    let abs_a = op1(f, "abs", a);
-    let l = log(f, &abs_a);
-    let l2 = mul(f, &l, &k(LOG2E));
-    let e = mul(f, &l2, b);
-    let mut r = op1(f, "ex2.approx", &e);
-    // A negative base with an odd integer exponent is negative; with a
-    // non-integer exponent NaN.
-    let tb = op1(f, "cvt.rzi.f32", b);
-    let int_exp = f.setp("eq", "f32", &tb, b);
-    let half = mul(f, b, &k(0.5));
-    let th = op1(f, "cvt.rzi.f32", &half);
-    let even = f.setp("eq", "f32", &th, &half);
-    let neg_base = f.setp("lt", "f32", a, &k(0.0));
-    let nr = op1(f, "neg", &r);
-    let odd_neg = f.reg(Class::Pred);
-    f.ins(format!("and.pred {odd_neg}, {neg_base}, !{even}"));
-    r = f.selp(Class::F32, &nr, &r, &odd_neg);
-    let bad = f.reg(Class::Pred);
-    f.ins(format!("and.pred {bad}, {neg_base}, !{int_exp}"));
-    r = f.selp(Class::F32, &k(f64::NAN), &r, &bad);
-    // Exact cases.
-    for (value, exact) in [
-        (2.0, mul(f, a, a)),
-        (1.0, f.mov(Class::F32, a)),
-        (0.5, op1(f, "sqrt.rn", a)),
-        (-1.0, op1(f, "rcp.rn", a)),
-        (0.0, f.mov(Class::F32, &k(1.0))),
-    ] {
-        let p = f.setp("eq", "f32", b, &k(value));
-        r = f.selp(Class::F32, &exact, &r, &p);
-    }
-    let sq = mul(f, a, a);
-    let cube = mul(f, &sq, a);
-    let p = f.setp("eq", "f32", b, &k(3.0));
-    r = f.selp(Class::F32, &cube, &r, &p);
-    // 1ᵇ = 1 even for NaN b.
-    let one = f.setp("eq", "f32", a, &k(1.0));
-    f.selp(Class::F32, &k(1.0), &r, &one)
+    let (a64, b64, r) = (f.reg(Class::F64), f.reg(Class::F64), f.reg(Class::F32));
+    f.ins(format!("cvt.f64.f32 {a64}, {a}"));
+    f.ins(format!("cvt.f64.f32 {b64}, {b}"));
+    let p = crate::math64::pow(f, &a64, &b64);
+    f.ins(format!("cvt.rn.f32.f64 {r}, {p}"));
+    r
 }
 
 fn nextafter(f: &mut Func, a: &str, b: &str) -> String {

@@ -266,6 +266,9 @@ pub fn polygamma(f: &mut Func, n: &str, x: &str) -> String {
     let (top, done) = (f.label("fact"), f.label("fact_end"));
     f.place(&top);
     let stop = f.setp("gtu", "f32", &j, n);
+    // (j stops growing at 2^24: huge n overflows n! anyway.)
+    let huge = f.setp("ge", "f32", &j, &k(16_777_216.0));
+    f.ins(format!("or.pred {stop}, {stop}, {huge}"));
     f.ins(format!("@{stop} bra {done}"));
     f.ins(format!("mul.rn.f32 {fact}, {fact}, {j}"));
     f.ins(format!("add.rn.f32 {j}, {j}, {}", k(1.0)));

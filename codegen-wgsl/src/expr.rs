@@ -369,7 +369,22 @@ impl BodyWriter<'_> {
             UnaryOp::Erfinv => format!("special_erfinv({x})"),
             UnaryOp::Lgamma => format!("special_lgamma({x})"),
             UnaryOp::Digamma => format!("special_digamma({x})"),
-            UnaryOp::BitNot => return Err(WgslError::Unsupported(format!("{op} in WGSL"))),
+            UnaryOp::BitNot
+            | UnaryOp::I0
+            | UnaryOp::I0e
+            | UnaryOp::I1
+            | UnaryOp::I1e
+            | UnaryOp::K0
+            | UnaryOp::K1
+            | UnaryOp::K0e
+            | UnaryOp::K1e
+            | UnaryOp::BesselJ0
+            | UnaryOp::BesselJ1
+            | UnaryOp::BesselY0
+            | UnaryOp::BesselY1
+            | UnaryOp::SphericalJ0
+            | UnaryOp::Erfcx
+            | UnaryOp::Ndtri => return Err(WgslError::Unsupported(format!("{op} in WGSL"))),
         };
         Ok(if bool_out && to.kind() == Kind::F32 { format!("f32({e})") } else { e })
     }

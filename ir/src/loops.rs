@@ -111,6 +111,11 @@ simple_enum! {
         Sign => "sign", Reciprocal => "reciprocal", Not => "not", BitNot => "bitnot",
         IsNan => "isnan", IsInf => "isinf", Signbit => "signbit", Lgamma => "lgamma",
         Digamma => "digamma",
+        // special functions
+        I0 => "i0", I0e => "i0e", I1 => "i1", I1e => "i1e", K0 => "k0", K1 => "k1",
+        K0e => "k0e", K1e => "k1e", BesselJ0 => "bessel_j0", BesselJ1 => "bessel_j1",
+        BesselY0 => "bessel_y0", BesselY1 => "bessel_y1", SphericalJ0 => "spherical_j0",
+        Erfcx => "erfcx", Ndtri => "ndtri",
     }
 }
 
@@ -124,11 +129,64 @@ simple_enum! {
         Atan2 => "atan2", Hypot => "hypot", Copysign => "copysign", Nextafter => "nextafter",
         Eq => "eq", Ne => "ne", Lt => "lt", Le => "le", Gt => "gt", Ge => "ge",
         And => "and", Or => "or", Xor => "xor", Polygamma => "polygamma",
+        Zeta => "zeta", Igamma => "igamma", Igammac => "igammac",
+        ChebyshevT => "chebyshev_t", ChebyshevU => "chebyshev_u", ChebyshevV => "chebyshev_v",
+        ChebyshevW => "chebyshev_w", ShiftedChebyshevT => "shifted_chebyshev_t",
+        ShiftedChebyshevU => "shifted_chebyshev_u", ShiftedChebyshevV => "shifted_chebyshev_v",
+        ShiftedChebyshevW => "shifted_chebyshev_w", HermiteH => "hermite_h", HermiteHe => "hermite_he",
+        LaguerreL => "laguerre_l", LegendreP => "legendre_p",
         BitAnd => "bitand", BitOr => "bitor", BitXor => "bitxor", Shl => "shl", Shr => "shr",
     }
 }
 
+impl UnaryOp {
+    /// The special functions (Bessel functions and friends), which only the
+    /// CPU backend implements.
+    pub fn is_special(self) -> bool {
+        use UnaryOp::*;
+        matches!(
+            self,
+            I0 | I0e
+                | I1
+                | I1e
+                | K0
+                | K1
+                | K0e
+                | K1e
+                | BesselJ0
+                | BesselJ1
+                | BesselY0
+                | BesselY1
+                | SphericalJ0
+                | Erfcx
+                | Ndtri
+        )
+    }
+}
+
 impl BinaryOp {
+    /// The special functions of two arguments (float only).
+    pub fn is_special(self) -> bool {
+        use BinaryOp::*;
+        matches!(
+            self,
+            Zeta | Igamma
+                | Igammac
+                | ChebyshevT
+                | ChebyshevU
+                | ChebyshevV
+                | ChebyshevW
+                | ShiftedChebyshevT
+                | ShiftedChebyshevU
+                | ShiftedChebyshevV
+                | ShiftedChebyshevW
+                | HermiteH
+                | HermiteHe
+                | LaguerreL
+                | LegendreP
+        )
+    }
+
     pub fn is_comparison(self) -> bool {
         matches!(self, BinaryOp::Eq | BinaryOp::Ne | BinaryOp::Lt | BinaryOp::Le | BinaryOp::Gt | BinaryOp::Ge)
     }

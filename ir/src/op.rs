@@ -72,7 +72,8 @@ ops! {
     Sum => "sum", Mean => "mean", Prod => "prod", Amax => "amax", Amin => "amin",
     Argmax => "argmax", Argmin => "argmin", Any => "any", All => "all",
     Var => "var", Std => "std", VarMean => "var_mean", Max => "max", Min => "min",
-    Logsumexp => "logsumexp",
+    Logsumexp => "logsumexp", Cumsum => "cumsum", Cumprod => "cumprod",
+    AvgPool2d => "avg_pool2d", AvgPool3d => "avg_pool3d", DiagonalScatter => "diagonal_scatter",
     // views
     View => "view", UnsafeView => "_unsafe_view", Reshape => "reshape", Permute => "permute",
     Expand => "expand", Squeeze => "squeeze", Unsqueeze => "unsqueeze", Slice => "slice",
@@ -92,6 +93,23 @@ ops! {
     ScatterAdd => "scatter_add", BatchNormInference => "_native_batch_norm_legit_no_training",
     Mm => "mm", Bmm => "bmm", Addmm => "addmm", Convolution => "convolution",
     ConvolutionBackward => "convolution_backward",
+    // special functions
+    I0 => "i0", SpecialI0 => "special_modified_bessel_i0", SpecialI0e => "special_i0e",
+    SpecialI1 => "special_i1", SpecialModI1 => "special_modified_bessel_i1", SpecialI1e => "special_i1e",
+    SpecialK0 => "special_modified_bessel_k0", SpecialK1 => "special_modified_bessel_k1",
+    SpecialK0e => "special_scaled_modified_bessel_k0", SpecialK1e => "special_scaled_modified_bessel_k1",
+    SpecialJ0 => "special_bessel_j0", SpecialJ1 => "special_bessel_j1",
+    SpecialY0 => "special_bessel_y0", SpecialY1 => "special_bessel_y1",
+    SpecialSphericalJ0 => "special_spherical_bessel_j0", SpecialErfcx => "special_erfcx",
+    SpecialNdtri => "special_ndtri", SpecialZeta => "special_zeta", Igamma => "igamma", Igammac => "igammac",
+    ChebyshevT => "special_chebyshev_polynomial_t", ChebyshevU => "special_chebyshev_polynomial_u",
+    ChebyshevV => "special_chebyshev_polynomial_v", ChebyshevW => "special_chebyshev_polynomial_w",
+    ShiftedChebyshevT => "special_shifted_chebyshev_polynomial_t",
+    ShiftedChebyshevU => "special_shifted_chebyshev_polynomial_u",
+    ShiftedChebyshevV => "special_shifted_chebyshev_polynomial_v",
+    ShiftedChebyshevW => "special_shifted_chebyshev_polynomial_w",
+    HermiteH => "special_hermite_polynomial_h", HermiteHe => "special_hermite_polynomial_he",
+    LaguerreL => "special_laguerre_polynomial_l", LegendreP => "special_legendre_polynomial_p",
 }
 
 /// Split an FX target name (`aten.add.Tensor`, `aten::add.Tensor`) into its

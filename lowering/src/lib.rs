@@ -12,9 +12,11 @@
 //! error is a compiler bug and fails the whole graph.
 
 mod dce;
+mod diagonal;
 mod lazy;
 mod lower;
 mod pointwise;
+mod pool;
 mod reduce;
 pub mod schedule;
 mod shape;

@@ -121,6 +121,44 @@ impl Lowerer<'_> {
         self.load_buffer(buf)
     }
 
+    /// cumsum / cumprod along one dim, as a reduction over the prefix: the
+    /// element at j reduces the inputs at k ≤ j (masked to the identity
+    /// beyond). Quadratic in the scanned length, so long scans run eagerly.
+    pub(crate) fn scan(&mut self, node: &Node) -> Res {
+        const MAX_SCAN: i64 = 4096;
+        let (sizes, out) = self.out_meta(node)?;
+        let x = self.tensor_arg(node, 0, "self")?;
+        let x = self.cast_lazy(x, acc_dtype(out));
+        let r = x.ndim();
+        if r == 0 {
+            return Ok(Handled::Native(vec![self.cast_lazy(x, out)]));
+        }
+        let dim = node.arg(1, "dim").as_int().ok_or_else(|| crate::invalid(&node.target, "dim must be an int"))?;
+        let d = if dim < 0 { dim + r as i64 } else { dim };
+        if !(0..r as i64).contains(&d) {
+            return Err(crate::invalid(&node.target, format!("dim {dim} out of range for {r} dims")));
+        }
+        let d = d as usize;
+        if x.sizes[d].simplify(&self.syms).as_const().is_none_or(|n| n > MAX_SCAN) {
+            return Err(crate::unsupported(&node.target, format!("a scan longer than {MAX_SCAN} (or symbolic)")));
+        }
+        let mut ext = x.sizes.clone();
+        ext.push(x.sizes[d].clone());
+        let map: Vec<Expr> = (0..r).map(|m| Expr::v(if m == d { r as u32 } else { m as u32 })).collect();
+        let xk = self.view(&x, ext.clone(), &map);
+        let (op, identity) = if node.op == Op::Cumsum { (ReduceOp::Sum, 0.0) } else { (ReduceOp::Prod, 1.0) };
+        let s = &mut self.prog.scalars;
+        let k = s.index(Expr::v(r as u32));
+        let j = s.index(Expr::v(d as u32));
+        let upto = s.binary(BinaryOp::Le, k, j, DType::Bool);
+        let id = s.constant(identity, xk.dtype);
+        let value = s.select(upto, xk.value, id, xk.dtype);
+        let dtype = xk.dtype;
+        let reduced = self.reduce(&Lazy { sizes: ext, value, dtype }, &[r], false, op, dtype);
+        debug_assert_eq!(reduced.sizes.len(), sizes.len());
+        Ok(Handled::Native(vec![self.cast_lazy(reduced, out)]))
+    }
+
     fn numel_of(&mut self, input: &Lazy, dims: &[usize], dtype: DType) -> crate::ir::loops::ScalarId {
         let n = dims.iter().fold(Expr::c(1), |acc, d| acc.mul(&input.sizes[*d]));
         let idx = match n.as_const() {

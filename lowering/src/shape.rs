@@ -18,7 +18,7 @@ fn norm_dim(d: i64, ndim: usize) -> usize {
     (if d < 0 { d + n } else { d }).clamp(0, n - 1) as usize
 }
 
-fn int_list(arg: &Arg, op: &str) -> Result<Vec<i64>, LowerError> {
+pub(crate) fn int_list(arg: &Arg, op: &str) -> Result<Vec<i64>, LowerError> {
     match arg {
         Arg::List(items) => {
             items.iter().map(|a| a.as_int().ok_or_else(|| crate::unsupported(op, "symbolic int in list"))).collect()

@@ -119,12 +119,24 @@ fn permute_and_view_are_index_rewrites() {
 fn unsupported_op_falls_back_and_is_counted() {
     let mut b = Builder::new();
     let x = b.input(&[8]);
+    let c = b.node("aten.logcumsumexp.default", vec![t(x), Arg::Int(Expr::c(0))], &[8]);
+    let r = b.node("aten.relu.default", vec![t(c)], &[8]);
+    let (text, counts) = b.lower(&[r]);
+    check(&text, &["extern fallback aten.logcumsumexp.default (buf0) -> (buf1)", "kernel k0", "load buf1[i0]"]);
+    assert_eq!(counts.fallback, 1);
+    assert_eq!(counts.fallback_ops.get("aten.logcumsumexp.default"), Some(&1));
+}
+
+#[test]
+fn cumsum_is_a_masked_prefix_reduction_fused_with_its_epilogue() {
+    let mut b = Builder::new();
+    let x = b.input(&[8]);
     let c = b.node("aten.cumsum.default", vec![t(x), Arg::Int(Expr::c(0))], &[8]);
     let r = b.node("aten.relu.default", vec![t(c)], &[8]);
     let (text, counts) = b.lower(&[r]);
-    check(&text, &["extern fallback aten.cumsum.default (buf0) -> (buf1)", "kernel k0", "load buf1[i0]"]);
-    assert_eq!(counts.fallback, 1);
-    assert_eq!(counts.fallback_ops.get("aten.cumsum.default"), Some(&1));
+    check(&text, &["kernel k0 outer [8]", "sum over [8]", "le t2, t3", "where", "max"]);
+    assert_eq!(text.matches("kernel k").count(), 1, "{text}");
+    assert_eq!(counts.fallback, 0);
 }
 
 #[test]

@@ -63,7 +63,7 @@ DECOMPOSITIONS = {
             aten._unsafe_index,
             aten.select_backward,
             aten.slice_backward,
-            # Copy variants and scatters of views: views plus a copy.
+            # Copy variants: views plus a copy.
             aten.view_copy,
             aten.permute_copy,
             aten.narrow_copy,
@@ -74,22 +74,9 @@ DECOMPOSITIONS = {
             aten.index_select,
             # Pointwise compositions.
             aten.ldexp,
-            aten.frexp,
-            aten.special_i0e,
-            aten.special_i1,
-            aten.special_i1e,
-            aten.i0,
-            aten.special_erfcx,
-            aten.special_ndtri,
             aten.special_log_ndtr,
             aten.special_ndtr,
-            aten.special_bessel_j0,
-            aten.special_bessel_j1,
-            aten.special_spherical_bessel_j0,
-            aten.special_zeta,
-            aten.igamma,
-            aten.igammac,
-            # Scans, pooling, linear algebra built from reductions and GEMM.
+            # Pooling and linear algebra built from reductions and GEMM.
             aten.adaptive_max_pool2d,
             aten.adaptive_max_pool3d,
             aten.max_pool3d_with_indices,
@@ -171,12 +158,19 @@ def compile_aten_graph(gm: torch.fx.GraphModule, example_inputs, options: Option
     if "cuda" in devices:
         if devices != {"cuda"}:
             return _unsupported_graph(gm, f"a graph mixing tensors on {sorted(devices)}")
+        indices = {t.device.index or 0 for t in example_inputs if isinstance(t, torch.Tensor)}
+        if indices != {0} or torch.cuda.current_device() != 0:
+            return _unsupported_graph(gm, "rdyn runs CUDA graphs on device 0 only for now")
         device = "cuda"
     elif devices - {"cpu"}:
         return _unsupported_graph(gm, f"tensors on {sorted(devices - {'cpu'})}: rdyn compiles CPU and CUDA tensors")
     try:
         data, info = import_graph(gm)
         runner = GraphRunner(info)
+        if device == "cuda" and any(
+            isinstance(c, torch.Tensor) and c.device.type != "cuda" for c in info["constants"]
+        ):
+            return _unsupported_graph(gm, "a CUDA graph with constants on another device")
         compiled = _rdyn.CompiledGraph(data, runner, device)
         if device == "cuda":
             # Generate the kernels now: a graph the CUDA code generator

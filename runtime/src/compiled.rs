@@ -20,6 +20,8 @@ use crate::RuntimeError;
 
 /// How many specializations a graph keeps before using its generic program.
 pub const MAX_SPECIALIZATIONS: usize = 8;
+/// CUDA graphs have no generic program; they keep this many.
+pub const MAX_CUDA_SPECIALIZATIONS: usize = 64;
 
 /// What the runtime needs from its host (the Python frontend): torch-owned
 /// memory and eager ATen calls.
@@ -207,9 +209,15 @@ impl CompiledGraph {
         }
         STATS.guard_misses.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let ctx = self.bind(args)?;
-        // CUDA kernels need concrete sizes: CUDA graphs keep specializing.
-        let full = self.backend != Backend::Cuda
-            && self.specs.lock().map_err(|_| RuntimeError::Poisoned)?.len() >= MAX_SPECIALIZATIONS;
+        // CUDA kernels need concrete sizes: CUDA graphs keep specializing,
+        // up to a bound past which calls run eagerly.
+        let count = self.specs.lock().map_err(|_| RuntimeError::Poisoned)?.len();
+        if self.backend == Backend::Cuda && count >= MAX_CUDA_SPECIALIZATIONS {
+            return Err(RuntimeError::Unsupported(format!(
+                "a CUDA graph called with more than {MAX_CUDA_SPECIALIZATIONS} shapes runs eagerly for new ones"
+            )));
+        }
+        let full = self.backend != Backend::Cuda && count >= MAX_SPECIALIZATIONS;
         if full {
             return self.run_generic(args, ctx);
         }
@@ -311,7 +319,9 @@ pub fn execute(selected: &Selected, args: &[CallArg], host: &mut dyn Host) -> Re
         Selected::Spec(s) => s.arena_pool.lock().ok().and_then(|mut p| p.pop()).unwrap_or_default(),
         Selected::Generic(_) => Vec::new(),
     };
-    let words = plan.arena_bytes.div_ceil(8) + 8;
+    // CUDA programs keep their scratch on the device.
+    let on_device = matches!(selected, Selected::Spec(s) if s.cuda.is_some());
+    let words = if on_device { 0 } else { plan.arena_bytes.div_ceil(8) + 8 };
     if arena.len() < words {
         arena = vec![0u64; words];
     }
