@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import rdyn
-from helpers import assert_same, compile_aten, exception_chain, no_rust_panic, tensor_outputs
+from helpers import assert_same, compile_aten, exception_chain, no_rust_panic, tensor_outputs, wgpu_available
 
 COUNTERS = [
     "graphs",
@@ -292,6 +292,20 @@ def test_cumsum_is_correct() -> None:
     with no_rust_panic():
         actual = torch.compile(fn, backend="rdyn")(x)
     assert_same(actual, fn(x), fn(x.double()))
+
+
+@pytest.mark.parametrize("device", ["cpu", "wgpu"])
+@pytest.mark.parametrize("op", [torch.fmod, torch.remainder, torch.floor_divide])
+def test_float_modulo_is_exact(op: Callable[..., Any], device: str) -> None:
+    """fmod, remainder and floor_divide where a - b*trunc(a/b) is wrong:
+    quotients that round to an integer, huge quotients, infinite divisors."""
+    if device == "wgpu" and not wgpu_available():
+        pytest.skip("no wgpu adapter")
+    a = torch.tensor([1.0, 5.0, 1e8, 1.0, -1.0, -7.5, 7.5, 0.3, 3.0, -0.0, 1e30, 2.5])
+    b = torch.tensor([0.1, 0.1, 3.7, float("inf"), float("inf"), 2.0, -2.0, 0.1, 0.3, 1.0, 1e-3, -0.5])
+    with no_rust_panic():
+        actual = torch.compile(op, backend="rdyn", options={"device": device})(a, b)
+    assert_same(actual, op(a, b), what=f"{op.__name__} on {device}")
 
 
 # --------------------------------------------------------------------------

@@ -237,6 +237,39 @@ fn special_polygamma(n: f32, x: f32) -> f32 {
     let sign = select(-1.0f, 1.0f, n - 2.0f * floor(n * 0.5f) == 1.0f);
     return sign * factorial * special_zeta(n + 1.0f, x);
 }
+// fmod, exact: subtract the largest b·2^k that fits, each step exact
+// (Sterbenz); at most ~280 steps.
+fn special_fmod(a: f32, b: f32) -> f32 {
+    if (is_nan(a) || is_nan(b) || is_inf(a) || b == 0.0f) { return nan(); }
+    if (is_inf(b)) { return a; }
+    let m = abs(b);
+    var r = abs(a);
+    var steps = 0;
+    loop {
+        // (The cap guards against drivers that flush subnormal b to zero.)
+        if (r < m || steps > 300) { break; }
+        steps = steps + 1;
+        var t = ldexp(m, frexp(r).exp - frexp(m).exp);
+        if (t > r) { t = t * 0.5f; }
+        r = r - t;
+    }
+    return select(r, -r, a < 0.0f || (a == 0.0f && (bitcast<u32>(a) >> 31u) == 1u));
+}
+fn special_rem(a: f32, b: f32) -> f32 {
+    let r = special_fmod(a, b);
+    return select(r, r + b, r != 0.0f && ((r < 0.0f) != (b < 0.0f)));
+}
+// floor_divide as PyTorch computes it (through fmod: 1 // 0.1 is 9).
+fn special_floordiv(a: f32, b: f32) -> f32 {
+    if (b == 0.0f) { return a / b; }
+    let m = special_fmod(a, b);
+    var d = (a - m) / b;
+    if (m != 0.0f && ((b < 0.0f) != (m < 0.0f))) { d = d - 1.0f; }
+    if (d == 0.0f) { return select(0.0f, -0.0f, (a / b) < 0.0f || (bitcast<u32>(a / b) >> 31u) == 1u); }
+    var fl = floor(d);
+    if (d - fl > 0.5f) { fl = fl + 1.0f; }
+    return fl;
+}
 fn special_nextafter(a: f32, b: f32) -> f32 {
     if (is_nan(a) || is_nan(b)) { return nan(); }
     if (a == b) { return b; }
@@ -399,11 +432,11 @@ impl BodyWriter<'_> {
             BinaryOp::Div if float => format!("({a} / {b})"),
             BinaryOp::Div | BinaryOp::TruncDiv if !float => format!("truncdivi({a}, {b})"),
             BinaryOp::TruncDiv => format!("trunc({a} / {b})"),
-            BinaryOp::FloorDiv if float => format!("floor({a} / {b})"),
+            BinaryOp::FloorDiv if float => format!("special_floordiv({a}, {b})"),
             BinaryOp::FloorDiv => format!("floordivi({a}, {b})"),
-            BinaryOp::Rem if float => format!("({a} - {b} * floor({a} / {b}))"),
+            BinaryOp::Rem if float => format!("special_rem({a}, {b})"),
             BinaryOp::Rem => format!("remi({a}, {b})"),
-            BinaryOp::Fmod if float => format!("({a} - {b} * trunc({a} / {b}))"),
+            BinaryOp::Fmod if float => format!("special_fmod({a}, {b})"),
             BinaryOp::Fmod => format!("fmodi_c({a}, {b})"),
             BinaryOp::Pow if float => format!("powf({a}, {b})"),
             BinaryOp::Pow => format!("powi({a}, {b})"),
