@@ -44,6 +44,29 @@ fn unravel(f: &mut Func, em: &mut Emitter<'_>, linear: &str, sizes: &[i64], firs
     if em.vars.len() < first + sizes.len() {
         em.vars.resize(first + sizes.len(), String::new());
     }
+    // Below 2^31 points the divisions are 32-bit (a multiply-high by a
+    // constant each); 64-bit division is far slower on GPUs.
+    let small = sizes.iter().map(|s| s.max(&1)).product::<i64>() < (1 << 31);
+    if small {
+        let rem = f.reg(Class::B32);
+        f.ins(format!("cvt.u32.u64 {rem}, {linear}"));
+        for k in (0..sizes.len()).rev() {
+            let v = f.reg(Class::S64);
+            if k == 0 {
+                f.ins(format!("cvt.u64.u32 {v}, {rem}"));
+            } else if sizes[k] <= 1 {
+                f.ins(format!("mov.b64 {v}, 0"));
+            } else {
+                let size = sizes[k];
+                let r = f.reg(Class::B32);
+                f.ins(format!("rem.u32 {r}, {rem}, {size}"));
+                f.ins(format!("div.u32 {rem}, {rem}, {size}"));
+                f.ins(format!("cvt.u64.u32 {v}, {r}"));
+            }
+            em.vars[first + k] = v;
+        }
+        return;
+    }
     let rem = f.mov(Class::S64, linear);
     for k in (0..sizes.len()).rev() {
         let v = f.reg(Class::S64);
