@@ -72,6 +72,14 @@ impl Ctx {
     }
 }
 
+/// Greatest common divisor of non-negative values.
+fn gcd(mut a: i64, mut b: i64) -> i64 {
+    while b != 0 {
+        (a, b) = (b, a % b);
+    }
+    a
+}
+
 fn floor_div(a: i64, b: i64) -> i64 {
     let q = a / b;
     if (a % b != 0) && ((a < 0) != (b < 0)) {
@@ -263,6 +271,11 @@ impl Expr {
                 return quotient.add_c(floor_div(lo, k));
             }
         }
+        // A common factor: (g·B + S) // (g·m) = B // m when 0 ≤ S < g
+        // (reshaping merged dims of a strided view).
+        if let Some((big, _, g)) = rest.split_common_factor(k, ctx) {
+            return quotient.add(&big.floordiv(&Expr::c(k / g), ctx));
+        }
         // (e // a) // b = e // (a·b)
         if rest.constant == 0 && rest.terms.len() == 1 && rest.terms[0].1 == 1 {
             if let Atom::FloorDiv(inner, inner_div) = &rest.terms[0].0 {
@@ -304,6 +317,10 @@ impl Expr {
                 return rest;
             }
         }
+        // (g·B + S) % (g·m) = g·(B % m) + S when 0 ≤ S < g.
+        if let Some((big, small, g)) = rest.split_common_factor(k, ctx) {
+            return big.modulo(&Expr::c(k / g), ctx).scale(g).add(&small);
+        }
         // (e % (a·k)) % k = e % k when a·k is a multiple of k.
         if rest.constant == 0 && rest.terms.len() == 1 && rest.terms[0].1 == 1 {
             if let Atom::Mod(inner, inner_div) = &rest.terms[0].0 {
@@ -315,6 +332,37 @@ impl Expr {
             }
         }
         Expr::atom(Atom::Mod(Box::new(rest), Box::new(Expr::c(k))))
+    }
+
+    /// `self = g·big + small` with `g` a proper divisor of `k` (from the
+    /// terms' coefficients), `big` non-empty and `0 ≤ small < g`; the
+    /// largest such `g`.
+    fn split_common_factor(&self, k: i64, ctx: &Ctx) -> Option<(Expr, Expr, i64)> {
+        let mut candidates: Vec<i64> =
+            self.terms.iter().map(|(_, c)| gcd(c.unsigned_abs() as i64, k)).filter(|g| *g > 1 && *g < k).collect();
+        candidates.sort_unstable_by(|a, b| b.cmp(a));
+        candidates.dedup();
+        for g in candidates {
+            let mut big = BTreeMap::new();
+            let mut small = BTreeMap::new();
+            for (atom, coef) in &self.terms {
+                if coef % g == 0 {
+                    big.insert(atom.clone(), coef / g);
+                } else {
+                    small.insert(atom.clone(), *coef);
+                }
+            }
+            let small = Expr::from_map(small, self.constant);
+            if big.is_empty() {
+                continue;
+            }
+            if let Some((lo, hi)) = small.bounds(ctx) {
+                if lo >= 0 && hi < g {
+                    return Some((Expr::from_map(big, 0), small, g));
+                }
+            }
+        }
+        None
     }
 
     /// Inclusive bounds of the expression, if every atom is bounded.
@@ -596,6 +644,31 @@ mod tests {
         // (6*i0 + i1) // 3 stays symbolic but splits: 2*i0 + i1//3
         let d = flat.floordiv(&Expr::c(3), &ctx);
         assert_eq!(d.to_string(), "2*i0 + (i1 // 3)");
+    }
+
+    #[test]
+    fn common_factor_splits_merged_dims() {
+        // [16, 64, 32] flattened, divided by a multiple of the inner block:
+        // (2048·i0 + 32·i1 + i2) // 8192 = i0 // 4 and the remainder keeps
+        // the inner part.
+        let ctx = Ctx::with_extents(&[16, 64, 32]);
+        let flat = Expr::v(0).scale(2048).add(&Expr::v(1).scale(32)).add(&Expr::v(2));
+        let q = flat.floordiv(&Expr::c(8192), &ctx);
+        assert_eq!(q, Expr::v(0).floordiv(&Expr::c(4), &ctx));
+        let r = flat.modulo(&Expr::c(8192), &ctx);
+        let want = Expr::v(0).modulo(&Expr::c(4), &ctx).scale(2048).add(&Expr::v(1).scale(32)).add(&Expr::v(2));
+        assert_eq!(r, want);
+        // Recombined as a strided view: 8192·(f // 8192) + (f % 8192) = f.
+        assert_eq!(q.scale(8192).add(&r), flat);
+        for a in 0..16 {
+            for b in [0, 1, 63] {
+                for c in [0, 31] {
+                    let f = 2048 * a + 32 * b + c;
+                    assert_eq!(q.eval(&[a, b, c], &[]), f / 8192);
+                    assert_eq!(r.eval(&[a, b, c], &[]), f % 8192);
+                }
+            }
+        }
     }
 
     #[test]
