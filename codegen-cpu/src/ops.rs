@@ -81,6 +81,7 @@ macro_rules! float_ops {
             }
         }
 
+        #[inline(always)]
         pub fn $binary(op: BinaryOp, a: &[$t], b: &[$t], out: &mut [$t]) {
             macro_rules! zip {
                 ($f:expr) => {
@@ -254,7 +255,7 @@ macro_rules! float_ops {
 float_ops!(
     f32,
     unary_f32_generic,
-    binary_f32,
+    binary_f32_body,
     erfinv_f32,
     digamma_f32,
     libm::erff,
@@ -264,8 +265,43 @@ float_ops!(
 );
 
 /// float32 unary ops: the common transcendentals use the vectorisable
-/// versions in [`crate::fastmath`].
+/// versions in [`crate::fastmath`], compiled for AVX2+FMA too and chosen at
+/// run time (the results are the same: no FMA contraction).
 pub fn unary_f32(op: UnaryOp, x: &[f32], out: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
+        // SAFETY: the CPU supports AVX2 and FMA (checked just above).
+        unsafe { unary_f32_avx2(op, x, out) };
+        return;
+    }
+    unary_f32_body(op, x, out);
+}
+
+/// float32 binary ops, compiled for AVX2+FMA too and chosen at run time.
+pub fn binary_f32(op: BinaryOp, a: &[f32], b: &[f32], out: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
+        // SAFETY: the CPU supports AVX2 and FMA (checked just above).
+        unsafe { binary_f32_avx2(op, a, b, out) };
+        return;
+    }
+    binary_f32_body(op, a, b, out);
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn binary_f32_avx2(op: BinaryOp, a: &[f32], b: &[f32], out: &mut [f32]) {
+    binary_f32_body(op, a, b, out);
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn unary_f32_avx2(op: UnaryOp, x: &[f32], out: &mut [f32]) {
+    unary_f32_body(op, x, out);
+}
+
+#[inline(always)]
+fn unary_f32_body(op: UnaryOp, x: &[f32], out: &mut [f32]) {
     use crate::fastmath as fm;
     macro_rules! map {
         ($f:expr) => {
