@@ -269,7 +269,7 @@ float_ops!(
 /// run time (the results are the same: no FMA contraction).
 pub fn unary_f32(op: UnaryOp, x: &[f32], out: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
-    if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
+    if avx2_fma() {
         // SAFETY: the CPU supports AVX2 and FMA (checked just above).
         unsafe { unary_f32_avx2(op, x, out) };
         return;
@@ -277,10 +277,16 @@ pub fn unary_f32(op: UnaryOp, x: &[f32], out: &mut [f32]) {
     unary_f32_body(op, x, out);
 }
 
+/// Whether this CPU runs the AVX2+FMA builds of the float32 loops.
+#[cfg(target_arch = "x86_64")]
+fn avx2_fma() -> bool {
+    is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma")
+}
+
 /// float32 binary ops, compiled for AVX2+FMA too and chosen at run time.
 pub fn binary_f32(op: BinaryOp, a: &[f32], b: &[f32], out: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
-    if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
+    if avx2_fma() {
         // SAFETY: the CPU supports AVX2 and FMA (checked just above).
         unsafe { binary_f32_avx2(op, a, b, out) };
         return;

@@ -125,6 +125,30 @@ impl Func {
         p
     }
 
+    /// A predicate register `a {op} b` (`and`, `or`, `xor`; operands may be
+    /// negated as `!%pN`).
+    pub fn pred(&mut self, op: &str, a: &str, b: &str) -> String {
+        let p = self.reg(Class::Pred);
+        self.ins(format!("{op}.pred {p}, {a}, {b}"));
+        p
+    }
+
+    /// `op.{type} r, args…` into a fresh register of `class`.
+    pub fn op(&mut self, class: Class, op: &str, args: &[&str]) -> String {
+        let r = self.reg(class);
+        self.ins(format!("{op}.{} {r}, {}", class.ty(), args.join(", ")));
+        r
+    }
+
+    /// Horner evaluation of `c[0] + c[1]·z + …` with FMAs, in `class`.
+    pub fn horner(&mut self, class: Class, z: &str, c: &[f64]) -> String {
+        let mut acc = self.mov(class, &imm(class, c[c.len() - 1]));
+        for &coef in c[..c.len() - 1].iter().rev() {
+            acc = self.op(class, "fma.rn", &[&acc, z, &imm(class, coef)]);
+        }
+        acc
+    }
+
     /// `p ? a : b` in `class`.
     pub fn selp(&mut self, class: Class, a: &str, b: &str, p: &str) -> String {
         let r = self.reg(class);
@@ -147,8 +171,7 @@ impl Func {
         self.ins(format!("xor.b64 {x}, {r}, {b}"));
         let nz = self.setp("ne", "s64", &r, "0");
         let diff = self.setp("lt", "s64", &x, "0");
-        let fix = self.reg(Class::Pred);
-        self.ins(format!("and.pred {fix}, {nz}, {diff}"));
+        let fix = self.pred("and", &nz, &diff);
         self.ins(format!("@{fix} sub.s64 {q}, {q}, 1"));
         self.ins(format!("@{fix} add.s64 {r}, {r}, {b}"));
         (q, r)
@@ -309,8 +332,7 @@ impl Emitter<'_> {
                     let w = f.selp(Class::S64, &w, &x, &neg);
                     let low = f.setp("lt", "s64", &w, "0");
                     let high = f.setp("ge", "s64", &w, &n);
-                    let bad = f.reg(Class::Pred);
-                    f.ins(format!("or.pred {bad}, {low}, {high}"));
+                    let bad = f.pred("or", &low, &high);
                     self.raise(f, &bad)?;
                     f.selp(Class::S64, "0", &w, &bad)
                 }

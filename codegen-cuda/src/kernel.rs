@@ -175,9 +175,7 @@ fn combine(f: &mut Func, op: ReduceOp, class: Class, acc: &str, v: &str) -> Resu
         ReduceOp::Any | ReduceOp::All if !float => {
             let pa = f.setp("ne", "s64", acc, "0");
             let pv = f.setp("ne", "s64", v, "0");
-            let p = f.reg(Class::Pred);
-            let lop = if op == ReduceOp::Any { "or" } else { "and" };
-            f.ins(format!("{lop}.pred {p}, {pa}, {pv}"));
+            let p = f.pred(if op == ReduceOp::Any { "or" } else { "and" }, &pa, &pv);
             f.ins(format!("selp.b64 {acc}, 1, 0, {p}"));
         }
         other => return Err(PtxError::Unsupported(format!("{other} reduction of floats"))),
@@ -194,29 +192,23 @@ fn arg_better(f: &mut Func, is_max: bool, class: Class, acc: &str, acci: &str, v
     let strictly = f.setp(cmp, ty, v, acc);
     let equal = f.setp("eq", ty, v, acc);
     let lower = f.setp("lt", "s64", vi, acci);
-    let tie = f.reg(Class::Pred);
-    f.ins(format!("and.pred {tie}, {equal}, {lower}"));
-    let better = f.reg(Class::Pred);
-    f.ins(format!("or.pred {better}, {strictly}, {tie}"));
+    let tie = f.pred("and", &equal, &lower);
+    let mut better = f.pred("or", &strictly, &tie);
     if float {
-        // NaN beats numbers; between NaNs the lower index wins.
+        // NaN beats numbers; between NaNs the lower index wins: with a NaN
+        // on either side, the NaN rule decides instead.
         let an = f.setp("nan", ty, acc, acc);
         let vn = f.setp("nan", ty, v, v);
-        let any_nan = f.reg(Class::Pred);
-        f.ins(format!("or.pred {any_nan}, {an}, {vn}"));
-        let nan_rule = f.reg(Class::Pred);
-        let first = f.reg(Class::Pred);
-        f.ins(format!("or.pred {first}, !{an}, {lower}"));
-        f.ins(format!("and.pred {nan_rule}, {vn}, {first}"));
-        let pick = f.reg(Class::Pred);
-        f.ins(format!("mov.pred {pick}, {nan_rule}"));
-        f.ins(format!("@!{any_nan} mov.pred {pick}, {better}"));
-        f.ins(format!("mov.pred {better}, {pick}"));
+        let any_nan = f.pred("or", &an, &vn);
+        let first = f.pred("or", &format!("!{an}"), &lower);
+        let nan_rule = f.pred("and", &vn, &first);
+        let by_nan = f.pred("and", &any_nan, &nan_rule);
+        let by_value = f.pred("and", &format!("!{any_nan}"), &better);
+        better = f.pred("or", &by_nan, &by_value);
     }
     let empty_v = f.setp("lt", "s64", vi, "0");
     let empty_acc = f.setp("lt", "s64", acci, "0");
-    let r = f.reg(Class::Pred);
-    f.ins(format!("or.pred {r}, {better}, {empty_acc}"));
+    let r = f.pred("or", &better, &empty_acc);
     f.ins(format!("and.pred {r}, {r}, !{empty_v}"));
     r
 }
@@ -279,7 +271,7 @@ fn reduce_stage(f: &mut Func, em: &mut Emitter<'_>, l: &Launch, stage: &Stage, m
         let acci = f.mov(Class::S64, "-1");
         counted_loop(f, &l.tid, red_n, &BLOCK.to_string(), |f, r| {
             unravel(f, em, r, &red, m + inner.len());
-            let (v, _): (String, _) = value(f, em, stage)?;
+            let (v, _) = value(f, em, stage)?;
             if arg {
                 let p = arg_better(f, reduce.op == ReduceOp::ArgMax, class, &acc, &acci, &v, r);
                 f.ins(format!("@{p} mov.{} {acc}, {v}", sel_ty(class)));
@@ -312,15 +304,14 @@ fn reduce_stage(f: &mut Func, em: &mut Emitter<'_>, l: &Launch, stage: &Stage, m
         warp_reduce(f, reduce.op, class, &acc, &acci, WARPS)?;
         let t0 = f.setp("ne", "s64", &l.tid, "0");
         f.ins(format!("@{t0} bra {stored}"));
-        if arg {
+        let (result, result_kind) = if arg {
             let i = f.reg(Class::S64);
             f.ins(format!("max.s64 {i}, {acci}, 0"));
-            let regs = Default::default();
-            store_stage(f, em, stage, &i, Kind::I64, &regs)?;
+            (i, Kind::I64)
         } else {
-            let regs = Default::default();
-            store_stage(f, em, stage, &acc, kind, &regs)?;
-        }
+            (acc.clone(), kind)
+        };
+        store_stage(f, em, stage, &result, result_kind, &HashMap::new())?;
         f.place(&stored);
         f.place(&skip);
         f.ins("bar.sync 0");

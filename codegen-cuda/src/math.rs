@@ -4,8 +4,8 @@
 //! (`ex2.approx`, `lg2.approx`, `sin.approx`, `cos.approx`) with range
 //! reduction and short series where those lose precision (near 1 for log,
 //! near 0 for expm1); additions and products use `.rn` so ptxas does not
-//! contract them into FMAs. float64 has no hardware transcendentals: those
-//! are not generated yet.
+//! contract them into FMAs. float64 has no hardware transcendentals: exp, log
+//! and what is built on them are in software in [`crate::math64`].
 
 use rdyn_ir::loops::{BinaryOp, UnaryOp};
 use rdyn_ir::{DType, Kind};
@@ -22,15 +22,11 @@ fn unsupported(op: impl std::fmt::Display, dtype: DType) -> PtxError {
 
 /// `op` on f32 registers, result in a new register.
 pub(crate) fn op2(f: &mut Func, op: &str, a: &str, b: &str) -> String {
-    let r = f.reg(Class::F32);
-    f.ins(format!("{op}.f32 {r}, {a}, {b}"));
-    r
+    f.op(Class::F32, op, &[a, b])
 }
 
 pub(crate) fn op1(f: &mut Func, op: &str, a: &str) -> String {
-    let r = f.reg(Class::F32);
-    f.ins(format!("{op}.f32 {r}, {a}"));
-    r
+    f.op(Class::F32, op, &[a])
 }
 
 pub(crate) fn add(f: &mut Func, a: &str, b: &str) -> String {
@@ -46,9 +42,7 @@ pub(crate) fn div(f: &mut Func, a: &str, b: &str) -> String {
     op2(f, "div.rn", a, b)
 }
 pub(crate) fn fma(f: &mut Func, a: &str, b: &str, c: &str) -> String {
-    let r = f.reg(Class::F32);
-    f.ins(format!("fma.rn.f32 {r}, {a}, {b}, {c}"));
-    r
+    f.op(Class::F32, "fma.rn", &[a, b, c])
 }
 pub(crate) fn k(v: f64) -> String {
     f32_imm(v)
@@ -61,13 +55,9 @@ fn keep_nan(f: &mut Func, x: &str, result: &str) -> String {
     f.selp(Class::F32, x, result, &nan)
 }
 
-/// Horner evaluation of `c[0] + c[1]·z + …`.
+/// Horner evaluation of `c[0] + c[1]·z + …` in float32.
 pub(crate) fn poly(f: &mut Func, z: &str, c: &[f64]) -> String {
-    let mut acc = f.mov(Class::F32, &k(c[c.len() - 1]));
-    for &coef in c[..c.len() - 1].iter().rev() {
-        acc = fma(f, &acc, z, &k(coef));
-    }
-    acc
+    f.horner(Class::F32, z, c)
 }
 
 /// eˣ: Cody–Waite reduction by ln 2, `ex2.approx` on the remainder, the
@@ -475,14 +465,12 @@ pub fn binary(
             let (cmp, zero) = if class == Class::S64 { ("ne", "0".to_string()) } else { ("neu", imm(class, 0.0)) };
             let pa = f.setp(cmp, ty, a, &zero);
             let pb = f.setp(cmp, ty, b, &zero);
-            let p = f.reg(Class::Pred);
             let pop = match op {
                 BinaryOp::And => "and",
                 BinaryOp::Or => "or",
                 _ => "xor",
             };
-            f.ins(format!("{pop}.pred {p}, {pa}, {pb}"));
-            p
+            f.pred(pop, &pa, &pb)
         } else {
             let float = class != Class::S64;
             let cmp = match op {
@@ -535,8 +523,7 @@ fn float_binary(f: &mut Func, op: BinaryOp, a: &str, b: &str, class: Class, from
                 let rz = f.setp("ne", "f32", &r, &k(0.0));
                 let rn = f.setp("lt", "f32", &r, &k(0.0));
                 let bn = f.setp("lt", "f32", b, &k(0.0));
-                let fix = f.reg(Class::Pred);
-                f.ins(format!("xor.pred {fix}, {rn}, {bn}"));
+                let fix = f.pred("xor", &rn, &bn);
                 f.ins(format!("and.pred {fix}, {fix}, {rz}"));
                 let moved = add(f, &r, b);
                 f.selp(Class::F32, &moved, &r, &fix)
@@ -573,8 +560,7 @@ fn float_binary(f: &mut Func, op: BinaryOp, a: &str, b: &str, class: Class, from
             let inf = f.setp("eq", ty, &mx, &imm(class, f64::INFINITY));
             let ia = f.setp("eq", ty, &aa, &imm(class, f64::INFINITY));
             let ib = f.setp("eq", ty, &ab, &imm(class, f64::INFINITY));
-            let any_inf = f.reg(Class::Pred);
-            f.ins(format!("or.pred {any_inf}, {ia}, {ib}"));
+            let any_inf = f.pred("or", &ia, &ib);
             let _ = inf;
             f.selp(class, &imm(class, f64::INFINITY), &r, &any_inf)
         }
@@ -615,8 +601,7 @@ fn fmod(f: &mut Func, a: &str, b: &str) -> String {
     f.ins(format!("@{neg_a} neg.f64 {step}, {step}"));
     let nz = f.setp("ne", "f64", &r, &imm(Class::F64, 0.0));
     let rn = f.setp("lt", "f64", &r, &imm(Class::F64, 0.0));
-    let wrong = f.reg(Class::Pred);
-    f.ins(format!("xor.pred {wrong}, {rn}, {neg_a}"));
+    let wrong = f.pred("xor", &rn, &neg_a);
     f.ins(format!("and.pred {wrong}, {wrong}, {nz}"));
     f.ins(format!("@{wrong} add.rn.f64 {r}, {r}, {step}"));
     let (ar, ay) = (f.reg(Class::F64), f.reg(Class::F64));
@@ -641,8 +626,7 @@ fn floor_divide(f: &mut Func, a: &str, b: &str) -> String {
     let mnz = f.setp("ne", "f32", &m, &k(0.0));
     let bn = f.setp("lt", "f32", b, &k(0.0));
     let mn = f.setp("lt", "f32", &m, &k(0.0));
-    let fix = f.reg(Class::Pred);
-    f.ins(format!("xor.pred {fix}, {bn}, {mn}"));
+    let fix = f.pred("xor", &bn, &mn);
     f.ins(format!("and.pred {fix}, {fix}, {mnz}"));
     let dm1 = sub(f, &div_, &k(1.0));
     let dv = f.selp(Class::F32, &dm1, &div_, &fix);
@@ -681,8 +665,7 @@ fn nextafter(f: &mut Func, a: &str, b: &str) -> String {
     // Away from zero when b is further out on a's side.
     let lt = f.setp("lt", "f32", a, b);
     let pos = f.setp("gt", "f32", a, &k(0.0));
-    let away = f.reg(Class::Pred);
-    f.ins(format!("xor.pred {away}, {lt}, {pos}"));
+    let away = f.pred("xor", &lt, &pos);
     let moved = f.selp(Class::B32, &down, &up, &away);
     let r = f.reg(Class::F32);
     f.ins(format!("mov.b32 {r}, {moved}"));
@@ -716,8 +699,7 @@ fn int_binary(f: &mut Func, em: &Emitter<'_>, op: BinaryOp, a: &str, b: &str) ->
             f.ins(format!("cvt.u32.u64 {amount}, {b}"));
             let low = f.setp("lt", "s64", b, "0");
             let high = f.setp("gt", "s64", b, "63");
-            let out = f.reg(Class::Pred);
-            f.ins(format!("or.pred {out}, {low}, {high}"));
+            let out = f.pred("or", &low, &high);
             let r = f.reg(Class::S64);
             if op == BinaryOp::Shl {
                 f.ins(format!("shl.b64 {r}, {a}, {amount}"));

@@ -17,23 +17,15 @@ fn d(v: f64) -> String {
 }
 
 fn op2(f: &mut Func, op: &str, a: &str, b: &str) -> String {
-    let r = f.reg(Class::F64);
-    f.ins(format!("{op}.f64 {r}, {a}, {b}"));
-    r
+    f.op(Class::F64, op, &[a, b])
 }
 
 fn fma(f: &mut Func, a: &str, b: &str, c: &str) -> String {
-    let r = f.reg(Class::F64);
-    f.ins(format!("fma.rn.f64 {r}, {a}, {b}, {c}"));
-    r
+    f.op(Class::F64, "fma.rn", &[a, b, c])
 }
 
 fn poly(f: &mut Func, z: &str, c: &[f64]) -> String {
-    let mut acc = f.mov(Class::F64, &d(c[c.len() - 1]));
-    for &coef in c[..c.len() - 1].iter().rev() {
-        acc = fma(f, &acc, z, &d(coef));
-    }
-    acc
+    f.horner(Class::F64, z, c)
 }
 
 /// 2ⁿ for an integer-valued float64 `n` in [−1022, 1023], built from bits.
@@ -201,14 +193,12 @@ pub fn pow(f: &mut Func, a: &str, b: &str) -> String {
     let th = f.reg(Class::F64);
     f.ins(format!("cvt.rzi.f64.f64 {th}, {half}"));
     let even = f.setp("eq", "f64", &th, &half);
-    let odd = f.reg(Class::Pred);
-    f.ins(format!("and.pred {odd}, {int_exp}, !{even}"));
+    let odd = f.pred("and", &int_exp, &format!("!{even}"));
     // Small integer exponents: repeated squaring (|b| ≤ 64).
     let ab = f.reg(Class::F64);
     f.ins(format!("abs.f64 {ab}, {b}"));
     let small = f.setp("le", "f64", &ab, &d(64.0));
-    let use_sq = f.reg(Class::Pred);
-    f.ins(format!("and.pred {use_sq}, {small}, {int_exp}"));
+    let use_sq = f.pred("and", &small, &int_exp);
     let n = f.reg(Class::B32);
     f.ins(format!("cvt.rzi.u32.f64 {n}, {ab}"));
     let acc = f.mov(Class::F64, &d(1.0));
@@ -227,13 +217,11 @@ pub fn pow(f: &mut Func, a: &str, b: &str) -> String {
     // General path's sign: negative base with odd integer b is negative,
     // with a non-integer b NaN.
     let neg_base = f.setp("lt", "f64", a, &d(0.0));
-    let flip = f.reg(Class::Pred);
-    f.ins(format!("and.pred {flip}, {neg_base}, {odd}"));
+    let flip = f.pred("and", &neg_base, &odd);
     let nr = f.reg(Class::F64);
     f.ins(format!("neg.f64 {nr}, {r}"));
     r = f.selp(Class::F64, &nr, &r, &flip);
-    let bad = f.reg(Class::Pred);
-    f.ins(format!("and.pred {bad}, {neg_base}, !{int_exp}"));
+    let bad = f.pred("and", &neg_base, &format!("!{int_exp}"));
     // (−inf and −0 bases with non-integer b follow C: |a|ᵇ.)
     let finite_a = f.setp("ne", "f64", &abs_a, &d(f64::INFINITY));
     let nonzero_a = f.setp("ne", "f64", &abs_a, &d(0.0));
@@ -245,11 +233,9 @@ pub fn pow(f: &mut Func, a: &str, b: &str) -> String {
     let one = f.setp("eq", "f64", a, &d(1.0));
     let m1 = f.setp("eq", "f64", a, &d(-1.0));
     let binf = f.setp("eq", "f64", &ab, &d(f64::INFINITY));
-    let m1inf = f.reg(Class::Pred);
-    f.ins(format!("and.pred {m1inf}, {m1}, {binf}"));
+    let m1inf = f.pred("and", &m1, &binf);
     let zero_b = f.setp("eq", "f64", b, &d(0.0));
-    let unit = f.reg(Class::Pred);
-    f.ins(format!("or.pred {unit}, {one}, {m1inf}"));
+    let unit = f.pred("or", &one, &m1inf);
     f.ins(format!("or.pred {unit}, {unit}, {zero_b}"));
     f.selp(Class::F64, &d(1.0), &r, &unit)
 }

@@ -23,6 +23,14 @@ fn abs_sinpi(f: &mut Func, x: &str) -> String {
     op1(f, "sin.approx", &a)
 }
 
+/// A predicate: `x` is 0, −1, −2, … (a pole of Γ and of ζ(s, ·)).
+fn non_positive_integer(f: &mut Func, x: &str) -> String {
+    let fl = op1(f, "cvt.rmi.f32", x);
+    let int = f.setp("eq", "f32", &fl, x);
+    let nonpos = f.setp("le", "f32", x, &k(0.0));
+    f.pred("and", &int, &nonpos)
+}
+
 /// `while x < limit { body(x); x += 1 }`, leaving on NaN too.
 fn count_up(f: &mut Func, x: &str, limit: f64, body: impl FnOnce(&mut Func, &str)) {
     let (top, done) = (f.label("up"), f.label("up_end"));
@@ -68,11 +76,7 @@ pub fn lgamma(f: &mut Func, x0: &str) -> String {
     let reflected = sub(f, &lq, &lg);
     let r = f.selp(Class::F32, &reflected, &lg, &reflect);
     // Poles (non-positive integers) and infinities give +inf; NaN stays.
-    let fl = op1(f, "cvt.rmi.f32", x0);
-    let int = f.setp("eq", "f32", &fl, x0);
-    let nonpos = f.setp("le", "f32", x0, &k(0.0));
-    let pole = f.reg(Class::Pred);
-    f.ins(format!("and.pred {pole}, {int}, {nonpos}"));
+    let pole = non_positive_integer(f, x0);
     let ax0 = op1(f, "abs", x0);
     let inf0 = f.setp("eq", "f32", &ax0, &k(f64::INFINITY));
     f.ins(format!("or.pred {pole}, {pole}, {inf0}"));
@@ -121,8 +125,7 @@ pub fn digamma(f: &mut Func, x0: &str) -> String {
     let pinf = f.setp("eq", "f32", x0, &k(f64::INFINITY));
     let r = f.selp(Class::F32, &k(f64::INFINITY), &r, &pinf);
     let int = f.setp("eq", "f32", &fl, x0);
-    let pole = f.reg(Class::Pred);
-    f.ins(format!("and.pred {pole}, {int}, {neg}"));
+    let pole = f.pred("and", &int, &neg);
     let r = f.selp(Class::F32, &k(f64::NAN), &r, &pole);
     let zero = f.setp("eq", "f32", x0, &k(0.0));
     let inf0 = copysign(f, &k(f64::INFINITY), x0);
@@ -191,8 +194,7 @@ fn zeta(f: &mut Func, s: &str, q: &str) -> String {
     // Sum terms until a > 9 (at least 9 of them); NaN and runaway stop.
     let enough = f.setp("ge", "s32", &i, "9");
     let past = f.setp("gt", "f32", &a, &k(9.0));
-    let stop = f.reg(Class::Pred);
-    f.ins(format!("and.pred {stop}, {enough}, {past}"));
+    let stop = f.pred("and", &enough, &past);
     let nan = f.setp("nan", "f32", &a, &a);
     f.ins(format!("or.pred {stop}, {stop}, {nan}"));
     let runaway = f.setp("gt", "s32", &i, "4194304");
@@ -250,11 +252,7 @@ fn zeta(f: &mut Func, s: &str, q: &str) -> String {
     }
     f.place(&done);
     // q at a pole (a non-positive integer): +inf.
-    let fl = op1(f, "cvt.rmi.f32", q);
-    let int = f.setp("eq", "f32", &fl, q);
-    let nonpos = f.setp("le", "f32", q, &k(0.0));
-    let pole = f.reg(Class::Pred);
-    f.ins(format!("and.pred {pole}, {int}, {nonpos}"));
+    let pole = non_positive_integer(f, q);
     f.selp(Class::F32, &k(f64::INFINITY), &sum, &pole)
 }
 

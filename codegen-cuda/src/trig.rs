@@ -48,8 +48,7 @@ pub(crate) fn trig(f: &mut Func, x: &str, which: Trig) -> String {
         Trig::Cos => {
             let v = f.selp(Class::F32, &s, &c, &odd);
             let nv = op1(f, "neg", &v);
-            let flip = f.reg(Class::Pred);
-            f.ins(format!("xor.pred {flip}, {odd}, {high}"));
+            let flip = f.pred("xor", &odd, &high);
             f.selp(Class::F32, &nv, &v, &flip)
         }
         Trig::Tan => {
@@ -99,10 +98,7 @@ pub(crate) fn atan2(f: &mut Func, y: &str, x: &str) -> String {
     let back = sub(f, &k(PI), &base);
     let base = f.selp(Class::F32, &back, &base, &neg);
     let r = copysign(f, &base, y);
-    let nan = f.reg(Class::Pred);
-    let ny = f.setp("nan", "f32", y, y);
-    let nx = f.setp("nan", "f32", x, x);
-    f.ins(format!("or.pred {nan}, {ny}, {nx}"));
+    let nan = f.setp("nan", "f32", x, y);
     let sum = add(f, x, y);
     f.selp(Class::F32, &sum, &r, &nan)
 }

@@ -17,6 +17,9 @@ pub struct Torch {
     pub dtypes: Vec<(Py<PyAny>, DType)>,
     pub as_strided: Py<PyAny>,
     pub empty_strided: Py<PyAny>,
+    pub empty: Py<PyAny>,
+    /// `torch.cuda.current_stream` (the module exists without CUDA too).
+    pub current_stream: Py<PyAny>,
 }
 
 impl Torch {
@@ -28,6 +31,8 @@ impl Torch {
             dtypes,
             as_strided: torch.getattr("as_strided")?.unbind(),
             empty_strided: torch.getattr("empty_strided")?.unbind(),
+            empty: torch.getattr("empty")?.unbind(),
+            current_stream: torch.getattr("cuda")?.getattr("current_stream")?.unbind(),
         })
     }
 
@@ -161,19 +166,17 @@ impl<'py> PyHost<'py, '_> {
 impl Host for PyHost<'_, '_> {
     fn cuda_stream(&mut self) -> Result<usize, RuntimeError> {
         let result = (|| -> PyResult<usize> {
-            let torch = self.py.import("torch")?;
-            torch.getattr("cuda")?.call_method0("current_stream")?.getattr("cuda_stream")?.extract()
+            self.torch.current_stream.bind(self.py).call0()?.getattr("cuda_stream")?.extract()
         })();
         result.map_err(|e| self.fail(e))
     }
 
     fn alloc_device(&mut self, bytes: usize) -> Result<usize, RuntimeError> {
         let result = (|| -> PyResult<(Bound<'_, PyAny>, usize)> {
-            let torch = self.py.import("torch")?;
             let kwargs = pyo3::types::PyDict::new(self.py);
-            kwargs.set_item("dtype", torch.getattr("uint8")?)?;
+            kwargs.set_item("dtype", self.torch.dtype_object(self.py, DType::U8))?;
             kwargs.set_item("device", "cuda")?;
-            let t = torch.getattr("empty")?.call((bytes.max(1),), Some(&kwargs))?;
+            let t = self.torch.empty.bind(self.py).call((bytes.max(1),), Some(&kwargs))?;
             let ptr: usize = t.call_method0("data_ptr")?.extract()?;
             Ok((t, ptr))
         })();

@@ -173,12 +173,13 @@ impl CompiledGraph {
                 },
                 Selected::Generic(_) => vec![None; selected.plan().steps.len()],
             };
+            // Library and eager steps run where the graph's tensors are.
+            let device = if self.inner.backend == Backend::Cuda { "cuda" } else { "cpu" };
             for ((step, shader), ptx) in selected.plan().steps.iter().zip(on_device).zip(ptx) {
                 if let Some(kernel) = ptx {
                     kernels.append((kernel.name.clone(), "cuda", kernel.source.clone()))?;
                     continue;
                 }
-                let device = if self.inner.backend == Backend::Cuda { "cuda" } else { "cpu" };
                 if let Some(kernel) = shader {
                     let name = if kernel.name.starts_with("gemm") { "gemm".to_string() } else { kernel.name.clone() };
                     kernels.append((name, "wgpu", kernel.source.clone()))?;

@@ -139,31 +139,6 @@ simple_enum! {
     }
 }
 
-impl UnaryOp {
-    /// The special functions (Bessel functions and friends), which only the
-    /// CPU backend implements.
-    pub fn is_special(self) -> bool {
-        use UnaryOp::*;
-        matches!(
-            self,
-            I0 | I0e
-                | I1
-                | I1e
-                | K0
-                | K1
-                | K0e
-                | K1e
-                | BesselJ0
-                | BesselJ1
-                | BesselY0
-                | BesselY1
-                | SphericalJ0
-                | Erfcx
-                | Ndtri
-        )
-    }
-}
-
 impl BinaryOp {
     /// The special functions of two arguments (float only).
     pub fn is_special(self) -> bool {
@@ -412,6 +387,25 @@ impl Scalars {
 
     /// Rebuild `root` so that every load under it is masked by `mask`
     /// (combined with any mask it already has).
+    /// `0 ≤ index < size` for every `(index, size)` pair, as one bool
+    /// (`None` for no pairs): the mask of reads that may fall outside.
+    pub fn in_range(&mut self, bounds: &[(Expr, Expr)]) -> Option<ScalarId> {
+        let zero = self.int_constant(0, DType::I64);
+        let mut inside: Option<ScalarId> = None;
+        for (index, size) in bounds {
+            let idx = self.index(index.clone());
+            let n = self.index(size.clone());
+            let ge = self.binary(BinaryOp::Ge, idx, zero, DType::Bool);
+            let lt = self.binary(BinaryOp::Lt, idx, n, DType::Bool);
+            let both = self.binary(BinaryOp::And, ge, lt, DType::Bool);
+            inside = Some(match inside {
+                None => both,
+                Some(prev) => self.binary(BinaryOp::And, prev, both, DType::Bool),
+            });
+        }
+        inside
+    }
+
     pub fn add_mask(&mut self, root: ScalarId, mask: ScalarId) -> ScalarId {
         let mut memo = HashMap::new();
         self.add_mask_rec(root, mask, &mut memo)

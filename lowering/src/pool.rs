@@ -1,7 +1,7 @@
 //! Average pooling (2-D and 3-D) as a reduction over the window.
 
 use crate::ir::graph::Node;
-use crate::ir::loops::{BinaryOp, ReduceOp, ScalarId};
+use crate::ir::loops::{BinaryOp, ReduceOp};
 use crate::ir::op::Op;
 use crate::ir::{DType, Expr};
 use crate::lazy::Lazy;
@@ -57,20 +57,8 @@ impl Lowerer<'_> {
         }
         let xw = self.view(&x, ext.clone(), &map);
         let s = &mut self.prog.scalars;
-        let zero_i = s.int_constant(0, DType::I64);
-        let mut inside: Option<ScalarId> = None;
-        for m in 0..sp {
-            let idx = s.index(map[lead + m].clone());
-            let size = s.index(x.sizes[lead + m].clone());
-            let ge = s.binary(BinaryOp::Ge, idx, zero_i, DType::Bool);
-            let lt = s.binary(BinaryOp::Lt, idx, size, DType::Bool);
-            let both = s.binary(BinaryOp::And, ge, lt, DType::Bool);
-            inside = Some(match inside {
-                None => both,
-                Some(prev) => s.binary(BinaryOp::And, prev, both, DType::Bool),
-            });
-        }
-        let inside = inside.ok_or_else(|| crate::invalid(op, "no spatial dims"))?;
+        let bounds: Vec<(Expr, Expr)> = (0..sp).map(|m| (map[lead + m].clone(), x.sizes[lead + m].clone())).collect();
+        let inside = s.in_range(&bounds).ok_or_else(|| crate::invalid(op, "no spatial dims"))?;
         let masked = s.add_mask(xw.value, inside);
         let zero = s.constant(0.0, xw.dtype);
         let value = s.select(inside, masked, zero, xw.dtype);
@@ -93,7 +81,8 @@ impl Lowerer<'_> {
                     let extent = if count_include_pad {
                         s.binary(BinaryOp::Sub, end, start, DType::I64)
                     } else {
-                        let lo = s.binary(BinaryOp::Max, start, zero_i, DType::I64);
+                        let zero = s.int_constant(0, DType::I64);
+                        let lo = s.binary(BinaryOp::Max, start, zero, DType::I64);
                         let n_c = s.index(size);
                         let hi = s.binary(BinaryOp::Min, end, n_c, DType::I64);
                         s.binary(BinaryOp::Sub, hi, lo, DType::I64)

@@ -320,20 +320,7 @@ impl Lowerer<'_> {
                 let ctx = self.ctx_for(&sizes);
                 let v = self.prog.scalars.substitute(x.value, &map, &ctx);
                 let s = &mut self.prog.scalars;
-                let mut inside: Option<ScalarId> = None;
-                for (e, size) in conds {
-                    let idx = s.index(e);
-                    let zero = s.int_constant(0, DType::I64);
-                    let n_c = s.index(size);
-                    let ge = s.binary(BinaryOp::Ge, idx, zero, DType::Bool);
-                    let lt = s.binary(BinaryOp::Lt, idx, n_c, DType::Bool);
-                    let both = s.binary(BinaryOp::And, ge, lt, DType::Bool);
-                    inside = Some(match inside {
-                        None => both,
-                        Some(prev) => s.binary(BinaryOp::And, prev, both, DType::Bool),
-                    });
-                }
-                match inside {
+                match s.in_range(&conds) {
                     None => v,
                     Some(mask) => {
                         let masked = s.add_mask(v, mask);

@@ -176,9 +176,9 @@ def compile_aten_graph(gm: torch.fx.GraphModule, example_inputs, options: Option
             # Generate the kernels now: a graph the CUDA code generator
             # cannot express yet runs eagerly (counted), not as an error.
             compiled.describe(list(example_inputs) + info["constants"])
-    except Unsupported as e:
-        return _unsupported_graph(gm, str(e))
-    except NotImplementedError as e:
+    except (Unsupported, NotImplementedError) as e:
+        # NotImplementedError: a kernel the device's code generator cannot
+        # express yet (raised by the CUDA plan above).
         return _unsupported_graph(gm, str(e))
     finally:
         _py_stats["python_compile_seconds"] += time.perf_counter() - start

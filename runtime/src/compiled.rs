@@ -307,10 +307,13 @@ impl CompiledGraph {
 /// Run a selected program on the call's tensors. Returns each buffer's
 /// address (for building outputs).
 pub fn execute(selected: &Selected, args: &[CallArg], host: &mut dyn Host) -> Result<Vec<usize>, RuntimeError> {
-    if let Selected::Spec(spec) = selected {
-        if spec.cuda.is_some() {
-            crate::cuda::available()?;
-        }
+    let cuda_plan = match selected {
+        Selected::Spec(spec) => spec.cuda.as_ref(),
+        Selected::Generic(_) => None,
+    };
+    if cuda_plan.is_some() {
+        // Before any output is allocated on a device that may be missing.
+        crate::cuda::available()?;
     }
     let plan = selected.plan();
     let bufs = &plan.buffers;
@@ -320,8 +323,7 @@ pub fn execute(selected: &Selected, args: &[CallArg], host: &mut dyn Host) -> Re
         Selected::Generic(_) => Vec::new(),
     };
     // CUDA programs keep their scratch on the device.
-    let on_device = matches!(selected, Selected::Spec(s) if s.cuda.is_some());
-    let words = if on_device { 0 } else { plan.arena_bytes.div_ceil(8) + 8 };
+    let words = if cuda_plan.is_some() { 0 } else { plan.arena_bytes.div_ceil(8) + 8 };
     if arena.len() < words {
         arena = vec![0u64; words];
     }
@@ -341,11 +343,11 @@ pub fn execute(selected: &Selected, args: &[CallArg], host: &mut dyn Host) -> Re
         };
     }
     resolve_views(bufs, &mut ptrs);
+    if let Some(cuda_plan) = cuda_plan {
+        crate::cuda::execute_cuda(cuda_plan, host, &mut ptrs)?;
+        return Ok(ptrs);
+    }
     if let Selected::Spec(spec) = selected {
-        if let Some(cuda_plan) = &spec.cuda {
-            crate::cuda::execute_cuda(cuda_plan, host, &mut ptrs)?;
-            return Ok(ptrs);
-        }
         if let Some(wgpu_plan) = &spec.wgpu {
             crate::gpu::execute_wgpu(wgpu_plan, args, host, &mut ptrs, &spec.inputs)?;
             if let Ok(mut pool) = spec.arena_pool.lock() {

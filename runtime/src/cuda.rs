@@ -36,6 +36,8 @@ pub enum CudaStep {
 pub struct CudaPlan {
     pub cpu: Arc<CpuProgram>,
     pub steps: Vec<CudaStep>,
+    /// Some kernel can set the error flag (then each call reads it back).
+    checks_errors: bool,
     /// The loaded function of each kernel step, on first use.
     functions: OnceLock<Result<Vec<Option<usize>>, String>>,
 }
@@ -62,7 +64,8 @@ pub fn plan_cuda(program: &Program, cpu: Arc<CpuProgram>, syms: &Ctx) -> Result<
             }
         }
     }
-    Ok(CudaPlan { cpu, steps, functions: OnceLock::new() })
+    let checks_errors = steps.iter().any(|s| matches!(s, CudaStep::Kernel(k) if k.error_flag));
+    Ok(CudaPlan { cpu, steps, checks_errors, functions: OnceLock::new() })
 }
 
 /// The process's CUDA driver state: PyTorch's primary context on device 0.
@@ -140,8 +143,7 @@ pub fn execute_cuda(plan: &CudaPlan, host: &mut dyn Host, ptrs: &mut [usize]) ->
     }
     rdyn_codegen_cpu::plan::resolve_views(bufs, ptrs);
     let flag = scratch + arena;
-    let checks = plan.steps.iter().any(|s| matches!(s, CudaStep::Kernel(k) if k.error_flag));
-    if checks {
+    if plan.checks_errors {
         // SAFETY: `flag` is 4 bytes inside the scratch allocation.
         unsafe { result::memset_d8_async(flag as sys::CUdeviceptr, 0, 4, stream) }.map_err(|e| driver("memset", e))?;
     }
@@ -176,7 +178,7 @@ pub fn execute_cuda(plan: &CudaPlan, host: &mut dyn Host, ptrs: &mut [usize]) ->
             (CudaStep::Kernel(_), None) => return Err(RuntimeError::Internal("kernel without a function".into())),
         }
     }
-    if checks {
+    if plan.checks_errors {
         let mut value = [0u32; 1];
         // SAFETY: copies the 4-byte flag into `value`, then waits for it.
         unsafe {
