@@ -17,6 +17,7 @@ use rayon::prelude::*;
 use rdyn_ir::loops::ReduceOp;
 use rdyn_ir::{DType, Kind};
 
+use crate::jit::JitStage;
 use crate::ops;
 use crate::plan::{BufPlan, IndexFn, Inst, InstOp, KernelPlan, StagePlan, TileMode};
 
@@ -50,6 +51,8 @@ struct Scratch {
     acc: Tile,
     acc_index: Vec<i64>,
     error: bool,
+    /// Load addresses for a compiled stage.
+    addrs: Vec<i64>,
 }
 
 impl Scratch {
@@ -78,6 +81,7 @@ impl Scratch {
             acc: Tile::F64(vec![0.0; lanes]),
             acc_index: vec![0; lanes],
             error: false,
+            addrs: Vec::new(),
         }
     }
 }
@@ -230,8 +234,7 @@ fn run_stage_outer(stage: &StagePlan, s: usize, m: usize, len: usize, mem: &Memo
     loop {
         match &stage.reduce {
             None => {
-                eval(stage, s, tile_var, len, mem, sc);
-                store(stage, s, tile_var, len, stage.value, mem, sc);
+                eval_store(stage, s, tile_var, len, mem, sc);
             }
             Some((op, red)) => {
                 let r0 = m + ni;
@@ -268,8 +271,7 @@ fn run_stage_inner(stage: &StagePlan, s: usize, m: usize, tile: usize, mem: &Mem
             if ni == 0 {
                 let dummy = sc.env.len() - 1;
                 sc.env[dummy] = 0;
-                eval(stage, s, dummy, 1, mem, sc);
-                store(stage, s, dummy, 1, stage.value, mem, sc);
+                eval_store(stage, s, dummy, 1, mem, sc);
                 return;
             }
             let tile_var = m + ni - 1;
@@ -280,8 +282,7 @@ fn run_stage_inner(stage: &StagePlan, s: usize, m: usize, tile: usize, mem: &Mem
                 while start < last {
                     let len = tile.min(last - start);
                     sc.env[tile_var] = start as i64;
-                    eval(stage, s, tile_var, len, mem, sc);
-                    store(stage, s, tile_var, len, stage.value, mem, sc);
+                    eval_store(stage, s, tile_var, len, mem, sc);
                     start += len;
                 }
                 sc.env[tile_var] = 0;
@@ -551,8 +552,53 @@ unsafe fn write_i64(ptr: usize, dtype: DType, i: i64, x: i64) {
 
 /// Evaluate a stage's register program for `len` lanes.
 fn eval(stage: &StagePlan, s: usize, tile_var: usize, len: usize, mem: &Memory, sc: &mut Scratch) {
+    if let Some(jit) = &stage.jit {
+        if !jit.stores && jit.tile_var.is_none_or(|v| v == tile_var) {
+            run_jit(jit, stage, s, len, mem, sc);
+            return;
+        }
+    }
     for inst in &stage.insts {
         exec_inst(inst, s, tile_var, len, mem, sc);
+    }
+}
+
+/// A pointwise stage's tile: evaluated and stored.
+fn eval_store(stage: &StagePlan, s: usize, tile_var: usize, len: usize, mem: &Memory, sc: &mut Scratch) {
+    if let Some(jit) = &stage.jit {
+        if jit.stores && jit.tile_var.is_none_or(|v| v == tile_var) {
+            jit_addrs(jit, mem, sc);
+            let out = mem.ptrs[stage.out.0 as usize] as i64 + stage.store.eval(&sc.env) * 4;
+            // SAFETY: as in `run_jit`; the output lanes are this tile's
+            // elements of the stage's float32 output, in bounds by the plan.
+            unsafe { (jit.func)(sc.addrs.as_ptr(), out as *mut f32, len as i64) };
+            return;
+        }
+    }
+    eval(stage, s, tile_var, len, mem, sc);
+    store(stage, s, tile_var, len, stage.value, mem, sc);
+}
+
+/// Byte addresses of lane 0 of each load of a compiled stage, at the
+/// current point.
+fn jit_addrs(jit: &JitStage, mem: &Memory, sc: &mut Scratch) {
+    sc.addrs.clear();
+    for (buf, index, size) in &jit.loads {
+        let base = mem.ptrs[buf.0 as usize] as i64;
+        sc.addrs.push(base + index.eval(&sc.env) * size);
+    }
+}
+
+/// Evaluate a compiled stage into its value register: the load addresses
+/// at this tile's start, then one call.
+fn run_jit(jit: &JitStage, stage: &StagePlan, s: usize, len: usize, mem: &Memory, sc: &mut Scratch) {
+    jit_addrs(jit, mem, sc);
+    if let Tile::F32(v) = &mut sc.regs[s][stage.value as usize] {
+        debug_assert!(v.len() >= len);
+        // SAFETY: the addresses are this tile's lanes of buffers the plan
+        // indexes in bounds (as for the interpreter), and the value
+        // register holds at least `len` lanes.
+        unsafe { (jit.func)(sc.addrs.as_ptr(), v.as_mut_ptr(), len.min(v.len()) as i64) };
     }
 }
 

@@ -12,6 +12,7 @@
 pub mod exec;
 mod fastmath;
 pub mod gemm;
+pub mod jit;
 mod lower_kernel;
 mod ops;
 pub mod plan;

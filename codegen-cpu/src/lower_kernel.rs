@@ -346,5 +346,6 @@ fn compile_stage(
         store_indirect,
         regs: alloc.kinds,
         consts,
+        jit: None,
     })
 }

@@ -170,6 +170,8 @@ pub struct StagePlan {
     pub regs: Vec<Kind>,
     /// Registers holding constants (filled once per thread, never written).
     pub consts: Vec<(Reg, InstOp)>,
+    /// The register program as machine code, when the JIT compiled it.
+    pub jit: Option<crate::jit::JitStage>,
 }
 
 /// How a kernel vectorises.
@@ -302,6 +304,7 @@ pub fn plan(program: &Program, syms: &Ctx) -> Result<CpuProgram, CodegenError> {
             },
         });
     }
+    crate::jit::compile_program(&mut steps, &buffers);
     let arena_bytes = assign_arena(&mut buffers, &steps);
     let outputs = program
         .outputs
@@ -416,7 +419,8 @@ impl CpuProgram {
                 Some((op, r)) => format!(" {op} over {r:?}"),
                 None => String::new(),
             };
-            let _ = writeln!(out, "  stage -> {} ({}) inner {:?}{red}", stage.out, stage.out_dtype, stage.inner);
+            let jit = if stage.jit.is_some() { " [jit]" } else { "" };
+            let _ = writeln!(out, "  stage -> {} ({}) inner {:?}{red}{jit}", stage.out, stage.out_dtype, stage.inner);
             for (reg, op) in &stage.consts {
                 let _ = writeln!(out, "    r{reg} = {}", fmt_inst(op));
             }

@@ -8,6 +8,8 @@ Environment:
                                      GPU through Vulkan/Metal/DX12; CPU tensors
                                      in and out). CUDA tensors always compile
                                      for CUDA.
+  RDYN_JIT=0                         interpret every CPU stage (no Cranelift
+                                     machine code)
 """
 
 from __future__ import annotations

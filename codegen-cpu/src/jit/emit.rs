@@ -1,0 +1,125 @@
+//! Lane arithmetic for the JIT, written once for both widths: the main loop
+//! runs four lanes per step (`F32X4`), the tail one lane (`F32`).
+//!
+//! Booleans are lane masks (`I32X4`/`I32`, all ones or zero), so `where`
+//! is a bit select. Only exactly rounded operations are inline (no FMA
+//! contraction), so a compiled stage gives the tile interpreter's bits.
+
+use cranelift_codegen::ir::condcodes::FloatCC;
+use cranelift_codegen::ir::{types, InstBuilder, MemFlagsData, Type, Value};
+use cranelift_frontend::FunctionBuilder;
+
+/// A builder at one lane width.
+pub(super) struct Em<'a, 'b> {
+    pub b: &'a mut FunctionBuilder<'b>,
+    pub wide: bool,
+}
+
+impl Em<'_, '_> {
+    pub fn fty(&self) -> Type {
+        if self.wide {
+            types::F32X4
+        } else {
+            types::F32
+        }
+    }
+
+    pub fn ity(&self) -> Type {
+        if self.wide {
+            types::I32X4
+        } else {
+            types::I32
+        }
+    }
+
+    /// A scalar invariant at this width (splatted in the 4-lane loop).
+    pub fn widen(&mut self, scalar: Value) -> Value {
+        if self.wide {
+            let ty = if self.b.func.dfg.value_type(scalar) == types::F32 { types::F32X4 } else { types::I32X4 };
+            self.b.ins().splat(ty, scalar)
+        } else {
+            scalar
+        }
+    }
+
+    pub fn fc(&mut self, x: f32) -> Value {
+        let c = self.b.ins().f32const(x);
+        self.widen(c)
+    }
+
+    pub fn ic(&mut self, x: i32) -> Value {
+        let c = self.b.ins().iconst(types::I32, i64::from(x));
+        self.widen(c)
+    }
+
+    pub fn add(&mut self, a: Value, b: Value) -> Value {
+        self.b.ins().fadd(a, b)
+    }
+
+    pub fn sub(&mut self, a: Value, b: Value) -> Value {
+        self.b.ins().fsub(a, b)
+    }
+
+    pub fn mul(&mut self, a: Value, b: Value) -> Value {
+        self.b.ins().fmul(a, b)
+    }
+
+    pub fn div(&mut self, a: Value, b: Value) -> Value {
+        self.b.ins().fdiv(a, b)
+    }
+
+    /// Comparison as a lane mask.
+    pub fn cmp(&mut self, cc: FloatCC, a: Value, b: Value) -> Value {
+        let c = self.b.ins().fcmp(cc, a, b);
+        if self.wide {
+            c
+        } else {
+            self.b.ins().bmask(types::I32, c)
+        }
+    }
+
+    pub fn cmpc(&mut self, cc: FloatCC, a: Value, c: f32) -> Value {
+        let c = self.fc(c);
+        self.cmp(cc, a, c)
+    }
+
+    pub fn bits(&mut self, f: Value) -> Value {
+        let ty = self.ity();
+        self.b.ins().bitcast(ty, MemFlagsData::new(), f)
+    }
+
+    pub fn float(&mut self, i: Value) -> Value {
+        let ty = self.fty();
+        self.b.ins().bitcast(ty, MemFlagsData::new(), i)
+    }
+
+    /// `mask ? a : b` on floats, bit by bit.
+    pub fn sel(&mut self, mask: Value, a: Value, b: Value) -> Value {
+        if self.wide {
+            // A comparison mask: x86 lowers this to one blend.
+            let m = self.float(mask);
+            return self.b.ins().bitselect(m, a, b);
+        }
+        let (ai, bi) = (self.bits(a), self.bits(b));
+        let x = self.b.ins().band(ai, mask);
+        let y = self.b.ins().band_not(bi, mask);
+        let r = self.b.ins().bor(x, y);
+        self.float(r)
+    }
+
+    /// 1.0 where the mask is set, else 0.0.
+    pub fn one_if(&mut self, mask: Value) -> Value {
+        let one = self.ic(1.0f32.to_bits() as i32);
+        let r = self.b.ins().band(mask, one);
+        self.float(r)
+    }
+
+    /// Mask of lanes that are not zero (NaN counts as true).
+    pub fn truthy(&mut self, x: Value) -> Value {
+        self.cmpc(FloatCC::NotEqual, x, 0.0)
+    }
+
+    pub fn is_nan(&mut self, x: Value) -> Value {
+        self.cmp(FloatCC::Unordered, x, x)
+    }
+}

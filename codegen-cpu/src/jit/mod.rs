@@ -1,0 +1,191 @@
+//! Machine code for float32 stages, compiled with Cranelift.
+//!
+//! The tile interpreter runs a stage as one pass over a tile per register
+//! op; short rows pay a dispatch per op and every op reads and writes its
+//! tiles through L1. For a stage whose registers are all float32 (plus
+//! boolean masks), this module compiles the whole register program into
+//! one loop over the tile's lanes: four lanes per step in SIMD registers
+//! (four such groups interleaved per iteration), then a one-lane tail;
+//! values that do not change along the tile (constants, broadcast loads,
+//! arithmetic on them) are computed once before the loop. The compiled
+//! function replaces [`crate::exec`]'s per-op evaluation of the stage, and
+//! a pointwise stage also stores its output; addresses per tile and
+//! reductions stay with the executor. Anything else keeps the interpreter:
+//! float64, integer arithmetic, half-precision, gathers, masked loads, and
+//! transcendentals (at four lanes they lose to the interpreter's AVX2 tile
+//! loops). Results are bit-identical to the interpreter's: only exactly
+//! rounded operations, in the same order, no fused multiply-add.
+//!
+//! `RDYN_JIT=0` turns compilation off (every stage interpreted).
+
+mod emit;
+mod lower;
+
+use std::sync::{Arc, Mutex, OnceLock};
+
+use cranelift_codegen::isa::OwnedTargetIsa;
+use cranelift_codegen::settings::{self, Configurable};
+use cranelift_jit::{JITBuilder, JITModule};
+use rdyn_ir::loops::BufId;
+use rdyn_ir::DType;
+
+use crate::plan::{storage_root, BufPlan, CpuStep, IndexFn, InstOp, KernelPlan, StagePlan, TileMode};
+
+/// `fn(load addresses, output, lanes)`: `addrs[k]` is the byte address of
+/// lane 0 of the stage's k-th load; the output is the value register, or
+/// lane 0 of the stage's output when the stage stores itself.
+pub(crate) type StageFn = unsafe extern "C" fn(*const i64, *mut f32, i64);
+
+/// A compiled stage.
+#[derive(Clone)]
+pub struct JitStage {
+    pub(crate) func: StageFn,
+    /// The variable the lanes walk (`None`: the stage has one lane).
+    pub(crate) tile_var: Option<usize>,
+    /// Per load, in instruction order: buffer, index, element size.
+    pub(crate) loads: Vec<(BufId, IndexFn, i64)>,
+    /// The function stores the stage's output itself (a float32 pointwise
+    /// stage whose store walks the tile with a constant step); else it
+    /// fills the value register.
+    pub(crate) stores: bool,
+    _code: Arc<Code>,
+}
+
+impl std::fmt::Debug for JitStage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "JitStage({} loads)", self.loads.len())
+    }
+}
+
+/// The executable memory of one program's stages, freed with the last plan
+/// that points into it.
+struct Code(Mutex<Option<JITModule>>);
+
+// SAFETY: after `finalize_definitions` the module is only read through the
+// function pointers (immutable code) and touched again only by `Drop`.
+unsafe impl Send for Code {}
+// SAFETY: as above; the mutex serialises the one mutation (`Drop`).
+unsafe impl Sync for Code {}
+
+impl Drop for Code {
+    fn drop(&mut self) {
+        if let Ok(mut m) = self.0.lock() {
+            if let Some(module) = m.take() {
+                // SAFETY: the last `JitStage` holding this code is being
+                // dropped, so no function pointer into it survives.
+                unsafe { module.free_memory() };
+            }
+        }
+    }
+}
+
+/// Whether stages are compiled (`RDYN_JIT=0` turns it off).
+pub fn enabled() -> bool {
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| std::env::var("RDYN_JIT").map_or(true, |v| v != "0") && isa().is_some())
+}
+
+fn isa() -> Option<&'static OwnedTargetIsa> {
+    static ISA: OnceLock<Option<OwnedTargetIsa>> = OnceLock::new();
+    ISA.get_or_init(|| {
+        let mut flags = settings::builder();
+        flags.set("opt_level", "speed").ok()?;
+        let builder = cranelift_native::builder().ok()?;
+        // The 4-lane loops need SSE4.1 (round, blend) on x86-64.
+        #[cfg(target_arch = "x86_64")]
+        if !std::arch::is_x86_feature_detected!("sse4.1") {
+            return None;
+        }
+        builder.finish(settings::Flags::new(flags)).ok()
+    })
+    .as_ref()
+}
+
+/// The variable a stage's lanes walk, as the executor chooses it.
+pub(crate) fn tile_var(kernel: &KernelPlan, stage: &StagePlan) -> Option<usize> {
+    let m = kernel.outer.len();
+    let ni = stage.inner.len();
+    match kernel.mode {
+        TileMode::Outer => m.checked_sub(1),
+        TileMode::Inner => match &stage.reduce {
+            Some((_, red)) if !red.is_empty() => Some(m + ni + red.len() - 1),
+            Some(_) => None,
+            None if ni > 0 => Some(m + ni - 1),
+            None => None,
+        },
+    }
+}
+
+/// Compile every stage that has a float32 lane program; the rest keep the
+/// interpreter. A Cranelift error on one stage leaves that stage
+/// interpreted (it is a compiler bug, but never a wrong result).
+pub fn compile_program(steps: &mut [CpuStep], bufs: &[BufPlan]) {
+    if !enabled() {
+        return;
+    }
+    let Some(isa) = isa() else { return };
+    let mut module = JITModule::new(JITBuilder::with_isa(isa.clone(), cranelift_module::default_libcall_names()));
+    let mut pending = Vec::new();
+    for (k, step) in steps.iter().enumerate() {
+        let CpuStep::Kernel(kernel) = step else { continue };
+        if kernel.serial {
+            continue;
+        }
+        for (s, stage) in kernel.stages.iter().enumerate() {
+            let tv = tile_var(kernel, stage);
+            let Some(loads) = lower::supported(stage, tv) else { continue };
+            let store_step = stage_store_step(stage, tv, bufs);
+            let out_step = store_step.unwrap_or(1);
+            let name = format!("{}_s{s}", kernel.name);
+            if let Ok(id) = lower::compile_stage(&mut module, stage, tv, out_step, &name) {
+                pending.push((k, s, id, (tv, store_step.is_some()), loads));
+            }
+        }
+    }
+    if pending.is_empty() || module.finalize_definitions().is_err() {
+        return;
+    }
+    let funcs: Vec<StageFn> = pending
+        .iter()
+        .map(|(_, _, id, _, _)| {
+            let ptr = module.get_finalized_function(*id);
+            // SAFETY: the function was built with `StageFn`'s signature in
+            // `lower::compile_stage`.
+            unsafe { std::mem::transmute::<*const u8, StageFn>(ptr) }
+        })
+        .collect();
+    let code = Arc::new(Code(Mutex::new(Some(module))));
+    for ((k, s, _, (tile_var, stores), loads), func) in pending.into_iter().zip(funcs) {
+        if let CpuStep::Kernel(kernel) = &mut steps[k] {
+            kernel.stages[s].jit = Some(JitStage { func, tile_var, loads, stores, _code: code.clone() });
+        }
+    }
+}
+
+/// The output step along the tile when a compiled stage can store itself.
+fn stage_store_step(stage: &StagePlan, tile_var: Option<usize>, bufs: &[BufPlan]) -> Option<i64> {
+    if stage.reduce.is_some() || bufs[stage.out.0 as usize].dtype != DType::F32 {
+        return None;
+    }
+    // The interpreter reads a whole tile before it stores; a stage that
+    // reads its own output's storage keeps that order.
+    let out = storage_root(bufs, stage.out);
+    if stage.insts.iter().any(|i| matches!(&i.op, InstOp::Load { buf, .. } if storage_root(bufs, *buf) == out)) {
+        return None;
+    }
+    match tile_var {
+        Some(v) => stage.store.step(v as u32),
+        None => Some(0),
+    }
+}
+
+/// Element size of a load the JIT reads, or `None` if it cannot.
+pub(crate) fn load_itemsize(op: &InstOp) -> Option<i64> {
+    match op {
+        InstOp::Load { dtype: DType::F32, .. } => Some(4),
+        InstOp::Load { dtype: DType::Bool, .. } => Some(1),
+        _ => None,
+    }
+}
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,181 @@
+//! Compiled stages against the interpreter, bit for bit, on values that
+//! exercise NaN, infinities, signed zeros and ties.
+
+use rdyn_ir::loops::{BinaryOp, BufId, ReduceOp, UnaryOp};
+use rdyn_ir::{DType, Expr, Kind};
+
+use crate::exec::{run_kernel, Memory};
+use crate::plan::{BufPlan, CpuStep, IndexFn, Inst, InstOp, KernelPlan, StagePlan, Storage, TileMode};
+
+fn buf(sizes: &[i64], strides: &[i64], dtype: DType) -> BufPlan {
+    BufPlan { dtype, sizes: sizes.to_vec(), strides: strides.to_vec(), offset: 0, storage: Storage::Input(0) }
+}
+
+fn f32_inst(dst: u16, op: InstOp) -> Inst {
+    Inst { dst, kind: Kind::F32, narrow: None, op }
+}
+
+fn load(dst: u16, buf: u32, index: Expr) -> Inst {
+    f32_inst(
+        dst,
+        InstOp::Load { buf: BufId(buf), dtype: DType::F32, index: IndexFn::new(&index), indirect: vec![], mask: None },
+    )
+}
+
+/// 4x37 inputs a (row-major), b (per column); output either row-major or
+/// transposed (`out_t`).
+fn pointwise_stage(out_t: bool) -> StagePlan {
+    let (i0, i1) = (Expr::v(0), Expr::v(1));
+    let a_index = i0.scale(37).add(&i1);
+    let store = if out_t { i1.scale(4).add(&i0) } else { a_index.clone() };
+    use BinaryOp as B;
+    use InstOp::{Binary, Cast, Unary, Where};
+    let insts = vec![
+        load(0, 0, a_index),
+        load(1, 1, i1.clone()),
+        f32_inst(2, Binary(B::Max, 0, 1)),
+        f32_inst(3, Binary(B::Min, 0, 1)),
+        f32_inst(4, Binary(B::Div, 2, 3)),
+        f32_inst(5, Unary(UnaryOp::Sqrt, 4)),
+        f32_inst(4, Unary(UnaryOp::Round, 0)),
+        f32_inst(6, Binary(B::Sub, 4, 5)),
+        f32_inst(4, Binary(B::Lt, 0, 1)),
+        Inst { dst: 7, kind: Kind::I64, narrow: None, op: Cast { src: 4, from: Kind::F32, to: DType::Bool } },
+        f32_inst(4, Unary(UnaryOp::Rsqrt, 1)),
+        f32_inst(5, Binary(B::Mul, 4, 8)),
+        f32_inst(2, Where(7, 6, 5)),
+        f32_inst(3, Unary(UnaryOp::Floor, 2)),
+        f32_inst(4, Binary(B::Pow, 3, 9)),
+        f32_inst(5, Binary(B::Add, 4, 2)),
+    ];
+    StagePlan {
+        out: BufId(2),
+        out_dtype: DType::F32,
+        inner: vec![],
+        reduce: None,
+        insts,
+        value: 5,
+        value_kind: Kind::F32,
+        store: IndexFn::new(&store),
+        store_indirect: vec![],
+        regs: vec![
+            Kind::F32,
+            Kind::F32,
+            Kind::F32,
+            Kind::F32,
+            Kind::F32,
+            Kind::F32,
+            Kind::F32,
+            Kind::I64,
+            Kind::F32,
+            Kind::F32,
+        ],
+        consts: vec![(8, InstOp::ConstF(-0.5)), (9, InstOp::ConstF(2.0))],
+        jit: None,
+    }
+}
+
+/// Sum over the 37 columns of (a - b)², one lane per column.
+fn reduce_stage() -> StagePlan {
+    let (i0, i2) = (Expr::v(0), Expr::v(2));
+    let insts = vec![
+        load(0, 0, i0.scale(37).add(&i2)),
+        load(1, 1, i2.clone()),
+        f32_inst(2, InstOp::Binary(BinaryOp::Sub, 0, 1)),
+        f32_inst(0, InstOp::Binary(BinaryOp::Mul, 2, 2)),
+    ];
+    StagePlan {
+        out: BufId(3),
+        out_dtype: DType::F32,
+        inner: vec![1],
+        reduce: Some((ReduceOp::Sum, vec![37])),
+        insts,
+        value: 0,
+        value_kind: Kind::F32,
+        store: IndexFn::new(&i0),
+        store_indirect: vec![],
+        regs: vec![Kind::F32; 3],
+        consts: vec![],
+        jit: None,
+    }
+}
+
+fn inputs() -> (Vec<f32>, Vec<f32>) {
+    let specials = [f32::NAN, f32::INFINITY, f32::NEG_INFINITY, 0.0, -0.0, 2.5, -2.5, 0.5, 1e-40, 3.0];
+    let a = (0..4 * 37)
+        .map(|k| if k % 7 == 0 { specials[(k / 7) % specials.len()] } else { (k as f32 * 0.37).sin() * 5.0 })
+        .collect();
+    let b = (0..37).map(|k| if k % 5 == 0 { specials[k % specials.len()] } else { (k as f32 * 0.11).cos() }).collect();
+    (a, b)
+}
+
+/// Run `kernel` as compiled and as interpreted; return both outputs' bits.
+fn both(kernel: KernelPlan, out: usize, out_len: usize) -> (Vec<u32>, Vec<u32>, bool) {
+    let bufs = vec![
+        buf(&[4, 37], &[37, 1], DType::F32),
+        buf(&[37], &[1], DType::F32),
+        buf(&[4, 37], &[37, 1], DType::F32),
+        buf(&[4], &[1], DType::F32),
+    ];
+    let mut steps = vec![CpuStep::Kernel(kernel.clone())];
+    super::compile_program(&mut steps, &bufs);
+    let CpuStep::Kernel(compiled) = &steps[0] else { unreachable!() };
+    let jitted = compiled.stages.iter().all(|s| s.jit.is_some());
+    let mut results = Vec::new();
+    for k in [compiled, &kernel] {
+        let (a, b) = inputs();
+        let mut outs = [vec![0f32; 4 * 37], vec![0f32; 4]];
+        let ptrs =
+            [a.as_ptr() as usize, b.as_ptr() as usize, outs[0].as_mut_ptr() as usize, outs[1].as_mut_ptr() as usize];
+        assert!(run_kernel(k, &Memory { ptrs: &ptrs, bufs: &bufs }));
+        results.push(outs[out - 2][..out_len].iter().map(|x| x.to_bits()).collect::<Vec<_>>());
+    }
+    let interp = results.pop().unwrap_or_default();
+    (results.pop().unwrap_or_default(), interp, jitted)
+}
+
+#[test]
+fn pointwise_matches_interpreter_bitwise() {
+    if !super::enabled() {
+        return;
+    }
+    for out_t in [false, true] {
+        let kernel = KernelPlan {
+            name: "k".into(),
+            outer: vec![4, 37],
+            mode: TileMode::Outer,
+            stages: vec![pointwise_stage(out_t)],
+            serial: false,
+            tile: 16,
+        };
+        let (jit, interp, compiled) = both(kernel, 2, 4 * 37);
+        assert!(compiled, "stage was not compiled");
+        assert_eq!(jit, interp, "transposed store: {out_t}");
+    }
+}
+
+#[test]
+fn reduction_prologue_matches_interpreter_bitwise() {
+    if !super::enabled() {
+        return;
+    }
+    let kernel = KernelPlan {
+        name: "k".into(),
+        outer: vec![4],
+        mode: TileMode::Inner,
+        stages: vec![reduce_stage()],
+        serial: false,
+        tile: 256,
+    };
+    let (jit, interp, compiled) = both(kernel, 3, 4);
+    assert!(compiled, "stage was not compiled");
+    assert_eq!(jit, interp);
+}
+
+#[test]
+fn transcendentals_stay_interpreted() {
+    let mut stage = reduce_stage();
+    stage.insts.push(f32_inst(1, InstOp::Unary(UnaryOp::Exp, 0)));
+    stage.value = 1;
+    assert!(super::lower::supported(&stage, Some(2)).is_none());
+}
