@@ -88,9 +88,6 @@ macro_rules! simple_enum {
         #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
         pub enum $name { $($variant,)* }
         impl $name {
-            /// Every variant, in declaration order (`op as usize` indexes it).
-            pub const ALL: &'static [$name] = &[$($name::$variant,)*];
-
             pub fn name(self) -> &'static str {
                 match self { $($name::$variant => $text,)* }
             }

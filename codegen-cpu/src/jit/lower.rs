@@ -30,7 +30,7 @@ enum Def {
     Inst(usize),
 }
 
-struct Analysis {
+pub(super) struct Analysis {
     /// Per instruction: its operands' definitions.
     operands: Vec<Vec<Def>>,
     class: Vec<Class>,
@@ -52,14 +52,14 @@ fn operand_regs(op: &InstOp) -> Vec<Reg> {
 
 fn analyse(stage: &StagePlan, tile_var: Option<usize>) -> Option<Analysis> {
     let mut current: Vec<Option<Def>> = vec![None; stage.regs.len()];
-    let mut const_class = vec![Class::Float; stage.regs.len()];
+    // `None`: a float64 constant, which no compiled instruction may use.
+    let mut const_class = vec![None; stage.regs.len()];
     for (reg, op) in &stage.consts {
         current[*reg as usize] = Some(Def::Const(*reg));
         const_class[*reg as usize] = match op {
-            InstOp::ConstF(_) if stage.regs[*reg as usize] == Kind::F32 => Class::Float,
-            InstOp::ConstI(_) if stage.regs[*reg as usize] == Kind::I64 => Class::Mask,
-            // A float64 constant: the stage is not float32.
-            _ => Class::Mask,
+            InstOp::ConstF(_) if stage.regs[*reg as usize] == Kind::F32 => Some(Class::Float),
+            InstOp::ConstI(_) if stage.regs[*reg as usize] == Kind::I64 => Some(Class::Mask),
+            _ => None,
         };
     }
     let n = stage.insts.len();
@@ -72,7 +72,7 @@ fn analyse(stage: &StagePlan, tile_var: Option<usize>) -> Option<Analysis> {
     };
     let class_of = |a: &Analysis, d: Def| match d {
         Def::Const(r) => const_class[r as usize],
-        Def::Inst(i) => a.class[i],
+        Def::Inst(i) => Some(a.class[i]),
     };
     let inv_of = |a: &Analysis, d: Def| match d {
         Def::Const(_) => true,
@@ -80,17 +80,16 @@ fn analyse(stage: &StagePlan, tile_var: Option<usize>) -> Option<Analysis> {
     };
     for (i, inst) in stage.insts.iter().enumerate() {
         let ops: Vec<Def> = operand_regs(&inst.op).iter().map(|r| current[*r as usize]).collect::<Option<Vec<_>>>()?;
-        let cls: Vec<Class> = ops.iter().map(|d| class_of(&a, *d)).collect();
+        let cls: Vec<Class> = ops.iter().map(|d| class_of(&a, *d)).collect::<Option<_>>()?;
         let all_float = cls.iter().all(|c| *c == Class::Float);
         let all_mask = cls.iter().all(|c| *c == Class::Mask);
         let float_inst = inst.kind == Kind::F32 && inst.narrow.is_none();
         let mask_inst = inst.kind == Kind::I64 && matches!(inst.narrow, None | Some(DType::Bool));
         let (class, mut invariant) = match &inst.op {
-            InstOp::Load { index, indirect, mask, .. } => {
-                if !indirect.is_empty() || mask.is_some() {
+            InstOp::Load { index, indirect, mask, dtype, .. } => {
+                if !indirect.is_empty() || mask.is_some() || !matches!(dtype, DType::F32 | DType::Bool) {
                     return None;
                 }
-                super::load_itemsize(&inst.op)?;
                 let step = match tile_var {
                     Some(v) => index.step(v as u32)?,
                     None => 0,
@@ -128,27 +127,30 @@ fn analyse(stage: &StagePlan, tile_var: Option<usize>) -> Option<Analysis> {
         current[inst.dst as usize] = Some(Def::Inst(i));
     }
     a.value = current[stage.value as usize]?;
-    let value_float = match a.value {
-        Def::Const(r) => const_class[r as usize] == Class::Float,
-        Def::Inst(i) => a.class[i] == Class::Float,
-    };
-    (stage.value_kind == Kind::F32 && value_float).then_some(a)
+    (stage.value_kind == Kind::F32 && class_of(&a, a.value) == Some(Class::Float)).then_some(a)
 }
 
-/// The stage's loads (buffer, index, element size) if the JIT can compile it.
-pub(super) fn supported(stage: &StagePlan, tile_var: Option<usize>) -> Option<Vec<(BufId, IndexFn, i64)>> {
+/// A stage the JIT can compile: its analysis, and its loads (buffer,
+/// index, element size) in instruction order.
+pub(super) struct Supported {
+    analysis: Analysis,
+    pub loads: Vec<(BufId, IndexFn, i64)>,
+}
+
+pub(super) fn supported(stage: &StagePlan, tile_var: Option<usize>) -> Option<Supported> {
     if !stage.store_indirect.is_empty() {
         return None;
     }
-    analyse(stage, tile_var)?;
-    stage
+    let analysis = analyse(stage, tile_var)?;
+    let loads = stage
         .insts
         .iter()
         .filter_map(|inst| match &inst.op {
-            InstOp::Load { buf, index, .. } => Some(super::load_itemsize(&inst.op).map(|sz| (*buf, index.clone(), sz))),
+            InstOp::Load { buf, index, dtype, .. } => Some((*buf, index.clone(), dtype.itemsize() as i64)),
             _ => None,
         })
-        .collect()
+        .collect();
+    Some(Supported { analysis, loads })
 }
 
 /// Values of definitions at one width.
@@ -172,11 +174,11 @@ impl Env {
 pub(super) fn compile_stage(
     module: &mut JITModule,
     stage: &StagePlan,
-    tile_var: Option<usize>,
+    supported: &Supported,
     out_step: i64,
     name: &str,
 ) -> Result<FuncId, String> {
-    let a = analyse(stage, tile_var).ok_or("unsupported")?;
+    let a = &supported.analysis;
     let ptr = types::I64;
     let mut ctx = module.make_context();
     ctx.func.signature.params.extend([AbiParam::new(ptr), AbiParam::new(ptr), AbiParam::new(types::I64)]);
@@ -214,8 +216,8 @@ pub(super) fn compile_stage(
     let zero = b.ins().iconst(types::I64, 0);
     let invariant: Vec<usize> = (0..stage.insts.len()).filter(|&i| a.invariant[i]).collect();
     let mut envs = vec![scalar];
-    emit_insts(&mut b, stage, &a, &invariant, &mut envs, false, &[zero], &load_addr)?;
-    let mut scalar = envs.pop().ok_or("no environment")?;
+    emit_insts(&mut b, stage, a, &invariant, &mut envs, false, &[zero], &load_addr)?;
+    let scalar = envs.pop().ok_or("no environment")?;
     {
         let mut em = Em { b: &mut b, wide: true };
         for (k, v) in scalar.consts.iter().enumerate() {
@@ -249,7 +251,7 @@ pub(super) fn compile_stage(
         let lanes: Vec<Value> = (0..groups).map(|g| if g == 0 { at } else { b.ins().iadd_imm_s(at, 4 * g) }).collect();
         let base = if wide_loop { &wide } else { &scalar };
         let mut envs = vec![base.clone(); groups as usize];
-        emit_insts(&mut b, stage, &a, &varying, &mut envs, wide_loop, &lanes, &load_addr)?;
+        emit_insts(&mut b, stage, a, &varying, &mut envs, wide_loop, &lanes, &load_addr)?;
         for (env, lane) in envs.iter().zip(&lanes) {
             let v = env.get(a.value).ok_or("stage value undefined")?;
             let off = b.ins().imul_imm_s(*lane, 4 * out_step);
@@ -271,7 +273,6 @@ pub(super) fn compile_stage(
     }
     b.ins().return_(&[]);
     b.finalize(module.target_config());
-    scalar.insts.clear();
 
     let id = module.declare_function(name, Linkage::Local, &ctx.func.signature).map_err(|e| e.to_string())?;
     module.define_function(id, &mut ctx).map_err(|e| e.to_string())?;
@@ -390,7 +391,7 @@ fn inst_value(
 }
 
 fn load(em: &mut Em, addr: Value, lane: Value, step: i64, dtype: DType) -> Value {
-    let size = if dtype == DType::Bool { 1 } else { 4 };
+    let size = dtype.itemsize() as i64;
     let off = em.b.ins().imul_imm_s(lane, step * size);
     let p = em.b.ins().iadd(addr, off);
     let flags = MemFlagsData::trusted();

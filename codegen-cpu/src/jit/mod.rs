@@ -20,6 +20,8 @@
 
 mod emit;
 mod lower;
+#[cfg(test)]
+mod tests;
 
 use std::sync::{Arc, Mutex, OnceLock};
 
@@ -133,12 +135,12 @@ pub fn compile_program(steps: &mut [CpuStep], bufs: &[BufPlan]) {
         }
         for (s, stage) in kernel.stages.iter().enumerate() {
             let tv = tile_var(kernel, stage);
-            let Some(loads) = lower::supported(stage, tv) else { continue };
+            let Some(supported) = lower::supported(stage, tv) else { continue };
             let store_step = stage_store_step(stage, tv, bufs);
             let out_step = store_step.unwrap_or(1);
             let name = format!("{}_s{s}", kernel.name);
-            if let Ok(id) = lower::compile_stage(&mut module, stage, tv, out_step, &name) {
-                pending.push((k, s, id, (tv, store_step.is_some()), loads));
+            if let Ok(id) = lower::compile_stage(&mut module, stage, &supported, out_step, &name) {
+                pending.push((k, s, id, (tv, store_step.is_some()), supported.loads));
             }
         }
     }
@@ -178,14 +180,3 @@ fn stage_store_step(stage: &StagePlan, tile_var: Option<usize>, bufs: &[BufPlan]
         None => Some(0),
     }
 }
-
-/// Element size of a load the JIT reads, or `None` if it cannot.
-pub(crate) fn load_itemsize(op: &InstOp) -> Option<i64> {
-    match op {
-        InstOp::Load { dtype: DType::F32, .. } => Some(4),
-        InstOp::Load { dtype: DType::Bool, .. } => Some(1),
-        _ => None,
-    }
-}
-#[cfg(test)]
-mod tests;

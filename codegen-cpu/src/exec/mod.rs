@@ -12,10 +12,13 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use half::{bf16, f16};
 use rayon::prelude::*;
 use rdyn_ir::loops::ReduceOp;
 use rdyn_ir::{DType, Kind};
+
+mod convert;
+
+use convert::{cast, fill_f, fill_i, load, select, wrap, write_f64, write_i64};
 
 use crate::jit::JitStage;
 use crate::ops;
@@ -520,36 +523,6 @@ fn store_tile(stage: &StagePlan, s: usize, tile_var: usize, len: usize, tile: &T
     }
 }
 
-#[inline(always)]
-unsafe fn write_f64(ptr: usize, dtype: DType, i: i64, x: f64, x32: f32) {
-    let i = i as isize;
-    match dtype {
-        DType::F32 => *(ptr as *mut f32).offset(i) = x32,
-        DType::F64 => *(ptr as *mut f64).offset(i) = x,
-        DType::F16 => *(ptr as *mut f16).offset(i) = f16::from_f32(x32),
-        DType::BF16 => *(ptr as *mut bf16).offset(i) = bf16::from_f32(x32),
-        DType::Bool => *(ptr as *mut u8).offset(i) = (x != 0.0) as u8,
-        _ => write_i64(ptr, dtype, i as i64, x as i64),
-    }
-}
-
-#[inline(always)]
-unsafe fn write_i64(ptr: usize, dtype: DType, i: i64, x: i64) {
-    let i = i as isize;
-    match dtype {
-        DType::Bool => *(ptr as *mut u8).offset(i) = (x != 0) as u8,
-        DType::U8 => *(ptr as *mut u8).offset(i) = x as u8,
-        DType::I8 => *(ptr as *mut i8).offset(i) = x as i8,
-        DType::I16 => *(ptr as *mut i16).offset(i) = x as i16,
-        DType::I32 => *(ptr as *mut i32).offset(i) = x as i32,
-        DType::I64 => *(ptr as *mut i64).offset(i) = x,
-        DType::F32 => *(ptr as *mut f32).offset(i) = x as f32,
-        DType::F64 => *(ptr as *mut f64).offset(i) = x as f64,
-        DType::F16 => *(ptr as *mut f16).offset(i) = f16::from_f32(x as f32),
-        DType::BF16 => *(ptr as *mut bf16).offset(i) = bf16::from_f32(x as f32),
-    }
-}
-
 /// Evaluate a stage's register program for `len` lanes.
 fn eval(stage: &StagePlan, s: usize, tile_var: usize, len: usize, mem: &Memory, sc: &mut Scratch) {
     if let Some(jit) = &stage.jit {
@@ -568,7 +541,7 @@ fn eval_store(stage: &StagePlan, s: usize, tile_var: usize, len: usize, mem: &Me
     if let Some(jit) = &stage.jit {
         if jit.stores && jit.tile_var.is_none_or(|v| v == tile_var) {
             jit_addrs(jit, mem, sc);
-            let out = mem.ptrs[stage.out.0 as usize] as i64 + stage.store.eval(&sc.env) * 4;
+            let out = mem.ptrs[stage.out.0 as usize] as i64 + stage.store.eval(&sc.env) * DType::F32.itemsize() as i64;
             // SAFETY: as in `run_jit`; the output lanes are this tile's
             // elements of the stage's float32 output, in bounds by the plan.
             unsafe { (jit.func)(sc.addrs.as_ptr(), out as *mut f32, len as i64) };
@@ -679,148 +652,4 @@ fn exec_inst(inst: &Inst, s: usize, tile_var: usize, len: usize, mem: &Memory, s
         }
     }
     sc.regs[s][dst_index] = dst;
-}
-
-fn select<T: Copy>(c: &[i64], a: &[T], b: &[T], out: &mut [T]) {
-    for (((o, &c), &x), &y) in out.iter_mut().zip(c).zip(a).zip(b) {
-        *o = if c != 0 { x } else { y };
-    }
-}
-
-fn fill_f(dst: &mut Tile, x: f64, len: usize) {
-    match dst {
-        Tile::F32(d) => d[..len].iter_mut().for_each(|v| *v = x as f32),
-        Tile::F64(d) => d[..len].iter_mut().for_each(|v| *v = x),
-        Tile::I64(d) => d[..len].iter_mut().for_each(|v| *v = x as i64),
-    }
-}
-
-fn fill_i(dst: &mut Tile, x: i64, len: usize) {
-    match dst {
-        Tile::F32(d) => d[..len].iter_mut().for_each(|v| *v = x as f32),
-        Tile::F64(d) => d[..len].iter_mut().for_each(|v| *v = x as f64),
-        Tile::I64(d) => d[..len].iter_mut().for_each(|v| *v = x),
-    }
-}
-
-fn wrap(d: &mut [i64], dtype: DType) {
-    match dtype {
-        DType::Bool => d.iter_mut().for_each(|v| *v = (*v != 0) as i64),
-        DType::U8 => d.iter_mut().for_each(|v| *v = *v as u8 as i64),
-        DType::I8 => d.iter_mut().for_each(|v| *v = *v as i8 as i64),
-        DType::I16 => d.iter_mut().for_each(|v| *v = *v as i16 as i64),
-        DType::I32 => d.iter_mut().for_each(|v| *v = *v as i32 as i64),
-        _ => {}
-    }
-}
-
-fn round_half(x: f32, to: DType) -> f32 {
-    match to {
-        DType::F16 => f16::from_f32(x).to_f32(),
-        DType::BF16 => bf16::from_f32(x).to_f32(),
-        _ => x,
-    }
-}
-
-fn float_to_int(x: f64, to: DType) -> i64 {
-    match to {
-        DType::Bool => (x != 0.0) as i64,
-        DType::U8 => (x as i64) as u8 as i64,
-        _ => x as i64,
-    }
-}
-
-fn cast(dst: &mut Tile, src: &Tile, to: DType, len: usize) {
-    match (dst, src) {
-        (Tile::F32(d), Tile::F32(a)) => {
-            for (o, &x) in d[..len].iter_mut().zip(&a[..len]) {
-                *o = round_half(x, to);
-            }
-        }
-        (Tile::F32(d), Tile::F64(a)) => {
-            for (o, &x) in d[..len].iter_mut().zip(&a[..len]) {
-                *o = round_half(x as f32, to);
-            }
-        }
-        (Tile::F32(d), Tile::I64(a)) => {
-            for (o, &x) in d[..len].iter_mut().zip(&a[..len]) {
-                *o = round_half(x as f32, to);
-            }
-        }
-        (Tile::F64(d), Tile::F32(a)) => d[..len].iter_mut().zip(&a[..len]).for_each(|(o, &x)| *o = x as f64),
-        (Tile::F64(d), Tile::F64(a)) => d[..len].copy_from_slice(&a[..len]),
-        (Tile::F64(d), Tile::I64(a)) => d[..len].iter_mut().zip(&a[..len]).for_each(|(o, &x)| *o = x as f64),
-        (Tile::I64(d), Tile::F32(a)) => {
-            d[..len].iter_mut().zip(&a[..len]).for_each(|(o, &x)| *o = float_to_int(x as f64, to))
-        }
-        (Tile::I64(d), Tile::F64(a)) => d[..len].iter_mut().zip(&a[..len]).for_each(|(o, &x)| *o = float_to_int(x, to)),
-        (Tile::I64(d), Tile::I64(a)) => {
-            d[..len].copy_from_slice(&a[..len]);
-            wrap(&mut d[..len], to);
-        }
-    }
-}
-
-/// Read `len` lanes of a buffer of `dtype` into a register of its kind.
-fn load(
-    dst: &mut Tile,
-    ptr: usize,
-    dtype: DType,
-    affine: Option<(i64, i64)>,
-    lanes: &[i64],
-    mask: Option<&[bool]>,
-    len: usize,
-) {
-    macro_rules! read_into {
-        ($d:expr, $t:ty, $conv:expr) => {{
-            let p = ptr as *const $t;
-            let conv = $conv;
-            // SAFETY: see the module comment.
-            unsafe {
-                match (affine, mask) {
-                    (Some((base, 1)), None) => {
-                        let src = std::slice::from_raw_parts(p.offset(base as isize), len);
-                        for (o, &x) in $d[..len].iter_mut().zip(src) {
-                            *o = conv(x);
-                        }
-                    }
-                    (Some((base, 0)), None) => {
-                        let x = conv(*p.offset(base as isize));
-                        $d[..len].iter_mut().for_each(|o| *o = x);
-                    }
-                    (Some((base, step)), None) => {
-                        for (l, o) in $d[..len].iter_mut().enumerate() {
-                            *o = conv(*p.offset((base + step * l as i64) as isize));
-                        }
-                    }
-                    (_, _) => {
-                        for (l, o) in $d[..len].iter_mut().enumerate() {
-                            if mask.is_some_and(|m| !m[l]) {
-                                *o = Default::default();
-                                continue;
-                            }
-                            let i = match affine {
-                                Some((base, step)) => base + step * l as i64,
-                                None => lanes[l],
-                            };
-                            *o = conv(*p.offset(i as isize));
-                        }
-                    }
-                }
-            }
-        }};
-    }
-    match (dst, dtype) {
-        (Tile::F32(d), DType::F32) => read_into!(d, f32, |x: f32| x),
-        (Tile::F32(d), DType::F16) => read_into!(d, f16, |x: f16| x.to_f32()),
-        (Tile::F32(d), DType::BF16) => read_into!(d, bf16, |x: bf16| x.to_f32()),
-        (Tile::F64(d), DType::F64) => read_into!(d, f64, |x: f64| x),
-        (Tile::I64(d), DType::I64) => read_into!(d, i64, |x: i64| x),
-        (Tile::I64(d), DType::I32) => read_into!(d, i32, |x: i32| x as i64),
-        (Tile::I64(d), DType::I16) => read_into!(d, i16, |x: i16| x as i64),
-        (Tile::I64(d), DType::I8) => read_into!(d, i8, |x: i8| x as i64),
-        (Tile::I64(d), DType::U8) => read_into!(d, u8, |x: u8| x as i64),
-        (Tile::I64(d), DType::Bool) => read_into!(d, u8, |x: u8| (x != 0) as i64),
-        _ => {}
-    }
 }
