@@ -269,8 +269,28 @@ fn num_threads() -> usize {
     rayon::current_num_threads()
 }
 
+/// Make the importing thread (the one that runs compiled graphs, as a
+/// rule) worker 0 of rayon's global pool. Kernels it launches then run in
+/// place, and it works on its share of them, instead of handing each
+/// kernel to the pool and sleeping until it is done: on small machines
+/// that sleep and wake-up cost tens of microseconds per kernel. Other
+/// threads still use the pool as before. With one thread there would be no
+/// worker left for them, so the default pool is kept.
+fn join_thread_pool() {
+    let threads = std::env::var("RAYON_NUM_THREADS")
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+        .filter(|&n| n > 0)
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    if threads >= 2 {
+        // Fails only when the pool already exists; it then stays as it is.
+        let _ = rayon::ThreadPoolBuilder::new().num_threads(threads).use_current_thread().build_global();
+    }
+}
+
 #[pymodule]
 fn _rdyn(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    join_thread_pool();
     m.add_class::<CompiledGraph>()?;
     m.add_function(wrap_pyfunction!(stats, m)?)?;
     m.add_function(wrap_pyfunction!(reset_stats, m)?)?;

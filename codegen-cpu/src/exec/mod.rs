@@ -17,10 +17,12 @@ use rdyn_ir::loops::ReduceOp;
 use rdyn_ir::{DType, Kind};
 
 mod convert;
+mod reduce;
 
 use convert::{cast, fill_f, fill_i, load, select, wrap, write_f64, write_i64};
+use reduce::{combine_lanes, fold_lanes, fold_tile, init_acc, FOLD_LANES};
 
-use crate::jit::JitStage;
+use crate::jit::{JitStage, Output};
 use crate::ops;
 use crate::plan::{BufPlan, IndexFn, Inst, InstOp, KernelPlan, StagePlan, TileMode};
 
@@ -149,8 +151,8 @@ pub fn run_kernel(kernel: &KernelPlan, mem: &Memory) -> bool {
     };
     let total_work = items * lanes_per_item * per_item_work;
     let failed = AtomicBool::new(false);
-    let run = |scratch: &mut Scratch, item: usize| {
-        run_item(kernel, mem, scratch, item);
+    let run = |scratch: &mut Scratch, items: std::ops::Range<usize>| {
+        run_items(kernel, mem, scratch, items);
         if scratch.error {
             failed.store(true, Ordering::Relaxed);
             scratch.error = false;
@@ -159,9 +161,7 @@ pub fn run_kernel(kernel: &KernelPlan, mem: &Memory) -> bool {
     let width = lanes(kernel);
     if kernel.serial || total_work < PARALLEL_MIN_WORK || items == 1 {
         let mut scratch = Scratch::new(kernel, vars, width);
-        for item in 0..items {
-            run(&mut scratch, item);
-        }
+        run(&mut scratch, 0..items);
     } else {
         // A few chunks per thread, one scratch each (rayon's per-split init
         // would build scratch far more often than once per thread).
@@ -169,9 +169,7 @@ pub fn run_kernel(kernel: &KernelPlan, mem: &Memory) -> bool {
         let per_chunk = items.div_ceil(chunks);
         (0..chunks).into_par_iter().for_each(|chunk| {
             let mut scratch = Scratch::new(kernel, vars, width);
-            for item in chunk * per_chunk..((chunk + 1) * per_chunk).min(items) {
-                run(&mut scratch, item);
-            }
+            run(&mut scratch, chunk * per_chunk..((chunk + 1) * per_chunk).min(items));
         });
     }
     !failed.load(Ordering::Relaxed)
@@ -186,25 +184,41 @@ fn unravel(mut flat: usize, sizes: &[i64], env: &mut [i64], first: usize) {
     }
 }
 
-fn run_item(kernel: &KernelPlan, mem: &Memory, scratch: &mut Scratch, item: usize) {
+/// Run consecutive work items: the outer point is unravelled once, then
+/// stepped (no divisions per item).
+fn run_items(kernel: &KernelPlan, mem: &Memory, scratch: &mut Scratch, items: std::ops::Range<usize>) {
     let m = kernel.outer.len();
+    if items.is_empty() {
+        return;
+    }
     match kernel.mode {
         TileMode::Outer => {
             let last = kernel.outer[m - 1] as usize;
             let chunks = last.div_ceil(kernel.tile);
-            let (prefix, chunk) = (item / chunks, item % chunks);
-            unravel(prefix, &kernel.outer[..m - 1], &mut scratch.env, 0);
-            let start = chunk * kernel.tile;
-            let len = kernel.tile.min(last - start);
-            for (s, stage) in kernel.stages.iter().enumerate() {
-                scratch.env[m - 1] = start as i64;
-                run_stage_outer(stage, s, m, len, mem, scratch);
+            let prefix = &kernel.outer[..m - 1];
+            unravel(items.start / chunks, prefix, &mut scratch.env, 0);
+            let mut chunk = items.start % chunks;
+            for _ in items {
+                let start = chunk * kernel.tile;
+                let len = kernel.tile.min(last - start);
+                for (s, stage) in kernel.stages.iter().enumerate() {
+                    scratch.env[m - 1] = start as i64;
+                    run_stage_outer(stage, s, m, len, mem, scratch);
+                }
+                chunk += 1;
+                if chunk == chunks {
+                    chunk = 0;
+                    advance(&mut scratch.env, 0, prefix);
+                }
             }
         }
         TileMode::Inner => {
-            unravel(item, &kernel.outer, &mut scratch.env, 0);
-            for (s, stage) in kernel.stages.iter().enumerate() {
-                run_stage_inner(stage, s, m, kernel.tile, mem, scratch);
+            unravel(items.start, &kernel.outer, &mut scratch.env, 0);
+            for _ in items {
+                for (s, stage) in kernel.stages.iter().enumerate() {
+                    run_stage_inner(stage, s, m, kernel.tile, mem, scratch);
+                }
+                advance(&mut scratch.env, 0, &kernel.outer);
             }
         }
     }
@@ -241,16 +255,17 @@ fn run_stage_outer(stage: &StagePlan, s: usize, m: usize, len: usize, mem: &Memo
             }
             Some((op, red)) => {
                 let r0 = m + ni;
-                init_acc(&mut sc.acc, stage.value_kind, *op, len);
-                sc.acc_index[..len].iter_mut().for_each(|v| *v = -1);
+                init_acc(&mut sc.acc, &mut sc.acc_index, stage.value_kind, *op, len);
                 let empty = red.contains(&0);
                 sc.env[r0..r0 + red.len()].iter_mut().for_each(|v| *v = 0);
                 let mut more = !empty;
                 while more {
-                    eval(stage, s, tile_var, len, mem, sc);
-                    let ri = red_linear(&sc.env, r0, red);
-                    let Scratch { regs, acc, acc_index, .. } = sc;
-                    combine_lanes(*op, acc, acc_index, &regs[s][stage.value as usize], len, |_| ri);
+                    if !jit_accumulate(stage, tile_var, len, mem, sc) {
+                        eval(stage, s, tile_var, len, mem, sc);
+                        let ri = red_linear(&sc.env, r0, red);
+                        let Scratch { regs, acc, acc_index, .. } = sc;
+                        combine_lanes(*op, acc, acc_index, &regs[s][stage.value as usize], len, |_| ri);
+                    }
                     more = advance(&mut sc.env, r0, red);
                 }
                 store_acc(stage, s, tile_var, len, *op, mem, sc);
@@ -302,8 +317,11 @@ fn run_stage_inner(stage: &StagePlan, s: usize, m: usize, tile: usize, mem: &Mem
             let red_prefix = if nr == 0 { &red[..] } else { &red[..nr - 1] };
             let empty = red.contains(&0);
             loop {
-                init_acc(&mut sc.acc, stage.value_kind, *op, tile.min(last.max(1)));
-                sc.acc_index.iter_mut().for_each(|v| *v = -1);
+                // Arg reductions keep a partial per tile lane; the others
+                // fold a tile's lanes into FOLD_LANES partials.
+                let arg = matches!(op, ReduceOp::ArgMax | ReduceOp::ArgMin);
+                let width = if arg { tile.min(last.max(1)) } else { FOLD_LANES };
+                init_acc(&mut sc.acc, &mut sc.acc_index, stage.value_kind, *op, width);
                 sc.env[r0..r0 + nr].iter_mut().for_each(|v| *v = 0);
                 let mut used = 0;
                 let mut more = !empty;
@@ -312,10 +330,16 @@ fn run_stage_inner(stage: &StagePlan, s: usize, m: usize, tile: usize, mem: &Mem
                     while start < last {
                         let len = tile.min(last - start);
                         sc.env[tile_var] = start as i64;
-                        eval(stage, s, tile_var, len, mem, sc);
-                        let base = if nr == 0 { 0 } else { red_linear(&sc.env, r0, red) };
-                        let Scratch { regs, acc, acc_index, .. } = sc;
-                        combine_lanes(*op, acc, acc_index, &regs[s][stage.value as usize], len, |l| base + l as i64);
+                        if !jit_accumulate(stage, tile_var, len, mem, sc) {
+                            eval(stage, s, tile_var, len, mem, sc);
+                            let value = &sc.regs[s][stage.value as usize];
+                            if arg {
+                                let base = if nr == 0 { 0 } else { red_linear(&sc.env, r0, red) };
+                                combine_lanes(*op, &mut sc.acc, &mut sc.acc_index, value, len, |l| base + l as i64);
+                            } else {
+                                fold_tile(*op, &mut sc.acc, value, len);
+                            }
+                        }
                         used = used.max(len);
                         start += len;
                     }
@@ -324,107 +348,13 @@ fn run_stage_inner(stage: &StagePlan, s: usize, m: usize, tile: usize, mem: &Mem
                     }
                     more = nr > 0 && advance(&mut sc.env, r0, red_prefix);
                 }
-                fold_lanes(&mut sc.acc, &mut sc.acc_index, *op, used.max(1));
+                fold_lanes(&mut sc.acc, &mut sc.acc_index, *op, used.min(width).max(1));
                 store_acc(stage, s, tile_var, 1, *op, mem, sc);
                 if !advance(&mut sc.env, m, &stage.inner) {
                     break;
                 }
             }
         }
-    }
-}
-
-fn init_acc(acc: &mut Tile, kind: Kind, op: ReduceOp, len: usize) {
-    let len = len.max(1);
-    match kind {
-        Kind::F32 => {
-            let id = <f32 as ops::Reducible>::identity(op);
-            match acc {
-                Tile::F32(v) if v.len() >= len => v[..len].iter_mut().for_each(|x| *x = id),
-                _ => *acc = Tile::F32(vec![id; len]),
-            }
-        }
-        Kind::F64 => {
-            let id = <f64 as ops::Reducible>::identity(op);
-            match acc {
-                Tile::F64(v) if v.len() >= len => v[..len].iter_mut().for_each(|x| *x = id),
-                _ => *acc = Tile::F64(vec![id; len]),
-            }
-        }
-        Kind::I64 => {
-            let id = <i64 as ops::Reducible>::identity(op);
-            match acc {
-                Tile::I64(v) if v.len() >= len => v[..len].iter_mut().for_each(|x| *x = id),
-                _ => *acc = Tile::I64(vec![id; len]),
-            }
-        }
-    }
-}
-
-fn combine_lanes(
-    op: ReduceOp,
-    acc: &mut Tile,
-    acc_index: &mut [i64],
-    value: &Tile,
-    len: usize,
-    index: impl Fn(usize) -> i64,
-) {
-    fn go<T: ops::Reducible>(
-        op: ReduceOp,
-        acc: &mut [T],
-        ai: &mut [i64],
-        v: &[T],
-        len: usize,
-        index: impl Fn(usize) -> i64,
-    ) {
-        if matches!(op, ReduceOp::ArgMax | ReduceOp::ArgMin) {
-            for l in 0..len {
-                let i = index(l);
-                if ops::arg_better(op, acc[l], ai[l], v[l], i) {
-                    acc[l] = v[l];
-                    ai[l] = i;
-                }
-            }
-        } else {
-            for (a, &x) in acc[..len].iter_mut().zip(&v[..len]) {
-                *a = T::combine(op, *a, x);
-            }
-        }
-    }
-    match (acc, value) {
-        (Tile::F32(a), Tile::F32(v)) => go(op, a, acc_index, v, len, index),
-        (Tile::F64(a), Tile::F64(v)) => go(op, a, acc_index, v, len, index),
-        (Tile::I64(a), Tile::I64(v)) => go(op, a, acc_index, v, len, index),
-        _ => {}
-    }
-}
-
-/// Reduce the lanes of the accumulator into lane 0.
-fn fold_lanes(acc: &mut Tile, acc_index: &mut [i64], op: ReduceOp, len: usize) {
-    fn go<T: ops::Reducible>(op: ReduceOp, acc: &mut [T], ai: &mut [i64], len: usize) {
-        if matches!(op, ReduceOp::ArgMax | ReduceOp::ArgMin) {
-            for l in 1..len {
-                if ai[l] >= 0 && ops::arg_better(op, acc[0], ai[0], acc[l], ai[l]) {
-                    acc[0] = acc[l];
-                    ai[0] = ai[l];
-                }
-            }
-        } else {
-            // Pairwise tree over the lanes keeps float sums accurate.
-            let mut width = len;
-            while width > 1 {
-                let half = width.div_ceil(2);
-                for l in 0..width / 2 {
-                    acc[l] = T::combine(op, acc[l], acc[l + half]);
-                }
-                width = half;
-            }
-        }
-    }
-    match acc {
-        Tile::F32(a) => go(op, a, acc_index, len),
-        Tile::F64(a) => go(op, a, acc_index, len),
-        Tile::I64(a) => go(op, a, acc_index, len),
     }
 }
 
@@ -526,7 +456,7 @@ fn store_tile(stage: &StagePlan, s: usize, tile_var: usize, len: usize, tile: &T
 /// Evaluate a stage's register program for `len` lanes.
 fn eval(stage: &StagePlan, s: usize, tile_var: usize, len: usize, mem: &Memory, sc: &mut Scratch) {
     if let Some(jit) = &stage.jit {
-        if !jit.stores && jit.tile_var.is_none_or(|v| v == tile_var) {
+        if jit.output == Output::Value && jit.tile_var.is_none_or(|v| v == tile_var) {
             run_jit(jit, stage, s, len, mem, sc);
             return;
         }
@@ -539,17 +469,39 @@ fn eval(stage: &StagePlan, s: usize, tile_var: usize, len: usize, mem: &Memory, 
 /// A pointwise stage's tile: evaluated and stored.
 fn eval_store(stage: &StagePlan, s: usize, tile_var: usize, len: usize, mem: &Memory, sc: &mut Scratch) {
     if let Some(jit) = &stage.jit {
-        if jit.stores && jit.tile_var.is_none_or(|v| v == tile_var) {
+        if matches!(jit.output, Output::Store(_)) && jit.tile_var.is_none_or(|v| v == tile_var) {
             jit_addrs(jit, mem, sc);
             let out = mem.ptrs[stage.out.0 as usize] as i64 + stage.store.eval(&sc.env) * DType::F32.itemsize() as i64;
             // SAFETY: as in `run_jit`; the output lanes are this tile's
             // elements of the stage's float32 output, in bounds by the plan.
-            unsafe { (jit.func)(sc.addrs.as_ptr(), out as *mut f32, len as i64) };
+            unsafe { (jit.func)(sc.addrs.as_ptr(), out as *mut f32, len as i64, jit.constants.as_ptr()) };
             return;
         }
     }
     eval(stage, s, tile_var, len, mem, sc);
     store(stage, s, tile_var, len, stage.value, mem, sc);
+}
+
+/// Combine `len` lanes of a compiled reduction stage into the accumulator;
+/// false when the stage has no such code (the caller evaluates and
+/// combines).
+fn jit_accumulate(stage: &StagePlan, tile_var: usize, len: usize, mem: &Memory, sc: &mut Scratch) -> bool {
+    let Some(jit) = &stage.jit else { return false };
+    if !matches!(jit.output, Output::Accumulate(_) | Output::Fold(_)) || jit.tile_var.is_some_and(|v| v != tile_var) {
+        return false;
+    }
+    let Tile::F32(acc) = &sc.acc else { return false };
+    // The lanes the function writes: one per tile lane, or FOLD_LANES.
+    let written = if matches!(jit.output, Output::Fold(_)) { FOLD_LANES } else { len };
+    if acc.len() < written {
+        return false;
+    }
+    jit_addrs(jit, mem, sc);
+    let Tile::F32(acc) = &mut sc.acc else { return false };
+    // SAFETY: as in `run_jit`; the accumulator holds the lanes the
+    // function writes (checked above).
+    unsafe { (jit.func)(sc.addrs.as_ptr(), acc.as_mut_ptr(), len as i64, jit.constants.as_ptr()) };
+    true
 }
 
 /// Byte addresses of lane 0 of each load of a compiled stage, at the
@@ -571,7 +523,7 @@ fn run_jit(jit: &JitStage, stage: &StagePlan, s: usize, len: usize, mem: &Memory
         // SAFETY: the addresses are this tile's lanes of buffers the plan
         // indexes in bounds (as for the interpreter), and the value
         // register holds at least `len` lanes.
-        unsafe { (jit.func)(sc.addrs.as_ptr(), v.as_mut_ptr(), len.min(v.len()) as i64) };
+        unsafe { (jit.func)(sc.addrs.as_ptr(), v.as_mut_ptr(), len.min(v.len()) as i64, jit.constants.as_ptr()) };
     }
 }
 

@@ -5,14 +5,45 @@
 //! is a bit select. Only exactly rounded operations are inline (no FMA
 //! contraction), so a compiled stage gives the tile interpreter's bits.
 
+use std::collections::HashMap;
+
 use cranelift_codegen::ir::condcodes::FloatCC;
 use cranelift_codegen::ir::{types, InstBuilder, MemFlagsData, Type, Value};
 use cranelift_frontend::FunctionBuilder;
+
+/// The function's constants, loaded once on entry from a table the caller
+/// passes (bit patterns). Cranelift rematerialises immediate constants at
+/// every use, which pins whatever depends on them inside the loop; loaded
+/// constants are defined before the loops, so invariant arithmetic on them
+/// stays there.
+pub(super) struct Pool {
+    pub bits: Vec<u32>,
+    /// Per bit pattern: float and mask values, scalar and 4-lane.
+    values: HashMap<u32, [Value; 4]>,
+}
+
+impl Pool {
+    /// Load `bits` (deduplicated) from `table` in the current block.
+    pub fn load(b: &mut FunctionBuilder, table: Value, mut bits: Vec<u32>) -> Pool {
+        bits.sort_unstable();
+        bits.dedup();
+        let mut values = HashMap::new();
+        for (k, &x) in bits.iter().enumerate() {
+            let at = 4 * k as i32;
+            let f = b.ins().load(types::F32, MemFlagsData::trusted(), table, at);
+            let i = b.ins().load(types::I32, MemFlagsData::trusted(), table, at);
+            let (fw, iw) = (b.ins().splat(types::F32X4, f), b.ins().splat(types::I32X4, i));
+            values.insert(x, [f, i, fw, iw]);
+        }
+        Pool { bits, values }
+    }
+}
 
 /// A builder at one lane width.
 pub(super) struct Em<'a, 'b> {
     pub b: &'a mut FunctionBuilder<'b>,
     pub wide: bool,
+    pub pool: &'a Pool,
 }
 
 impl Em<'_, '_> {
@@ -42,12 +73,20 @@ impl Em<'_, '_> {
         }
     }
 
+    /// A float constant: from the pool (an immediate if it is missing there).
     pub fn fc(&mut self, x: f32) -> Value {
+        if let Some(v) = self.pool.values.get(&x.to_bits()) {
+            return v[if self.wide { 2 } else { 0 }];
+        }
         let c = self.b.ins().f32const(x);
         self.widen(c)
     }
 
+    /// A mask/bit-pattern constant, as [`Em::fc`].
     pub fn ic(&mut self, x: i32) -> Value {
+        if let Some(v) = self.pool.values.get(&(x as u32)) {
+            return v[if self.wide { 3 } else { 1 }];
+        }
         let c = self.b.ins().iconst(types::I32, i64::from(x));
         self.widen(c)
     }

@@ -6,14 +6,15 @@
 //! change along the tile are emitted once before the loops.
 
 use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
-use cranelift_codegen::ir::{types, AbiParam, InstBuilder, MemFlagsData, Value};
+use cranelift_codegen::ir::{types, AbiParam, InstBuilder, MemFlagsData, StackSlotData, StackSlotKind, Value};
 use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext};
 use cranelift_jit::JITModule;
 use cranelift_module::{FuncId, Linkage, Module};
-use rdyn_ir::loops::{BinaryOp, BufId, UnaryOp};
+use rdyn_ir::loops::{BinaryOp, BufId, ReduceOp, UnaryOp};
 use rdyn_ir::{DType, Kind};
 
-use super::emit::Em;
+use super::emit::{Em, Pool};
+use super::Output;
 use crate::plan::{IndexFn, InstOp, Reg, StagePlan};
 
 /// What a definition holds in the compiled code.
@@ -94,6 +95,10 @@ fn analyse(stage: &StagePlan, tile_var: Option<usize>) -> Option<Analysis> {
                     Some(v) => index.step(v as u32)?,
                     None => 0,
                 };
+                // Group offsets within an iteration are 32-bit immediates.
+                if step.checked_mul(16 * dtype.itemsize() as i64).is_none_or(|b| b.abs() > i64::from(i32::MAX)) {
+                    return None;
+                }
                 a.step[i] = step;
                 let class = if inst.kind == Kind::F32 { Class::Float } else { Class::Mask };
                 (class, step == 0)
@@ -169,19 +174,21 @@ impl Env {
     }
 }
 
-/// `out_step`: elements between consecutive lanes of the output (1 for the
-/// value register; the store index's step when the stage stores itself).
 pub(super) fn compile_stage(
     module: &mut JITModule,
     stage: &StagePlan,
     supported: &Supported,
-    out_step: i64,
+    output: Output,
     name: &str,
-) -> Result<FuncId, String> {
+) -> Result<(FuncId, Vec<u32>), String> {
+    let out_step = match output {
+        Output::Store(step) => step,
+        Output::Value | Output::Accumulate(_) | Output::Fold(_) => 1,
+    };
     let a = &supported.analysis;
     let ptr = types::I64;
     let mut ctx = module.make_context();
-    ctx.func.signature.params.extend([AbiParam::new(ptr), AbiParam::new(ptr), AbiParam::new(types::I64)]);
+    ctx.func.signature.params.extend([ptr, ptr, types::I64, ptr].map(AbiParam::new));
     let mut fctx = FunctionBuilderContext::new();
     let mut b = FunctionBuilder::new(&mut ctx.func, &mut fctx);
 
@@ -189,7 +196,10 @@ pub(super) fn compile_stage(
     b.append_block_params_for_function_params(entry);
     b.switch_to_block(entry);
     b.seal_block(entry);
-    let (addrs, out, len) = (b.block_params(entry)[0], b.block_params(entry)[1], b.block_params(entry)[2]);
+    let params = b.block_params(entry).to_vec();
+    let (addrs, out, len, table) = (params[0], params[1], params[2], params[3]);
+    let constants = Pool::load(&mut b, table, constant_bits(stage, output));
+    let pool = &constants;
     // Load addresses, in load order.
     let mut load_addr = vec![None; stage.insts.len()];
     let mut slot = 0;
@@ -203,7 +213,7 @@ pub(super) fn compile_stage(
     let mut scalar = Env { consts: vec![None; stage.regs.len()], insts: vec![None; stage.insts.len()] };
     let mut wide = scalar.clone();
     {
-        let mut em = Em { b: &mut b, wide: false };
+        let mut em = Em { b: &mut b, wide: false, pool };
         for (reg, op) in &stage.consts {
             let v = match op {
                 InstOp::ConstF(x) => em.fc(*x as f32),
@@ -216,10 +226,10 @@ pub(super) fn compile_stage(
     let zero = b.ins().iconst(types::I64, 0);
     let invariant: Vec<usize> = (0..stage.insts.len()).filter(|&i| a.invariant[i]).collect();
     let mut envs = vec![scalar];
-    emit_insts(&mut b, stage, a, &invariant, &mut envs, false, &[zero], &load_addr)?;
+    emit_insts(&mut b, pool, stage, a, &invariant, &mut envs, false, &load_addr)?;
     let scalar = envs.pop().ok_or("no environment")?;
     {
-        let mut em = Em { b: &mut b, wide: true };
+        let mut em = Em { b: &mut b, wide: true, pool };
         for (k, v) in scalar.consts.iter().enumerate() {
             wide.consts[k] = v.map(|v| em.widen(v));
         }
@@ -232,52 +242,170 @@ pub(super) fn compile_stage(
     // for (; i + 4 <= len; i += 4) { one group }
     // for (; i < len; i += 1) { one lane }
     // Interleaving gives the core independent chains to overlap.
+    // Fold: the 16-lane loop carries four accumulator vectors (tile lane l
+    // goes to accumulator lane l % 16); the 4- and 1-lane loops combine
+    // into their spill slot, which is finally combined into `out[0..16]`.
+    let fold = match output {
+        Output::Fold(op) => Some(op),
+        _ => None,
+    };
+    let (slot, mut carried) = match fold {
+        Some(op) => {
+            let ss = b.create_sized_stack_slot(StackSlotData::new(StackSlotKind::ExplicitSlot, 64, 4));
+            let addr = b.ins().stack_addr(types::I64, ss, 0);
+            let id = Em { b: &mut b, wide: true, pool }.fc(identity(op));
+            (Some(addr), vec![id; 4])
+        }
+        None => (None, Vec::new()),
+    };
     let mut i = zero;
     for (groups, wide_loop) in [(4i64, true), (1, true), (1, false)] {
         let step = if wide_loop { 4 * groups } else { 1 };
-        let head = b.create_block();
-        let blk = b.create_block();
+        // A rotated loop (the body is its own header, entered after one
+        // guard): Cranelift hoists loop-invariant values only out of such
+        // loops.
+        let body = b.create_block();
         let after = b.create_block();
-        b.append_block_param(head, types::I64);
-        b.append_block_param(after, types::I64);
-        b.ins().jump(head, &[i.into()]);
-        b.switch_to_block(head);
-        let at = b.block_params(head)[0];
-        let next = b.ins().iadd_imm_s(at, step);
-        let fits = b.ins().icmp(IntCC::SignedLessThanOrEqual, next, len);
-        b.ins().brif(fits, blk, &[], after, &[at.into()]);
-        b.switch_to_block(blk);
-        b.seal_block(blk);
-        let lanes: Vec<Value> = (0..groups).map(|g| if g == 0 { at } else { b.ins().iadd_imm_s(at, 4 * g) }).collect();
-        let base = if wide_loop { &wide } else { &scalar };
-        let mut envs = vec![base.clone(); groups as usize];
-        emit_insts(&mut b, stage, a, &varying, &mut envs, wide_loop, &lanes, &load_addr)?;
-        for (env, lane) in envs.iter().zip(&lanes) {
-            let v = env.get(a.value).ok_or("stage value undefined")?;
-            let off = b.ins().imul_imm_s(*lane, 4 * out_step);
-            let p = b.ins().iadd(out, off);
-            if !wide_loop || out_step == 1 {
-                b.ins().store(MemFlagsData::new().with_notrap(), v, p, 0);
-            } else {
-                for l in 0..4u8 {
-                    let x = b.ins().extractlane(v, l);
-                    b.ins().store(MemFlagsData::trusted(), x, p, (4 * out_step * i64::from(l)) as i32);
-                }
+        for block in [body, after] {
+            b.append_block_param(block, types::I64);
+            for _ in &carried {
+                b.append_block_param(block, types::F32X4);
             }
         }
-        b.ins().jump(head, &[next.into()]);
-        b.seal_block(head);
+        let first = b.ins().iadd_imm_s(i, step);
+        let fits = b.ins().icmp(IntCC::SignedLessThanOrEqual, first, len);
+        let args: Vec<_> = std::iter::once(i).chain(carried.iter().copied()).map(Into::into).collect();
+        b.ins().brif(fits, body, &args, after, &args);
+        b.switch_to_block(body);
+        let params = b.block_params(body).to_vec();
+        let (at, accs) = (params[0], &params[1..]);
+        let base = if wide_loop { &wide } else { &scalar };
+        let mut envs = vec![base.clone(); groups as usize];
+        // Addresses at lane `at`, once per iteration; groups are immediate
+        // offsets from them.
+        let row: Vec<Option<Value>> = load_addr
+            .iter()
+            .enumerate()
+            .map(|(k, addr)| addr.map(|addr| offset_by(&mut b, addr, at, a.step[k] * stage_size(stage, k))))
+            .collect();
+        emit_insts(&mut b, pool, stage, a, &varying, &mut envs, wide_loop, &row)?;
+        let out_row = offset_by(&mut b, out, at, 4 * out_step);
+        let mut next_accs = accs.to_vec();
+        for (g, env) in envs.iter().enumerate() {
+            let v = env.get(a.value).ok_or("stage value undefined")?;
+            let mut em = Em { b: &mut b, wide: wide_loop, pool };
+            match (fold, slot) {
+                (Some(op), _) if !accs.is_empty() => next_accs[g] = combine(&mut em, op, accs[g], v),
+                (Some(op), Some(slot)) => {
+                    let k = em.b.ins().band_imm_u(at, 15);
+                    let off = em.b.ins().imul_imm_s(k, 4);
+                    let p = em.b.ins().iadd(slot, off);
+                    let ty = em.fty();
+                    let old = em.b.ins().load(ty, MemFlagsData::trusted(), p, 0);
+                    let r = combine(&mut em, op, old, v);
+                    em.b.ins().store(MemFlagsData::trusted(), r, p, 0);
+                }
+                _ => store_value(&mut em, output, out_row, 16 * g as i64 * out_step, out_step, v),
+            }
+        }
+        let next = b.ins().iadd_imm_s(at, step);
+        let following = b.ins().iadd_imm_s(at, 2 * step);
+        let more = b.ins().icmp(IntCC::SignedLessThanOrEqual, following, len);
+        let args: Vec<_> = std::iter::once(next).chain(next_accs).map(Into::into).collect();
+        b.ins().brif(more, body, &args, after, &args);
+        b.seal_block(body);
         b.switch_to_block(after);
         b.seal_block(after);
-        i = b.block_params(after)[0];
+        let params = b.block_params(after).to_vec();
+        i = params[0];
+        if let Some(slot) = slot.filter(|_| !carried.is_empty()) {
+            for (g, v) in params[1..].iter().enumerate() {
+                b.ins().store(MemFlagsData::trusted(), *v, slot, 16 * g as i32);
+            }
+            carried.clear();
+        }
+    }
+    if let (Some(op), Some(slot)) = (fold, slot) {
+        let mut em = Em { b: &mut b, wide: true, pool };
+        for g in 0..4 {
+            let acc = em.b.ins().load(types::F32X4, MemFlagsData::new().with_notrap(), out, 16 * g);
+            let part = em.b.ins().load(types::F32X4, MemFlagsData::trusted(), slot, 16 * g);
+            let r = combine(&mut em, op, acc, part);
+            em.b.ins().store(MemFlagsData::new().with_notrap(), r, out, 16 * g);
+        }
     }
     b.ins().return_(&[]);
     b.finalize(module.target_config());
 
     let id = module.declare_function(name, Linkage::Local, &ctx.func.signature).map_err(|e| e.to_string())?;
+    let disasm = std::env::var_os("RDYN_JIT_DISASM").is_some();
+    ctx.set_disasm(disasm);
     module.define_function(id, &mut ctx).map_err(|e| e.to_string())?;
+    if let Some(code) = ctx.compiled_code().and_then(|c| c.vcode.as_ref()).filter(|_| disasm) {
+        eprintln!("[{name}]\n{code}");
+    }
     module.clear_context(&mut ctx);
-    Ok(id)
+    Ok((id, constants.bits.clone()))
+}
+
+/// Bit patterns of every constant the function may use: the stage's, and
+/// those the lowering of its ops and output needs.
+fn constant_bits(stage: &StagePlan, output: Output) -> Vec<u32> {
+    let f = |x: f32| x.to_bits();
+    let mut bits = vec![f(0.0), f(1.0)];
+    let ops = stage.consts.iter().map(|(_, op)| op).chain(stage.insts.iter().map(|i| &i.op));
+    for op in ops {
+        match op {
+            InstOp::ConstF(x) => bits.push(f(*x as f32)),
+            InstOp::ConstI(x) => bits.push(if *x != 0 { u32::MAX } else { 0 }),
+            _ => {}
+        }
+    }
+    if let Output::Fold(op) | Output::Accumulate(op) = output {
+        bits.push(f(identity(op)));
+    }
+    bits
+}
+
+/// Write one group's value: to the value register or the stage's output
+/// (`out_step` apart), or combined into the lane accumulator.
+/// `p` is the output at the iteration's first lane, `off` the group's
+/// byte offset from it.
+fn store_value(em: &mut Em, output: Output, p: Value, off: i64, out_step: i64, mut v: Value) {
+    if let Output::Accumulate(op) = output {
+        let ty = em.fty();
+        let acc = em.b.ins().load(ty, MemFlagsData::new().with_notrap(), p, off as i32);
+        v = combine(em, op, acc, v);
+    }
+    if !em.wide || out_step == 1 {
+        em.b.ins().store(MemFlagsData::new().with_notrap(), v, p, off as i32);
+    } else {
+        for l in 0..4u8 {
+            let x = em.b.ins().extractlane(v, l);
+            em.b.ins().store(MemFlagsData::trusted(), x, p, (off + 4 * out_step * i64::from(l)) as i32);
+        }
+    }
+}
+
+/// `addr + at * bytes` (just `addr` when the step is zero).
+fn offset_by(b: &mut FunctionBuilder, addr: Value, at: Value, bytes: i64) -> Value {
+    if bytes == 0 {
+        return addr;
+    }
+    let off = b.ins().imul_imm_s(at, bytes);
+    b.ins().iadd(addr, off)
+}
+
+/// Element size of load `k` (1 for anything else).
+fn stage_size(stage: &StagePlan, k: usize) -> i64 {
+    match &stage.insts[k].op {
+        InstOp::Load { dtype, .. } => dtype.itemsize() as i64,
+        _ => 1,
+    }
+}
+
+fn identity(op: ReduceOp) -> f32 {
+    <f32 as crate::ops::Reducible>::identity(op)
 }
 
 /// Emit instructions `which` for every group (one environment and lane
@@ -285,13 +413,13 @@ pub(super) fn compile_stage(
 #[allow(clippy::too_many_arguments)]
 fn emit_insts(
     b: &mut FunctionBuilder,
+    pool: &Pool,
     stage: &StagePlan,
     a: &Analysis,
     which: &[usize],
     envs: &mut [Env],
     wide: bool,
-    lanes: &[Value],
-    load_addr: &[Option<Value>],
+    row: &[Option<Value>],
 ) -> Result<(), String> {
     for &k in which {
         let args: Vec<Vec<Value>> = envs
@@ -299,11 +427,11 @@ fn emit_insts(
             .map(|env| a.operands[k].iter().map(|d| env.get(*d)).collect::<Option<Vec<_>>>())
             .collect::<Option<Vec<_>>>()
             .ok_or("operand undefined")?;
-        let mut em = Em { b, wide };
+        let mut em = Em { b, wide, pool };
         let results: Vec<Value> = args
             .iter()
-            .zip(lanes)
-            .map(|(ops, lane)| inst_value(&mut em, stage, a, k, ops, load_addr[k], *lane))
+            .enumerate()
+            .map(|(g, ops)| inst_value(&mut em, stage, a, k, ops, row[k], g as i64))
             .collect::<Result<_, _>>()?;
         for (env, v) in envs.iter_mut().zip(results) {
             env.insts[k] = Some(v);
@@ -313,23 +441,26 @@ fn emit_insts(
 }
 
 /// Whether instruction `k` has an inline form. Transcendentals do not: at
-/// four lanes they lose to the interpreter's AVX2 tile loops.
+/// four lanes (about 110 instructions per 4 lanes for erf) they lose to the
+/// interpreter's 8-lane AVX2 tile loops, measured 2x on gelu.
 fn inline_op(stage: &StagePlan, op: &InstOp) -> bool {
     match op {
-        InstOp::Unary(op, _) => matches!(
-            op,
-            UnaryOp::Neg
-                | UnaryOp::Abs
-                | UnaryOp::Sqrt
-                | UnaryOp::Rsqrt
-                | UnaryOp::Reciprocal
-                | UnaryOp::Floor
-                | UnaryOp::Ceil
-                | UnaryOp::Trunc
-                | UnaryOp::Round
-                | UnaryOp::IsNan
-                | UnaryOp::Not
-        ),
+        InstOp::Unary(op, _) => {
+            matches!(
+                op,
+                UnaryOp::Neg
+                    | UnaryOp::Abs
+                    | UnaryOp::Sqrt
+                    | UnaryOp::Rsqrt
+                    | UnaryOp::Reciprocal
+                    | UnaryOp::Floor
+                    | UnaryOp::Ceil
+                    | UnaryOp::Trunc
+                    | UnaryOp::Round
+                    | UnaryOp::IsNan
+                    | UnaryOp::Not
+            )
+        }
         InstOp::Binary(op, _, y) => {
             matches!(
                 op,
@@ -364,13 +495,13 @@ fn inst_value(
     k: usize,
     ops: &[Value],
     addr: Option<Value>,
-    lane: Value,
+    group: i64,
 ) -> Result<Value, String> {
     let inst = &stage.insts[k];
     Ok(match &inst.op {
         InstOp::Load { dtype, .. } => {
             let addr = addr.ok_or("load without address")?;
-            load(em, addr, lane, a.step[k], *dtype)
+            load(em, addr, group, a.step[k], *dtype)
         }
         InstOp::ConstF(x) => em.fc(*x as f32),
         InstOp::ConstI(x) => em.ic(if *x != 0 { -1 } else { 0 }),
@@ -390,10 +521,10 @@ fn inst_value(
     })
 }
 
-fn load(em: &mut Em, addr: Value, lane: Value, step: i64, dtype: DType) -> Value {
+/// Load group `group`'s lanes; `p` is the load at the iteration's first lane.
+fn load(em: &mut Em, p: Value, group: i64, step: i64, dtype: DType) -> Value {
     let size = dtype.itemsize() as i64;
-    let off = em.b.ins().imul_imm_s(lane, step * size);
-    let p = em.b.ins().iadd(addr, off);
+    let base = (4 * group * step * size) as i32;
     let flags = MemFlagsData::trusted();
     let one = |em: &mut Em, at: i32| -> Value {
         if dtype == DType::Bool {
@@ -405,21 +536,40 @@ fn load(em: &mut Em, addr: Value, lane: Value, step: i64, dtype: DType) -> Value
         }
     };
     if !em.wide || step == 0 {
-        let v = one(em, 0);
+        let v = one(em, base);
         return em.widen(v);
     }
     if dtype == DType::F32 && step == 1 {
         // Tiles start anywhere in a row: an unaligned 16-byte load.
-        return em.b.ins().load(types::F32X4, MemFlagsData::new().with_notrap(), p, 0);
+        return em.b.ins().load(types::F32X4, MemFlagsData::new().with_notrap(), p, base);
     }
     let ty = if dtype == DType::Bool { types::I32X4 } else { types::F32X4 };
-    let first = one(em, 0);
+    let first = one(em, base);
     let mut v = em.b.ins().scalar_to_vector(ty, first);
     for l in 1..4u8 {
-        let x = one(em, (step * size * i64::from(l)) as i32);
+        let x = one(em, base + (step * size * i64::from(l)) as i32);
         v = em.b.ins().insertlane(v, x, l);
     }
     v
+}
+
+/// The interpreter's lane combine `acc ⊕ x` (max/min keep `acc` on ties
+/// and propagate NaN, the first one seen winning).
+fn combine(em: &mut Em, op: ReduceOp, acc: Value, x: Value) -> Value {
+    match op {
+        ReduceOp::Prod => em.mul(acc, x),
+        ReduceOp::Max | ReduceOp::Min => {
+            let cc = if op == ReduceOp::Max { FloatCC::GreaterThan } else { FloatCC::LessThan };
+            let (acc_nan, x_nan) = (em.is_nan(acc), em.is_nan(x));
+            let (acc_better, x_better) = (em.cmp(cc, acc, x), em.cmp(cc, x, acc));
+            let keep = em.b.ins().bor(acc_nan, acc_better);
+            let take = em.b.ins().bor(x_nan, x_better);
+            let take = em.b.ins().band_not(take, keep);
+            em.sel(take, x, acc)
+        }
+        // `Sum` (`output` accumulates nothing else).
+        _ => em.add(acc, x),
+    }
 }
 
 fn unary(em: &mut Em, op: UnaryOp, x: Value) -> Value {

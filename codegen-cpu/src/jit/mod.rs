@@ -5,18 +5,25 @@
 //! tiles through L1. For a stage whose registers are all float32 (plus
 //! boolean masks), this module compiles the whole register program into
 //! one loop over the tile's lanes: four lanes per step in SIMD registers
-//! (four such groups interleaved per iteration), then a one-lane tail;
-//! values that do not change along the tile (constants, broadcast loads,
-//! arithmetic on them) are computed once before the loop. The compiled
-//! function replaces [`crate::exec`]'s per-op evaluation of the stage, and
-//! a pointwise stage also stores its output; addresses per tile and
-//! reductions stay with the executor. Anything else keeps the interpreter:
-//! float64, integer arithmetic, half-precision, gathers, masked loads, and
-//! transcendentals (at four lanes they lose to the interpreter's AVX2 tile
-//! loops). Results are bit-identical to the interpreter's: only exactly
-//! rounded operations, in the same order, no fused multiply-add.
+//! (four such groups interleaved per iteration), then a one-lane tail.
+//! Values that do not change along the tile (constants, broadcast loads,
+//! arithmetic on them) are computed once before the loops; constants are
+//! loaded from a per-stage table rather than written as immediates, and the
+//! loops are rotated, because Cranelift hoists invariants only that way.
 //!
-//! `RDYN_JIT=0` turns compilation off (every stage interpreted).
+//! The compiled function replaces [`crate::exec`]'s per-op evaluation of
+//! the stage. A pointwise stage also stores its output; a sum/prod/max/min
+//! stage combines into the reduction's accumulator (lane by lane along an
+//! outer tile; into 16 partials along the reduction). Addresses per tile
+//! and the final fold of the partials stay with the executor. Anything
+//! else keeps the interpreter: float64, integer arithmetic, half-precision,
+//! gathers, masked loads, and transcendentals (at four lanes they lose to
+//! the interpreter's AVX2 tile loops, which run eight). Results
+//! are bit-identical to the interpreter's: only exactly rounded
+//! operations, in the same order, no fused multiply-add.
+//!
+//! `RDYN_JIT=0` turns compilation off (every stage interpreted);
+//! `RDYN_JIT_DISASM=1` prints each compiled stage's machine code to stderr.
 
 mod emit;
 mod lower;
@@ -28,15 +35,31 @@ use std::sync::{Arc, Mutex, OnceLock};
 use cranelift_codegen::isa::OwnedTargetIsa;
 use cranelift_codegen::settings::{self, Configurable};
 use cranelift_jit::{JITBuilder, JITModule};
-use rdyn_ir::loops::BufId;
+use rdyn_ir::loops::{BufId, ReduceOp};
 use rdyn_ir::DType;
 
 use crate::plan::{storage_root, BufPlan, CpuStep, IndexFn, InstOp, KernelPlan, StagePlan, TileMode};
 
-/// `fn(load addresses, output, lanes)`: `addrs[k]` is the byte address of
-/// lane 0 of the stage's k-th load; the output is the value register, or
-/// lane 0 of the stage's output when the stage stores itself.
-pub(crate) type StageFn = unsafe extern "C" fn(*const i64, *mut f32, i64);
+/// `fn(load addresses, output, lanes, constants)`: `addrs[k]` is the byte
+/// address of lane 0 of the stage's k-th load; the output is lane 0 of what
+/// [`Output`] names; the constants are [`JitStage::constants`].
+pub(crate) type StageFn = unsafe extern "C" fn(*const i64, *mut f32, i64, *const u32);
+
+/// What a compiled stage does with its value.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Output {
+    /// Writes the value register.
+    Value,
+    /// Stores into the stage's float32 output, `step` elements apart (a
+    /// pointwise stage whose store walks the tile with a constant step).
+    Store(i64),
+    /// Combines lane by lane into the reduction's accumulator (lanes are
+    /// output points: a reduction over an outer tile).
+    Accumulate(ReduceOp),
+    /// Combines the tile into the reduction's 16 accumulator lanes, lane l
+    /// into l % 16 (lanes run along the reduction).
+    Fold(ReduceOp),
+}
 
 /// A compiled stage.
 #[derive(Clone)]
@@ -46,10 +69,9 @@ pub struct JitStage {
     pub(crate) tile_var: Option<usize>,
     /// Per load, in instruction order: buffer, index, element size.
     pub(crate) loads: Vec<(BufId, IndexFn, i64)>,
-    /// The function stores the stage's output itself (a float32 pointwise
-    /// stage whose store walks the tile with a constant step); else it
-    /// fills the value register.
-    pub(crate) stores: bool,
+    pub(crate) output: Output,
+    /// The function's constants (bit patterns), read on entry.
+    pub(crate) constants: Arc<[u32]>,
     _code: Arc<Code>,
 }
 
@@ -136,11 +158,10 @@ pub fn compile_program(steps: &mut [CpuStep], bufs: &[BufPlan]) {
         for (s, stage) in kernel.stages.iter().enumerate() {
             let tv = tile_var(kernel, stage);
             let Some(supported) = lower::supported(stage, tv) else { continue };
-            let store_step = stage_store_step(stage, tv, bufs);
-            let out_step = store_step.unwrap_or(1);
+            let output = output(kernel.mode, stage, tv, bufs);
             let name = format!("{}_s{s}", kernel.name);
-            if let Ok(id) = lower::compile_stage(&mut module, stage, &supported, out_step, &name) {
-                pending.push((k, s, id, (tv, store_step.is_some()), supported.loads));
+            if let Ok((id, constants)) = lower::compile_stage(&mut module, stage, &supported, output, &name) {
+                pending.push((k, s, id, (tv, output, constants.into()), supported.loads));
             }
         }
     }
@@ -157,16 +178,29 @@ pub fn compile_program(steps: &mut [CpuStep], bufs: &[BufPlan]) {
         })
         .collect();
     let code = Arc::new(Code(Mutex::new(Some(module))));
-    for ((k, s, _, (tile_var, stores), loads), func) in pending.into_iter().zip(funcs) {
+    for ((k, s, _, (tile_var, output, constants), loads), func) in pending.into_iter().zip(funcs) {
         if let CpuStep::Kernel(kernel) = &mut steps[k] {
-            kernel.stages[s].jit = Some(JitStage { func, tile_var, loads, stores, _code: code.clone() });
+            let jit = JitStage { func, tile_var, loads, output, constants, _code: code.clone() };
+            kernel.stages[s].jit = Some(jit);
         }
     }
 }
 
-/// The output step along the tile when a compiled stage can store itself.
-fn stage_store_step(stage: &StagePlan, tile_var: Option<usize>, bufs: &[BufPlan]) -> Option<i64> {
-    if stage.reduce.is_some() || bufs[stage.out.0 as usize].dtype != DType::F32 {
+/// What a compiled stage does with its value.
+fn output(mode: TileMode, stage: &StagePlan, tile_var: Option<usize>, bufs: &[BufPlan]) -> Output {
+    match &stage.reduce {
+        Some((op @ (ReduceOp::Sum | ReduceOp::Prod | ReduceOp::Max | ReduceOp::Min), _)) => match mode {
+            TileMode::Outer => Output::Accumulate(*op),
+            TileMode::Inner => Output::Fold(*op),
+        },
+        Some(_) => Output::Value,
+        None => store_step(stage, tile_var, bufs).map_or(Output::Value, Output::Store),
+    }
+}
+
+/// The output step along the tile when a pointwise stage can store itself.
+fn store_step(stage: &StagePlan, tile_var: Option<usize>, bufs: &[BufPlan]) -> Option<i64> {
+    if bufs[stage.out.0 as usize].dtype != DType::F32 {
         return None;
     }
     // The interpreter reads a whole tile before it stores; a stage that
@@ -175,8 +209,10 @@ fn stage_store_step(stage: &StagePlan, tile_var: Option<usize>, bufs: &[BufPlan]
     if stage.insts.iter().any(|i| matches!(&i.op, InstOp::Load { buf, .. } if storage_root(bufs, *buf) == out)) {
         return None;
     }
-    match tile_var {
-        Some(v) => stage.store.step(v as u32),
-        None => Some(0),
-    }
+    let step = match tile_var {
+        Some(v) => stage.store.step(v as u32)?,
+        None => 0,
+    };
+    // Lane offsets within an iteration are 32-bit immediates.
+    (step.abs() < i64::from(i32::MAX) / 64).then_some(step)
 }

@@ -75,8 +75,8 @@ fn pointwise_stage(out_t: bool) -> StagePlan {
     }
 }
 
-/// Sum over the 37 columns of (a - b)², one lane per column.
-fn reduce_stage() -> StagePlan {
+/// `op` over the 37 columns of (a - b)², one lane per column.
+fn reduce_stage(op: ReduceOp) -> StagePlan {
     let (i0, i2) = (Expr::v(0), Expr::v(2));
     let insts = vec![
         load(0, 0, i0.scale(37).add(&i2)),
@@ -88,7 +88,7 @@ fn reduce_stage() -> StagePlan {
         out: BufId(3),
         out_dtype: DType::F32,
         inner: vec![1],
-        reduce: Some((ReduceOp::Sum, vec![37])),
+        reduce: Some((op, vec![37])),
         insts,
         value: 0,
         value_kind: Kind::F32,
@@ -154,27 +154,74 @@ fn pointwise_matches_interpreter_bitwise() {
     }
 }
 
+const ACCUMULATED: [ReduceOp; 4] = [ReduceOp::Sum, ReduceOp::Prod, ReduceOp::Max, ReduceOp::Min];
+
 #[test]
 fn reduction_prologue_matches_interpreter_bitwise() {
     if !super::enabled() {
         return;
     }
-    let kernel = KernelPlan {
-        name: "k".into(),
-        outer: vec![4],
-        mode: TileMode::Inner,
-        stages: vec![reduce_stage()],
-        serial: false,
-        tile: 256,
-    };
-    let (jit, interp, compiled) = both(kernel, 3, 4);
-    assert!(compiled, "stage was not compiled");
-    assert_eq!(jit, interp);
+    // One tile per row (256 lanes) and three tiles per row (16 lanes).
+    for (op, tile) in ACCUMULATED.iter().flat_map(|op| [(*op, 256), (*op, 16)]) {
+        let kernel = KernelPlan {
+            name: "k".into(),
+            outer: vec![4],
+            mode: TileMode::Inner,
+            stages: vec![reduce_stage(op)],
+            serial: false,
+            tile,
+        };
+        let (jit, interp, compiled) = both(kernel, 3, 4);
+        assert!(compiled, "stage was not compiled");
+        assert_eq!(jit, interp, "{op:?}, tile {tile}");
+    }
+}
+
+/// Lanes across the columns, reducing down the 4 rows of a - b into a
+/// 37-wide output (the accumulator combines lane by lane).
+#[test]
+fn column_reduction_matches_interpreter_bitwise() {
+    if !super::enabled() {
+        return;
+    }
+    for op in ACCUMULATED {
+        let (i0, i1) = (Expr::v(0), Expr::v(1));
+        let insts = vec![
+            load(0, 0, i1.scale(37).add(&i0)),
+            load(1, 1, i0.clone()),
+            f32_inst(2, InstOp::Binary(BinaryOp::Sub, 0, 1)),
+        ];
+        let stage = StagePlan {
+            out: BufId(2),
+            out_dtype: DType::F32,
+            inner: vec![],
+            reduce: Some((op, vec![4])),
+            insts,
+            value: 2,
+            value_kind: Kind::F32,
+            store: IndexFn::new(&i0),
+            store_indirect: vec![],
+            regs: vec![Kind::F32; 3],
+            consts: vec![],
+            jit: None,
+        };
+        let kernel = KernelPlan {
+            name: "k".into(),
+            outer: vec![37],
+            mode: TileMode::Outer,
+            stages: vec![stage],
+            serial: false,
+            tile: 16,
+        };
+        let (jit, interp, compiled) = both(kernel, 2, 37);
+        assert!(compiled, "stage was not compiled");
+        assert_eq!(jit, interp, "{op:?}");
+    }
 }
 
 #[test]
 fn transcendentals_stay_interpreted() {
-    let mut stage = reduce_stage();
+    let mut stage = reduce_stage(ReduceOp::Sum);
     stage.insts.push(f32_inst(1, InstOp::Unary(UnaryOp::Exp, 0)));
     stage.value = 1;
     assert!(super::lower::supported(&stage, Some(2)).is_none());

@@ -1,0 +1,179 @@
+//! Reduction accumulators: partial results per lane, combined tile by
+//! tile, then folded into lane 0 by a pairwise tree. Along an outer tile
+//! each lane is its own output; along a reduction, arg reductions keep one
+//! partial per tile lane and the others FOLD_LANES partials.
+//!
+//! The reduction op is matched once per call, outside the lane loops
+//! (`by_op!`), so each loop is one operation the compiler can vectorise.
+
+use rdyn_ir::loops::ReduceOp;
+use rdyn_ir::Kind;
+
+use super::Tile;
+use crate::ops::{self, Reducible};
+
+/// `$body` with `$c` bound to `$op` as a constant, once per op.
+macro_rules! by_op {
+    ($op:expr, $c:ident => $body:expr) => {
+        match $op {
+            ReduceOp::Sum => {
+                const $c: ReduceOp = ReduceOp::Sum;
+                $body
+            }
+            ReduceOp::Prod => {
+                const $c: ReduceOp = ReduceOp::Prod;
+                $body
+            }
+            ReduceOp::Max => {
+                const $c: ReduceOp = ReduceOp::Max;
+                $body
+            }
+            ReduceOp::Min => {
+                const $c: ReduceOp = ReduceOp::Min;
+                $body
+            }
+            ReduceOp::ArgMax => {
+                const $c: ReduceOp = ReduceOp::ArgMax;
+                $body
+            }
+            ReduceOp::ArgMin => {
+                const $c: ReduceOp = ReduceOp::ArgMin;
+                $body
+            }
+            ReduceOp::Any => {
+                const $c: ReduceOp = ReduceOp::Any;
+                $body
+            }
+            ReduceOp::All => {
+                const $c: ReduceOp = ReduceOp::All;
+                $body
+            }
+        }
+    };
+}
+
+/// Partials of a reduction along the tile (all but arg reductions): tile
+/// lane l combines into partial l % FOLD_LANES, in lane order.
+pub const FOLD_LANES: usize = 16;
+
+/// Combine a tile of `len` values into the FOLD_LANES partials: each
+/// partial first reduces its lanes of this tile (from the identity), then
+/// joins the accumulator, so a partial's sequential chain grows by one per
+/// tile. The compiled `Fold` output computes exactly this.
+pub(super) fn fold_tile(op: ReduceOp, acc: &mut Tile, value: &Tile, len: usize) {
+    #[inline(always)]
+    fn go<T: Reducible>(op: ReduceOp, acc: &mut [T], v: &[T], len: usize) {
+        let mut part = [T::identity(op); FOLD_LANES];
+        for chunk in v[..len].chunks(FOLD_LANES) {
+            for (p, &x) in part.iter_mut().zip(chunk) {
+                *p = T::combine(op, *p, x);
+            }
+        }
+        for (a, p) in acc[..FOLD_LANES].iter_mut().zip(part) {
+            *a = T::combine(op, *a, p);
+        }
+    }
+    match (acc, value) {
+        (Tile::F32(a), Tile::F32(v)) => by_op!(op, OP => go(OP, a, v, len)),
+        (Tile::F64(a), Tile::F64(v)) => by_op!(op, OP => go(OP, a, v, len)),
+        (Tile::I64(a), Tile::I64(v)) => by_op!(op, OP => go(OP, a, v, len)),
+        _ => {}
+    }
+}
+
+/// Set the first `len` lanes to the op's identity (and, for arg
+/// reductions, the indices to "none yet").
+pub(super) fn init_acc(acc: &mut Tile, acc_index: &mut [i64], kind: Kind, op: ReduceOp, len: usize) {
+    fn go<T: Reducible>(v: &mut Vec<T>, op: ReduceOp, len: usize) {
+        let id = T::identity(op);
+        if v.len() >= len {
+            v[..len].iter_mut().for_each(|x| *x = id);
+        } else {
+            *v = vec![id; len];
+        }
+    }
+    let len = len.max(1);
+    match (kind, &mut *acc) {
+        (Kind::F32, Tile::F32(v)) => go(v, op, len),
+        (Kind::F64, Tile::F64(v)) => go(v, op, len),
+        (Kind::I64, Tile::I64(v)) => go(v, op, len),
+        (Kind::F32, _) => *acc = Tile::F32(vec![f32::identity(op); len]),
+        (Kind::F64, _) => *acc = Tile::F64(vec![f64::identity(op); len]),
+        (Kind::I64, _) => *acc = Tile::I64(vec![i64::identity(op); len]),
+    }
+    if matches!(op, ReduceOp::ArgMax | ReduceOp::ArgMin) {
+        acc_index.iter_mut().for_each(|v| *v = -1);
+    }
+}
+
+/// `acc[l] ⊕= value[l]` for the first `len` lanes; arg reductions also keep
+/// the winning index (`index(l)` is lane `l`'s position in the reduction).
+pub(super) fn combine_lanes(
+    op: ReduceOp,
+    acc: &mut Tile,
+    acc_index: &mut [i64],
+    value: &Tile,
+    len: usize,
+    index: impl Fn(usize) -> i64,
+) {
+    #[inline(always)]
+    fn go<T: Reducible>(
+        op: ReduceOp,
+        acc: &mut [T],
+        ai: &mut [i64],
+        v: &[T],
+        len: usize,
+        index: impl Fn(usize) -> i64,
+    ) {
+        if matches!(op, ReduceOp::ArgMax | ReduceOp::ArgMin) {
+            for l in 0..len {
+                let i = index(l);
+                if ops::arg_better(op, acc[l], ai[l], v[l], i) {
+                    acc[l] = v[l];
+                    ai[l] = i;
+                }
+            }
+        } else {
+            for (a, &x) in acc[..len].iter_mut().zip(&v[..len]) {
+                *a = T::combine(op, *a, x);
+            }
+        }
+    }
+    match (acc, value) {
+        (Tile::F32(a), Tile::F32(v)) => by_op!(op, OP => go(OP, a, acc_index, v, len, &index)),
+        (Tile::F64(a), Tile::F64(v)) => by_op!(op, OP => go(OP, a, acc_index, v, len, &index)),
+        (Tile::I64(a), Tile::I64(v)) => by_op!(op, OP => go(OP, a, acc_index, v, len, &index)),
+        _ => {}
+    }
+}
+
+/// Reduce the first `len` lanes of the accumulator into lane 0.
+pub(super) fn fold_lanes(acc: &mut Tile, acc_index: &mut [i64], op: ReduceOp, len: usize) {
+    #[inline(always)]
+    fn go<T: Reducible>(op: ReduceOp, acc: &mut [T], ai: &mut [i64], len: usize) {
+        if matches!(op, ReduceOp::ArgMax | ReduceOp::ArgMin) {
+            for l in 1..len {
+                if ai[l] >= 0 && ops::arg_better(op, acc[0], ai[0], acc[l], ai[l]) {
+                    acc[0] = acc[l];
+                    ai[0] = ai[l];
+                }
+            }
+        } else {
+            // Pairwise tree over the lanes keeps float sums accurate.
+            let mut width = len;
+            while width > 1 {
+                let half = width.div_ceil(2);
+                let (lo, hi) = acc[..width].split_at_mut(half);
+                for (a, &x) in lo.iter_mut().zip(hi.iter()) {
+                    *a = T::combine(op, *a, x);
+                }
+                width = half;
+            }
+        }
+    }
+    match acc {
+        Tile::F32(a) => by_op!(op, OP => go(OP, a, acc_index, len)),
+        Tile::F64(a) => by_op!(op, OP => go(OP, a, acc_index, len)),
+        Tile::I64(a) => by_op!(op, OP => go(OP, a, acc_index, len)),
+    }
+}
