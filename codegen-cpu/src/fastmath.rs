@@ -9,49 +9,16 @@
 const LOG2E: f32 = std::f32::consts::LOG2_E;
 const LN2_HI: f32 = 0.693_359_4;
 const LN2_LO: f32 = -2.121_944_4e-4;
-/// `exp`'s range: below it the result is 0, above it infinity.
-const EXP_LO: f32 = -87.3;
-const EXP_HI: f32 = 88.72;
-/// 1.5·2^23: adding and subtracting it rounds to an integer.
-const ROUND: f32 = 12_582_912.0;
-/// `exp`'s polynomial in r, highest power first.
-const EXP_P: [f32; 6] = [1.987_569_1e-4, 1.398_2e-3, 8.333_452e-3, 4.166_579_6e-2, 1.666_666_5e-1, 5.000_000_1e-1];
-/// `tanh`'s odd polynomial in x² for |x| < TANH_SMALL, highest power first.
-const TANH_P: [f32; 5] = [-5.704_988_7e-3, 2.063_908_9e-2, -5.373_971_6e-2, 1.333_144_2e-1, -3.333_328_2e-1];
-const TANH_SMALL: f32 = 0.625;
-/// erfc's Chebyshev fit in t, highest power first (the constant term
-/// `ERF_C0` is subtracted separately).
-const ERF_P: [f32; 9] = [
-    0.170_872_77,
-    -0.822_152_23,
-    1.488_515_87,
-    -1.135_203_98,
-    0.278_868_07,
-    -0.186_288_06,
-    0.096_784_18,
-    0.374_091_96,
-    1.000_023_7,
-];
-const ERF_C0: f32 = 1.265_512_2;
-
-/// Horner's rule, highest coefficient first: ((c0·x + c1)·x + …).
-#[inline(always)]
-fn horner<const N: usize>(c: &[f32; N], x: f32) -> f32 {
-    let mut p = c[0];
-    for &k in &c[1..] {
-        p = p * x + k;
-    }
-    p
-}
 
 #[inline(always)]
 pub fn exp(x: f32) -> f32 {
-    let xc = x.clamp(EXP_LO, EXP_HI);
+    let xc = x.clamp(-87.3, 88.72);
     // Round to nearest by the 1.5·2^23 trick: `floor` is a libm call on
     // baseline x86-64 (no SSE4.1) and would stop the loop vectorising.
-    let n = (xc * LOG2E + ROUND) - ROUND;
+    let n = (xc * LOG2E + 12_582_912.0) - 12_582_912.0;
     let r = xc - n * LN2_HI - n * LN2_LO;
-    let p = horner(&EXP_P, r);
+    let p = ((((1.987_569_1e-4 * r + 1.398_2e-3) * r + 8.333_452e-3) * r + 4.166_579_6e-2) * r + 1.666_666_5e-1) * r
+        + 5.000_000_1e-1;
     let y = p * r * r + r + 1.0;
     // SAFETY: n is an integer in [-126, 128] after the clamp (finite, in
     // i32 range). The unchecked conversion is a plain cvttps2dq; `as i32`
@@ -59,8 +26,8 @@ pub fn exp(x: f32) -> f32 {
     let ni: i32 = unsafe { n.to_int_unchecked() };
     let scale = f32::from_bits(((ni + 127) << 23) as u32);
     let v = y * scale;
-    let v = if x > EXP_HI { f32::INFINITY } else { v };
-    let v = if x < EXP_LO { 0.0 } else { v };
+    let v = if x > 88.72 { f32::INFINITY } else { v };
+    let v = if x < -87.3 { 0.0 } else { v };
     if x.is_nan() {
         x
     } else {
@@ -72,10 +39,14 @@ pub fn exp(x: f32) -> f32 {
 pub fn tanh(x: f32) -> f32 {
     let a = x.abs();
     let z = x * x;
-    let small = horner(&TANH_P, z) * z * x + x;
+    let small = ((((-5.704_988_7e-3 * z + 2.063_908_9e-2) * z - 5.373_971_6e-2) * z + 1.333_144_2e-1) * z
+        - 3.333_328_2e-1)
+        * z
+        * x
+        + x;
     let e = exp(2.0 * a);
     let large = (1.0 - 2.0 / (e + 1.0)).copysign(x);
-    let v = if a < TANH_SMALL { small } else { large };
+    let v = if a < 0.625 { small } else { large };
     if x.is_nan() {
         x
     } else {
@@ -126,8 +97,13 @@ pub fn ln(x: f32) -> f32 {
 pub fn erf(x: f32) -> f32 {
     let z = x.abs();
     let t = 1.0 / (1.0 + 0.5 * z);
-    // erfc's fit nests as c8 + t·(c7 + t·(… + t·c0)): Horner in t.
-    let poly = -z * z - ERF_C0 + t * horner(&ERF_P, t);
+    let poly = -z * z - 1.265_512_2
+        + t * (1.000_023_7
+            + t * (0.374_091_96
+                + t * (0.096_784_18
+                    + t * (-0.186_288_06
+                        + t * (0.278_868_07
+                            + t * (-1.135_203_98 + t * (1.488_515_87 + t * (-0.822_152_23 + t * 0.170_872_77))))))));
     let erfc = t * exp(poly);
     let v = (1.0 - erfc).copysign(x);
     if x.is_nan() {

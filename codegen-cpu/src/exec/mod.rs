@@ -490,17 +490,17 @@ fn jit_accumulate(stage: &StagePlan, tile_var: usize, len: usize, mem: &Memory, 
     if !matches!(jit.output, Output::Accumulate(_) | Output::Fold(_)) || jit.tile_var.is_some_and(|v| v != tile_var) {
         return false;
     }
-    let Tile::F32(acc) = &sc.acc else { return false };
     // The lanes the function writes: one per tile lane, or FOLD_LANES.
     let written = if matches!(jit.output, Output::Fold(_)) { FOLD_LANES } else { len };
-    if acc.len() < written {
+    if !matches!(&sc.acc, Tile::F32(acc) if acc.len() >= written) {
         return false;
     }
     jit_addrs(jit, mem, sc);
-    let Tile::F32(acc) = &mut sc.acc else { return false };
-    // SAFETY: as in `run_jit`; the accumulator holds the lanes the
-    // function writes (checked above).
-    unsafe { (jit.func)(sc.addrs.as_ptr(), acc.as_mut_ptr(), len as i64, jit.constants.as_ptr()) };
+    if let Tile::F32(acc) = &mut sc.acc {
+        // SAFETY: as in `run_jit`; the accumulator holds the lanes the
+        // function writes (checked above).
+        unsafe { (jit.func)(sc.addrs.as_ptr(), acc.as_mut_ptr(), len as i64, jit.constants.as_ptr()) };
+    }
     true
 }
 

@@ -15,39 +15,14 @@ use crate::ops::{self, Reducible};
 /// `$body` with `$c` bound to `$op` as a constant, once per op.
 macro_rules! by_op {
     ($op:expr, $c:ident => $body:expr) => {
+        by_op!(@arms $op, $c, $body, Sum, Prod, Max, Min, ArgMax, ArgMin, Any, All)
+    };
+    (@arms $op:expr, $c:ident, $body:expr, $($v:ident),*) => {
         match $op {
-            ReduceOp::Sum => {
-                const $c: ReduceOp = ReduceOp::Sum;
+            $(ReduceOp::$v => {
+                const $c: ReduceOp = ReduceOp::$v;
                 $body
-            }
-            ReduceOp::Prod => {
-                const $c: ReduceOp = ReduceOp::Prod;
-                $body
-            }
-            ReduceOp::Max => {
-                const $c: ReduceOp = ReduceOp::Max;
-                $body
-            }
-            ReduceOp::Min => {
-                const $c: ReduceOp = ReduceOp::Min;
-                $body
-            }
-            ReduceOp::ArgMax => {
-                const $c: ReduceOp = ReduceOp::ArgMax;
-                $body
-            }
-            ReduceOp::ArgMin => {
-                const $c: ReduceOp = ReduceOp::ArgMin;
-                $body
-            }
-            ReduceOp::Any => {
-                const $c: ReduceOp = ReduceOp::Any;
-                $body
-            }
-            ReduceOp::All => {
-                const $c: ReduceOp = ReduceOp::All;
-                $body
-            }
+            })*
         }
     };
 }
@@ -86,20 +61,19 @@ pub(super) fn fold_tile(op: ReduceOp, acc: &mut Tile, value: &Tile, len: usize) 
 pub(super) fn init_acc(acc: &mut Tile, acc_index: &mut [i64], kind: Kind, op: ReduceOp, len: usize) {
     fn go<T: Reducible>(v: &mut Vec<T>, op: ReduceOp, len: usize) {
         let id = T::identity(op);
-        if v.len() >= len {
-            v[..len].iter_mut().for_each(|x| *x = id);
-        } else {
-            *v = vec![id; len];
+        if v.len() < len {
+            v.resize(len, id);
         }
+        v[..len].iter_mut().for_each(|x| *x = id);
     }
     let len = len.max(1);
-    match (kind, &mut *acc) {
-        (Kind::F32, Tile::F32(v)) => go(v, op, len),
-        (Kind::F64, Tile::F64(v)) => go(v, op, len),
-        (Kind::I64, Tile::I64(v)) => go(v, op, len),
-        (Kind::F32, _) => *acc = Tile::F32(vec![f32::identity(op); len]),
-        (Kind::F64, _) => *acc = Tile::F64(vec![f64::identity(op); len]),
-        (Kind::I64, _) => *acc = Tile::I64(vec![i64::identity(op); len]),
+    if !matches!((kind, &*acc), (Kind::F32, Tile::F32(_)) | (Kind::F64, Tile::F64(_)) | (Kind::I64, Tile::I64(_))) {
+        *acc = Tile::new(kind, len);
+    }
+    match acc {
+        Tile::F32(v) => go(v, op, len),
+        Tile::F64(v) => go(v, op, len),
+        Tile::I64(v) => go(v, op, len),
     }
     if matches!(op, ReduceOp::ArgMax | ReduceOp::ArgMin) {
         acc_index.iter_mut().for_each(|v| *v = -1);

@@ -30,8 +30,10 @@ impl Pool {
         let mut values = HashMap::new();
         for (k, &x) in bits.iter().enumerate() {
             let at = 4 * k as i32;
+            // One load per constant; the mask view and the splats are pure,
+            // so the ones a stage does not use are never emitted.
             let f = b.ins().load(types::F32, MemFlagsData::trusted(), table, at);
-            let i = b.ins().load(types::I32, MemFlagsData::trusted(), table, at);
+            let i = b.ins().bitcast(types::I32, MemFlagsData::new(), f);
             let (fw, iw) = (b.ins().splat(types::F32X4, f), b.ins().splat(types::I32X4, i));
             values.insert(x, [f, i, fw, iw]);
         }

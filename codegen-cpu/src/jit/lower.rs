@@ -245,18 +245,15 @@ pub(super) fn compile_stage(
     // Fold: the 16-lane loop carries four accumulator vectors (tile lane l
     // goes to accumulator lane l % 16); the 4- and 1-lane loops combine
     // into their spill slot, which is finally combined into `out[0..16]`.
-    let fold = match output {
-        Output::Fold(op) => Some(op),
-        _ => None,
-    };
-    let (slot, mut carried) = match fold {
-        Some(op) => {
+    // `fold`: the op and the spill slot's address.
+    let (fold, mut carried) = match output {
+        Output::Fold(op) => {
             let ss = b.create_sized_stack_slot(StackSlotData::new(StackSlotKind::ExplicitSlot, 64, 4));
-            let addr = b.ins().stack_addr(types::I64, ss, 0);
+            let slot = b.ins().stack_addr(types::I64, ss, 0);
             let id = Em { b: &mut b, wide: true, pool }.fc(identity(op));
-            (Some(addr), vec![id; 4])
+            (Some((op, slot)), vec![id; 4])
         }
-        None => (None, Vec::new()),
+        _ => (None, Vec::new()),
     };
     let mut i = zero;
     for (groups, wide_loop) in [(4i64, true), (1, true), (1, false)] {
@@ -294,9 +291,9 @@ pub(super) fn compile_stage(
         for (g, env) in envs.iter().enumerate() {
             let v = env.get(a.value).ok_or("stage value undefined")?;
             let mut em = Em { b: &mut b, wide: wide_loop, pool };
-            match (fold, slot) {
-                (Some(op), _) if !accs.is_empty() => next_accs[g] = combine(&mut em, op, accs[g], v),
-                (Some(op), Some(slot)) => {
+            match fold {
+                Some((op, _)) if !accs.is_empty() => next_accs[g] = combine(&mut em, op, accs[g], v),
+                Some((op, slot)) => {
                     let k = em.b.ins().band_imm_u(at, 15);
                     let off = em.b.ins().imul_imm_s(k, 4);
                     let p = em.b.ins().iadd(slot, off);
@@ -318,14 +315,14 @@ pub(super) fn compile_stage(
         b.seal_block(after);
         let params = b.block_params(after).to_vec();
         i = params[0];
-        if let Some(slot) = slot.filter(|_| !carried.is_empty()) {
+        if let Some((_, slot)) = fold.filter(|_| !carried.is_empty()) {
             for (g, v) in params[1..].iter().enumerate() {
                 b.ins().store(MemFlagsData::trusted(), *v, slot, 16 * g as i32);
             }
             carried.clear();
         }
     }
-    if let (Some(op), Some(slot)) = (fold, slot) {
+    if let Some((op, slot)) = fold {
         let mut em = Em { b: &mut b, wide: true, pool };
         for g in 0..4 {
             let acc = em.b.ins().load(types::F32X4, MemFlagsData::new().with_notrap(), out, 16 * g);

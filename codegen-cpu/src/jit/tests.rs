@@ -22,6 +22,32 @@ fn load(dst: u16, buf: u32, index: Expr) -> Inst {
     )
 }
 
+/// A float32 stage writing `out` at `store`, with `n_regs` float registers
+/// and no constants.
+fn f32_stage(
+    out: u32,
+    reduce: Option<(ReduceOp, Vec<i64>)>,
+    insts: Vec<Inst>,
+    value: u16,
+    store: &Expr,
+    n_regs: usize,
+) -> StagePlan {
+    StagePlan {
+        out: BufId(out),
+        out_dtype: DType::F32,
+        inner: vec![],
+        reduce,
+        insts,
+        value,
+        value_kind: Kind::F32,
+        store: IndexFn::new(store),
+        store_indirect: vec![],
+        regs: vec![Kind::F32; n_regs],
+        consts: vec![],
+        jit: None,
+    }
+}
+
 /// 4x37 inputs a (row-major), b (per column); output either row-major or
 /// transposed (`out_t`).
 fn pointwise_stage(out_t: bool) -> StagePlan {
@@ -48,31 +74,10 @@ fn pointwise_stage(out_t: bool) -> StagePlan {
         f32_inst(4, Binary(B::Pow, 3, 9)),
         f32_inst(5, Binary(B::Add, 4, 2)),
     ];
-    StagePlan {
-        out: BufId(2),
-        out_dtype: DType::F32,
-        inner: vec![],
-        reduce: None,
-        insts,
-        value: 5,
-        value_kind: Kind::F32,
-        store: IndexFn::new(&store),
-        store_indirect: vec![],
-        regs: vec![
-            Kind::F32,
-            Kind::F32,
-            Kind::F32,
-            Kind::F32,
-            Kind::F32,
-            Kind::F32,
-            Kind::F32,
-            Kind::I64,
-            Kind::F32,
-            Kind::F32,
-        ],
-        consts: vec![(8, InstOp::ConstF(-0.5)), (9, InstOp::ConstF(2.0))],
-        jit: None,
-    }
+    let mut stage = f32_stage(2, None, insts, 5, &store, 10);
+    stage.regs[7] = Kind::I64;
+    stage.consts = vec![(8, InstOp::ConstF(-0.5)), (9, InstOp::ConstF(2.0))];
+    stage
 }
 
 /// `op` over the 37 columns of (a - b)², one lane per column.
@@ -84,20 +89,9 @@ fn reduce_stage(op: ReduceOp) -> StagePlan {
         f32_inst(2, InstOp::Binary(BinaryOp::Sub, 0, 1)),
         f32_inst(0, InstOp::Binary(BinaryOp::Mul, 2, 2)),
     ];
-    StagePlan {
-        out: BufId(3),
-        out_dtype: DType::F32,
-        inner: vec![1],
-        reduce: Some((op, vec![37])),
-        insts,
-        value: 0,
-        value_kind: Kind::F32,
-        store: IndexFn::new(&i0),
-        store_indirect: vec![],
-        regs: vec![Kind::F32; 3],
-        consts: vec![],
-        jit: None,
-    }
+    let mut stage = f32_stage(3, Some((op, vec![37])), insts, 0, &i0, 3);
+    stage.inner = vec![1];
+    stage
 }
 
 fn inputs() -> (Vec<f32>, Vec<f32>) {
@@ -191,20 +185,7 @@ fn column_reduction_matches_interpreter_bitwise() {
             load(1, 1, i0.clone()),
             f32_inst(2, InstOp::Binary(BinaryOp::Sub, 0, 1)),
         ];
-        let stage = StagePlan {
-            out: BufId(2),
-            out_dtype: DType::F32,
-            inner: vec![],
-            reduce: Some((op, vec![4])),
-            insts,
-            value: 2,
-            value_kind: Kind::F32,
-            store: IndexFn::new(&i0),
-            store_indirect: vec![],
-            regs: vec![Kind::F32; 3],
-            consts: vec![],
-            jit: None,
-        };
+        let stage = f32_stage(2, Some((op, vec![4])), insts, 2, &i0, 3);
         let kernel = KernelPlan {
             name: "k".into(),
             outer: vec![37],
