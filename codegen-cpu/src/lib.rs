@@ -9,14 +9,17 @@
 //! Invariant: a plan is only run on buffers whose sizes and strides match the
 //! ones it was built for (the runtime's guards ensure it).
 
+pub mod blas;
 pub mod exec;
 mod fastmath;
 pub mod gemm;
 pub mod jit;
 mod lower_kernel;
 mod ops;
+pub mod parallel;
 pub mod plan;
 pub mod special;
+mod split;
 
 /// Why a CPU plan could not be built or run.
 #[derive(Debug, thiserror::Error, PartialEq)]

@@ -6,6 +6,7 @@ use rdyn_ir::loops::{Kernel, Program, ScalarId, ScalarOp, Stage};
 use rdyn_ir::{Ctx, DType, Expr, Kind, Var};
 
 use crate::plan::{operand_kind, IndexFn, Inst, InstOp, KernelPlan, Reg, StagePlan, TileMode};
+use crate::split::Split;
 use crate::CodegenError;
 
 fn concrete(e: &Expr, ctx: &Ctx) -> Result<i64, CodegenError> {
@@ -48,6 +49,24 @@ fn collapse_groups(sizes: &[i64], first: usize, exprs: &[Expr]) -> Vec<Vec<usize
     groups
 }
 
+/// A stage's index expressions over the split outer variables.
+fn split_exprs(
+    program: &Program,
+    stage: &Stage,
+    split: &Split,
+    m0: usize,
+    syms: &Ctx,
+) -> Vec<Result<Expr, CodegenError>> {
+    let mut tail: Vec<i64> = Vec::new();
+    for e in stage.ranges[m0..].iter().chain(stage.reduce.iter().flat_map(|r| r.ranges.iter())) {
+        match concrete(e, syms) {
+            Ok(n) => tail.push(n),
+            Err(err) => return vec![Err(err)],
+        }
+    }
+    stage_exprs(program, stage).into_iter().map(|e| Ok(split.apply(&e.simplify(syms), syms, &tail))).collect()
+}
+
 fn narrow_of(dtype: DType) -> Option<DType> {
     match dtype {
         DType::Bool | DType::U8 | DType::I8 | DType::I16 | DType::I32 => Some(dtype),
@@ -84,26 +103,41 @@ pub(crate) fn kernel_plan(
     name: String,
 ) -> Result<KernelPlan, CodegenError> {
     let outer: Vec<i64> = kernel.outer.iter().map(|e| concrete(e, syms)).collect::<Result<_, _>>()?;
-    let m = outer.len();
+    let m0 = outer.len();
     let mut all_exprs = Vec::new();
     for stage in &kernel.stages {
         all_exprs.extend(stage_exprs(program, stage).into_iter().map(|e| e.simplify(syms)));
     }
     let serial = kernel.stages.iter().any(|s| !s.store_indirect.is_empty());
+    let split = if serial { Split::find(&outer, &[], syms) } else { Split::find(&outer, &all_exprs, syms) };
+    let all_exprs: Vec<Expr> = if split.is_identity() {
+        all_exprs
+    } else {
+        kernel
+            .stages
+            .iter()
+            .flat_map(|stage| split_exprs(program, stage, &split, m0, syms))
+            .collect::<Result<_, _>>()?
+    };
+    let outer = split.sizes.clone();
+    let m = outer.len();
     let groups = if serial { (0..m).map(|k| vec![k]).collect() } else { collapse_groups(&outer, 0, &all_exprs) };
     let new_outer: Vec<i64> = groups.iter().map(|g| g.iter().map(|k| outer[*k]).product()).collect();
     let m_new = new_outer.len();
     let mut stages = Vec::new();
     for stage in &kernel.stages {
         let ranges: Vec<i64> = stage.ranges.iter().map(|e| concrete(e, syms)).collect::<Result<_, _>>()?;
-        let inner: Vec<i64> = ranges[m..].to_vec();
+        let inner: Vec<i64> = ranges[m0..].to_vec();
         let red: Vec<i64> = match &stage.reduce {
             Some(r) => r.ranges.iter().map(|e| concrete(e, syms)).collect::<Result<Vec<_>, _>>()?,
             None => Vec::new(),
         };
         let total_vars = m + inner.len() + red.len();
         // The stage's own dims collapse by its own indices.
-        let own: Vec<Expr> = stage_exprs(program, stage).into_iter().map(|e| e.simplify(syms)).collect();
+        let mut tail = inner.clone();
+        tail.extend_from_slice(&red);
+        let own: Vec<Expr> =
+            stage_exprs(program, stage).into_iter().map(|e| split.apply(&e.simplify(syms), syms, &tail)).collect();
         let single = |n: usize| (0..n).map(|k| vec![k]).collect::<Vec<_>>();
         let inner_groups = if serial { single(inner.len()) } else { collapse_groups(&inner, m, &own) };
         let red_groups = if serial { single(red.len()) } else { collapse_groups(&red, m + inner.len(), &own) };
@@ -137,7 +171,7 @@ pub(crate) fn kernel_plan(
         }
         let mut ctx = Ctx::with_extents(&extents);
         ctx.sym_values = syms.sym_values.clone();
-        let index = |e: &Expr| IndexFn::new(&e.simplify(syms).substitute_vars(&remap, &ctx));
+        let index = |e: &Expr| IndexFn::new(&split.apply(&e.simplify(syms), syms, &tail).substitute_vars(&remap, &ctx));
         stages.push(compile_stage(program, buffers, &extents, stage, inner, reduce, &index, syms)?);
     }
     let mode = choose_mode(&new_outer, &stages);

@@ -269,6 +269,12 @@ float_ops!(
 /// run time (the results are the same: no FMA contraction).
 pub fn unary_f32(op: UnaryOp, x: &[f32], out: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
+    if avx512() {
+        // SAFETY: the CPU supports AVX-512F, AVX2 and FMA (checked just above).
+        unsafe { unary_f32_avx512(op, x, out) };
+        return;
+    }
+    #[cfg(target_arch = "x86_64")]
     if avx2_fma() {
         // SAFETY: the CPU supports AVX2 and FMA (checked just above).
         unsafe { unary_f32_avx2(op, x, out) };
@@ -281,6 +287,19 @@ pub fn unary_f32(op: UnaryOp, x: &[f32], out: &mut [f32]) {
 #[cfg(target_arch = "x86_64")]
 fn avx2_fma() -> bool {
     is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma")
+}
+
+/// Whether this CPU runs the AVX-512 build of the float32 transcendentals
+/// (sixteen lanes per instruction; the same operations, so the same results).
+#[cfg(target_arch = "x86_64")]
+fn avx512() -> bool {
+    avx2_fma() && is_x86_feature_detected!("avx512f")
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx2,fma")]
+unsafe fn unary_f32_avx512(op: UnaryOp, x: &[f32], out: &mut [f32]) {
+    unary_f32_body(op, x, out);
 }
 
 /// float32 binary ops, compiled for AVX2+FMA too and chosen at run time.
@@ -406,7 +425,26 @@ pub fn unary_i64(op: UnaryOp, x: &[i64], out: &mut [i64]) {
     }
 }
 
+/// Integer binary ops (indices, masks, integer tensors), compiled for AVX2
+/// too and chosen at run time.
 pub fn binary_i64(op: BinaryOp, a: &[i64], b: &[i64], out: &mut [i64], error: &mut bool) {
+    #[cfg(target_arch = "x86_64")]
+    if avx2_fma() {
+        // SAFETY: the CPU supports AVX2 (checked just above).
+        unsafe { binary_i64_avx2(op, a, b, out, error) };
+        return;
+    }
+    binary_i64_body(op, a, b, out, error);
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn binary_i64_avx2(op: BinaryOp, a: &[i64], b: &[i64], out: &mut [i64], error: &mut bool) {
+    binary_i64_body(op, a, b, out, error);
+}
+
+#[inline(always)]
+fn binary_i64_body(op: BinaryOp, a: &[i64], b: &[i64], out: &mut [i64], error: &mut bool) {
     macro_rules! zip {
         ($f:expr) => {
             for ((o, &x), &y) in out.iter_mut().zip(a).zip(b) {
@@ -465,8 +503,9 @@ pub fn binary_i64(op: BinaryOp, a: &[i64], b: &[i64], out: &mut [i64], error: &m
         BinaryOp::Le => zip!(|x: i64, y: i64| (x <= y) as i64),
         BinaryOp::Gt => zip!(|x: i64, y: i64| (x > y) as i64),
         BinaryOp::Ge => zip!(|x: i64, y: i64| (x >= y) as i64),
-        BinaryOp::And => zip!(|x: i64, y: i64| (x != 0 && y != 0) as i64),
-        BinaryOp::Or => zip!(|x: i64, y: i64| (x != 0 || y != 0) as i64),
+        // `&` and `|`, not `&&` and `||`: branch-free, so the loops vectorise.
+        BinaryOp::And => zip!(|x: i64, y: i64| ((x != 0) & (y != 0)) as i64),
+        BinaryOp::Or => zip!(|x: i64, y: i64| ((x != 0) | (y != 0)) as i64),
         BinaryOp::Xor => zip!(|x: i64, y: i64| ((x != 0) != (y != 0)) as i64),
         BinaryOp::BitAnd => zip!(|x: i64, y: i64| x & y),
         BinaryOp::BitOr => zip!(|x: i64, y: i64| x | y),

@@ -174,6 +174,19 @@ pub struct StagePlan {
     pub jit: Option<crate::jit::JitStage>,
 }
 
+impl StagePlan {
+    /// One line for profiles: the output, the reduction and whether the JIT
+    /// compiled the stage.
+    pub fn summary(&self) -> String {
+        let reduce = match &self.reduce {
+            Some((op, ranges)) => format!(" {op:?} over {ranges:?}"),
+            None => String::new(),
+        };
+        let jit = if self.jit.is_some() { " jit" } else { "" };
+        format!("{} {:?} {} insts{reduce}{jit}", self.out, self.out_dtype, self.insts.len())
+    }
+}
+
 /// How a kernel vectorises.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum TileMode {

@@ -248,6 +248,9 @@ fn stats<'py>(py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
     }
     out.set_item("compile_seconds", snap.compile_seconds)?;
     out.set_item("fallback_ops", snap.fallback_ops)?;
+    if !snap.profile.is_empty() {
+        out.set_item("profile", snap.profile)?;
+    }
     Ok(out)
 }
 
@@ -266,7 +269,33 @@ fn reset_stats() {
 /// How many worker threads CPU kernels use.
 #[pyfunction]
 fn num_threads() -> usize {
-    rayon::current_num_threads()
+    rdyn_codegen_cpu::parallel::threads()
+}
+
+/// Run float32/float64 matrix products through the Fortran `sgemm_` and
+/// `dgemm_` at these addresses (torch's own BLAS, found by
+/// `rdyn._aten_libs`). Returns whether they were taken.
+#[pyfunction]
+fn use_blas(sgemm: usize, dgemm: usize) -> bool {
+    // SAFETY: `rdyn._aten_libs` passes the LP64 routines of libtorch_cpu,
+    // which torch keeps loaded for the life of the process.
+    unsafe { rdyn_codegen_cpu::blas::use_blas(sgemm, dgemm) }
+}
+
+/// Which thread pool runs CPU kernels: "openmp" (ATen's own team) or "rayon".
+#[pyfunction]
+fn thread_pool() -> &'static str {
+    rdyn_codegen_cpu::parallel::backend()
+}
+
+/// Run CPU kernels on the OpenMP team of the libgomp torch loaded, given the
+/// addresses of its `GOMP_parallel` and `omp_get_max_threads` (found by
+/// `rdyn._aten_libs`). Returns whether they were taken (only the first call's are).
+#[pyfunction]
+fn use_openmp(parallel: usize, max_threads: usize) -> bool {
+    // SAFETY: `rdyn._aten_libs` passes the two functions of the libgomp that
+    // torch keeps loaded for the life of the process.
+    unsafe { rdyn_codegen_cpu::parallel::use_openmp(parallel, max_threads) }
 }
 
 /// Make the importing thread (the one that runs compiled graphs, as a
@@ -295,6 +324,9 @@ fn _rdyn(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(stats, m)?)?;
     m.add_function(wrap_pyfunction!(reset_stats, m)?)?;
     m.add_function(wrap_pyfunction!(num_threads, m)?)?;
+    m.add_function(wrap_pyfunction!(thread_pool, m)?)?;
+    m.add_function(wrap_pyfunction!(use_openmp, m)?)?;
+    m.add_function(wrap_pyfunction!(use_blas, m)?)?;
     m.add_function(wrap_pyfunction!(wgpu_adapter, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())

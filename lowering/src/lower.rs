@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 
 use crate::ir::graph::{Arg, Graph, Input, Node, ValueId};
-use crate::ir::loops::{BufId, BufRole, Buffer, Extern, ExternKind, Program, ProgramOutput, Step};
+use crate::ir::loops::{BufId, BufRole, Buffer, Extern, ExternKind, Program, ProgramOutput, ScalarOp, Step};
 use crate::ir::op::Op;
 use crate::ir::{Ctx, Expr};
 use crate::lazy::Lazy;
@@ -66,6 +66,37 @@ pub(crate) struct Lowerer<'g> {
 /// Bodies larger than this are stored once rather than recomputed in every
 /// consumer when a value has several users.
 const RECOMPUTE_LIMIT: usize = 12;
+
+/// The cost of one scalar op when deciding whether to recompute a body.
+fn op_cost(op: &ScalarOp) -> usize {
+    use crate::ir::loops::{BinaryOp as B, UnaryOp as U};
+    match op {
+        ScalarOp::Unary(
+            U::Neg
+            | U::Abs
+            | U::Sqrt
+            | U::Rsqrt
+            | U::Floor
+            | U::Ceil
+            | U::Round
+            | U::Trunc
+            | U::Sign
+            | U::Reciprocal
+            | U::Not
+            | U::BitNot
+            | U::IsNan
+            | U::IsInf
+            | U::Signbit,
+            _,
+        ) => 1,
+        ScalarOp::Unary(..) => RECOMPUTE_LIMIT,
+        ScalarOp::Binary(
+            B::Pow | B::Atan2 | B::Hypot | B::Nextafter | B::Polygamma | B::Zeta | B::Igamma | B::Igammac,
+            ..,
+        ) => RECOMPUTE_LIMIT,
+        _ => 1,
+    }
+}
 
 /// Lower `graph` for inputs with the given layouts (one entry per graph
 /// input; `None` for non-tensor inputs). `syms` holds the size-symbol values
@@ -222,8 +253,12 @@ impl Lowerer<'_> {
         ctx
     }
 
+    /// What recomputing a lazy's body costs, in simple ops: a
+    /// transcendental counts as `RECOMPUTE_LIMIT`, so a value like softmax's
+    /// `exp(x - max)` is stored once rather than recomputed per user.
     fn body_size(&self, lazy: &Lazy) -> usize {
-        self.prog.scalars.topo(&[lazy.value]).len()
+        let scalars = &self.prog.scalars;
+        scalars.topo(&[lazy.value]).iter().map(|id| op_cost(&scalars.get(*id).op)).sum()
     }
 
     fn lower_outputs(&mut self) -> Result<(), LowerError> {

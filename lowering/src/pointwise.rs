@@ -285,6 +285,17 @@ impl Lowerer<'_> {
         if node.op == Rsub {
             std::mem::swap(&mut a, &mut b);
         }
+        // ATen computes `x ** 2` and `x ** 3` by multiplication (as exact,
+        // and far cheaper than powf); so does rdyn, for float32 and float64.
+        if node.op == Pow && matches!(out, DType::F32 | DType::F64) {
+            if let Some(e) = b_arg.as_float().filter(|e| *e == 2.0 || *e == 3.0) {
+                let mut v = s.binary(BinaryOp::Mul, a, a, out);
+                if e == 3.0 {
+                    v = s.binary(BinaryOp::Mul, v, a, out);
+                }
+                return self.native(sizes, v, out);
+            }
+        }
         let op = match node.op {
             Add => BinaryOp::Add,
             Sub | Rsub => BinaryOp::Sub,

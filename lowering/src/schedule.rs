@@ -12,7 +12,7 @@
 //! multi-output pointwise kernels.
 
 use crate::ir::loops::{BufId, Kernel, Program, ScalarOp, Stage, Step};
-use crate::ir::Expr;
+use crate::ir::{Ctx, Expr, Var};
 
 /// Outer spaces smaller than this are not worth losing parallelism for.
 const MIN_PARALLEL_OUTER: i64 = 16;
@@ -121,21 +121,48 @@ fn reads_are_local(program: &Program, group: &Kernel, stage: &Stage, outer_len: 
             if *written != storage {
                 continue;
             }
-            if !indirect.is_empty() || *buf != producer.out || *index != producer.store {
+            if !indirect.is_empty() || *buf != producer.out {
                 return false;
             }
-            let producer_tail = tail_ranges(producer, outer_len);
             if producer.reduce.is_some() {
                 // One element per outer point: the read must not vary inside.
-                if index.max_var().is_some_and(|v| v as usize >= outer_len) {
+                if *index != producer.store || index.max_var().is_some_and(|v| v as usize >= outer_len) {
                     return false;
                 }
-            } else if producer_tail != tail_ranges(stage, outer_len) {
+            } else if !same_element(producer, stage, index, outer_len) {
                 return false;
             }
         }
     }
     true
+}
+
+/// Whether `index`, read by `stage`, is the element `producer` (pointwise)
+/// wrote at the same point of their tails: the tails' ranges of size > 1
+/// must match one to one (e.g. a row written along an inner range and read
+/// along a reduction range of the same size), and the producer's store,
+/// with its tail variables renamed to the reader's, must equal `index`.
+fn same_element(producer: &Stage, stage: &Stage, index: &Expr, outer_len: usize) -> bool {
+    let tail = |s: &Stage| -> Vec<(u32, Expr)> {
+        tail_ranges(s, outer_len)
+            .into_iter()
+            .enumerate()
+            .filter(|(_, r)| !r.is_const(1))
+            .map(|(k, r)| ((outer_len + k) as u32, r))
+            .collect()
+    };
+    let (written, read) = (tail(producer), tail(stage));
+    if written.len() != read.len() || written.iter().zip(&read).any(|((_, a), (_, b))| a != b) {
+        return false;
+    }
+    let rename = |v: Var| -> Option<Expr> {
+        if (v.0 as usize) < outer_len {
+            return None;
+        }
+        // A variable over a size-1 range is 0; the others map in order.
+        Some(written.iter().zip(&read).find(|((w, _), _)| *w == v.0).map_or(Expr::zero(), |(_, (r, _))| Expr::v(*r)))
+    };
+    producer.store.subst(&rename, &Ctx::default()) == *index
 }
 
 #[cfg(test)]
@@ -197,6 +224,47 @@ mod tests {
         run(&mut p);
         assert_eq!(p.kernels().count(), 1, "{p}");
         assert_eq!(p.kernels().next().map(|k| k.stages.len()), Some(2));
+    }
+
+    /// e = exp-like(x) stored per row, then summed along the row: the sum
+    /// reads, along its reduction range, the row the pointwise stage wrote
+    /// along its inner range at the same outer point, so they fuse; a sum
+    /// over a different row must not.
+    #[test]
+    fn stored_row_and_its_reduction_fuse() {
+        for (read_row, fused) in [(Expr::v(0), true), (Expr::c(63).sub(&Expr::v(0)), false)] {
+            let mut p = Program::default();
+            let x = buffer(&mut p, &[64, 32], BufRole::Input(0));
+            let e = buffer(&mut p, &[64, 32], BufRole::Temp);
+            let s = buffer(&mut p, &[64, 1], BufRole::Temp);
+            let xv = load(&mut p, x, Expr::v(0).scale(32).add(&Expr::v(1)));
+            let ev = p.scalars.unary(crate::ir::loops::UnaryOp::Exp, xv, DType::F32);
+            p.steps.push(Step::Kernel(Kernel {
+                outer: vec![Expr::c(64), Expr::c(32)],
+                stages: vec![Stage {
+                    out: e,
+                    ranges: vec![Expr::c(64), Expr::c(32)],
+                    reduce: None,
+                    value: ev,
+                    store: Expr::v(0).scale(32).add(&Expr::v(1)),
+                    store_indirect: vec![],
+                }],
+            }));
+            let row = load(&mut p, e, read_row.scale(32).add(&Expr::v(2)));
+            p.steps.push(Step::Kernel(Kernel {
+                outer: vec![Expr::c(64), Expr::c(1)],
+                stages: vec![Stage {
+                    out: s,
+                    ranges: vec![Expr::c(64), Expr::c(1)],
+                    reduce: Some(Reduce { op: ReduceOp::Sum, ranges: vec![Expr::c(32)] }),
+                    value: row,
+                    store: Expr::v(0),
+                    store_indirect: vec![],
+                }],
+            }));
+            run(&mut p);
+            assert_eq!(p.kernels().count() == 1, fused, "{p}");
+        }
     }
 
     /// A consumer reading a neighbour's element must not fuse.

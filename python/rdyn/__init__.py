@@ -9,11 +9,15 @@
 from __future__ import annotations
 
 from . import _rdyn
+from ._aten_libs import use_aten_blas, use_aten_openmp
 from .backend import DECOMPOSITIONS, CompileError, compile_graph, rdyn_backend, _py_stats
 from .config import Options
 from .explain import Report, describe_graph, explain
 
 __version__ = _rdyn.__version__
+
+use_aten_openmp()
+use_aten_blas()
 
 
 def stats() -> dict:

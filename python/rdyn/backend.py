@@ -16,6 +16,7 @@ from torch._decomp import core_aten_decompositions, get_decompositions
 from torch._dynamo.backends.common import aot_autograd
 
 from . import _rdyn
+from ._decomp import DECOMPOSITIONS as RDYN_DECOMPOSITIONS
 from ._import import Unsupported, import_graph
 from ._runner import GraphRunner
 from .config import Options, log_enabled, log
@@ -88,6 +89,7 @@ DECOMPOSITIONS = {
             aten._batch_norm_with_update_functional,
         ]
     ),
+    **RDYN_DECOMPOSITIONS,
 }
 
 

@@ -356,7 +356,9 @@ pub fn execute(selected: &Selected, args: &[CallArg], host: &mut dyn Host) -> Re
             return Ok(ptrs);
         }
     }
+    let profile = crate::stats::profiling();
     for step in &plan.steps {
+        let start = profile.then(Instant::now);
         match step {
             CpuStep::Kernel(kernel) => {
                 let mem = Memory { ptrs: &ptrs, bufs };
@@ -376,6 +378,9 @@ pub fn execute(selected: &Selected, args: &[CallArg], host: &mut dyn Host) -> Re
                 resolve_views(bufs, &mut ptrs);
             }
         }
+        if let Some(start) = start {
+            crate::stats::STATS.record_step(&step_label(step, bufs), start.elapsed().as_nanos() as u64);
+        }
     }
     if let Selected::Spec(s) = selected {
         if let Ok(mut pool) = s.arena_pool.lock() {
@@ -383,4 +388,21 @@ pub fn execute(selected: &Selected, args: &[CallArg], host: &mut dyn Host) -> Re
         }
     }
     Ok(ptrs)
+}
+
+/// How `RDYN_PROFILE` names a step: what it runs and on which sizes.
+fn step_label(step: &CpuStep, bufs: &[BufPlan]) -> String {
+    match step {
+        CpuStep::Kernel(k) => {
+            let stages: Vec<String> = k.stages.iter().map(|s| s.summary()).collect();
+            format!("kernel {:?} {:?} tile {} [{}]", k.outer, k.mode, k.tile, stages.join("; "))
+        }
+        CpuStep::Gemm { a, b, .. } => {
+            format!("gemm {:?} @ {:?}", bufs[a.0 as usize].sizes, bufs[b.0 as usize].sizes)
+        }
+        CpuStep::Host { target, inputs, .. } => {
+            let sizes: Vec<_> = inputs.iter().map(|i| &bufs[i.0 as usize].sizes).collect();
+            format!("{target} {sizes:?}")
+        }
+    }
 }

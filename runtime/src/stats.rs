@@ -21,6 +21,15 @@ pub struct Stats {
     /// Kernels of wgpu graphs that have no WGSL form and ran on the CPU.
     pub wgpu_cpu_kernels: AtomicU64,
     pub fallback_ops: Mutex<BTreeMap<String, u64>>,
+    /// Per step label: calls and nanoseconds, when `RDYN_PROFILE` is set.
+    pub profile: Mutex<BTreeMap<String, (u64, u64)>>,
+}
+
+/// Whether `RDYN_PROFILE` asks for per-step timings (read once).
+pub fn profiling() -> bool {
+    static ON: std::sync::LazyLock<bool> =
+        std::sync::LazyLock::new(|| std::env::var("RDYN_PROFILE").is_ok_and(|v| !v.is_empty() && v != "0"));
+    *ON
 }
 
 /// A plain copy of the counters.
@@ -29,6 +38,8 @@ pub struct Snapshot {
     pub counters: Vec<(&'static str, u64)>,
     pub compile_seconds: f64,
     pub fallback_ops: BTreeMap<String, u64>,
+    /// Step label -> (calls, seconds), slowest first.
+    pub profile: Vec<(String, u64, f64)>,
 }
 
 pub static STATS: std::sync::LazyLock<Stats> = std::sync::LazyLock::new(Stats::default);
@@ -70,7 +81,26 @@ impl Stats {
             ],
             compile_seconds: get(&self.compile_ns) as f64 * 1e-9,
             fallback_ops: self.fallback_ops.lock().map(|m| m.clone()).unwrap_or_default(),
+            profile: self.profile_rows(),
         }
+    }
+
+    /// Add one timed run of a step.
+    pub fn record_step(&self, label: &str, ns: u64) {
+        if let Ok(mut p) = self.profile.lock() {
+            let entry = p.entry(label.to_string()).or_insert((0, 0));
+            entry.0 += 1;
+            entry.1 += ns;
+        }
+    }
+
+    fn profile_rows(&self) -> Vec<(String, u64, f64)> {
+        let mut rows: Vec<_> = match self.profile.lock() {
+            Ok(p) => p.iter().map(|(k, &(calls, ns))| (k.clone(), calls, ns as f64 * 1e-9)).collect(),
+            Err(_) => Vec::new(),
+        };
+        rows.sort_by(|a, b| b.2.total_cmp(&a.2));
+        rows
     }
 
     pub fn reset(&self) {
@@ -91,6 +121,9 @@ impl Stats {
         }
         if let Ok(mut ops) = self.fallback_ops.lock() {
             ops.clear();
+        }
+        if let Ok(mut p) = self.profile.lock() {
+            p.clear();
         }
     }
 }

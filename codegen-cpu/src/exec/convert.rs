@@ -123,7 +123,7 @@ pub(super) fn load(
     dtype: DType,
     affine: Option<(i64, i64)>,
     lanes: &[i64],
-    mask: Option<&[bool]>,
+    mask: Option<&[i64]>,
     len: usize,
 ) {
     macro_rules! read_into {
@@ -150,7 +150,7 @@ pub(super) fn load(
                     }
                     (_, _) => {
                         for (l, o) in $d[..len].iter_mut().enumerate() {
-                            if mask.is_some_and(|m| !m[l]) {
+                            if mask.is_some_and(|m| m[l] == 0) {
                                 *o = Default::default();
                                 continue;
                             }

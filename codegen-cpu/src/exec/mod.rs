@@ -12,7 +12,6 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use rayon::prelude::*;
 use rdyn_ir::loops::ReduceOp;
 use rdyn_ir::{DType, Kind};
 
@@ -165,9 +164,9 @@ pub fn run_kernel(kernel: &KernelPlan, mem: &Memory) -> bool {
     } else {
         // A few chunks per thread, one scratch each (rayon's per-split init
         // would build scratch far more often than once per thread).
-        let chunks = items.min(rayon::current_num_threads().max(1) * 4);
+        let chunks = items.min(crate::parallel::threads() * 4);
         let per_chunk = items.div_ceil(chunks);
-        (0..chunks).into_par_iter().for_each(|chunk| {
+        crate::parallel::for_each(chunks, &|chunk| {
             let mut scratch = Scratch::new(kernel, vars, width);
             run(&mut scratch, chunk * per_chunk..((chunk + 1) * per_chunk).min(items));
         });
@@ -388,8 +387,19 @@ fn lane_indices(
     let start = sc.env[tile_var];
     let base = index.eval(&sc.env);
     let affine_step = index.step(tile_var as u32);
-    if indirect.is_empty() {
-        if let Some(step) = affine_step {
+    if let Some(step) = affine_step {
+        // An indirect part that is the same on every lane (an embedding row
+        // picked once per tile) keeps the index affine.
+        let mut uniform = Some(base);
+        for (reg, stride) in indirect {
+            uniform = match (&sc.regs[s][*reg as usize], uniform) {
+                (Tile::I64(v), Some(acc)) if len > 0 && v[..len].iter().all(|x| *x == v[0]) => {
+                    Some(acc + v[0] * stride)
+                }
+                _ => None,
+            };
+        }
+        if let Some(base) = uniform {
             return Some((base, step));
         }
     }
@@ -533,12 +543,12 @@ fn exec_inst(inst: &Inst, s: usize, tile_var: usize, len: usize, mem: &Memory, s
     match &inst.op {
         InstOp::Load { buf, dtype, index, indirect, mask } => {
             let affine = lane_indices(index, indirect, s, tile_var, len, sc);
-            let mask_lanes: Option<Vec<bool>> = mask.map(|m| match &sc.regs[s][m as usize] {
-                Tile::I64(v) => v[..len].iter().map(|&x| x != 0).collect(),
-                _ => vec![true; len],
+            let mask_lanes = mask.and_then(|m| match &sc.regs[s][m as usize] {
+                Tile::I64(v) => Some(&v[..len]),
+                _ => None,
             });
             let ptr = mem.ptrs[buf.0 as usize];
-            load(&mut dst, ptr, *dtype, affine, &sc.lane_index, mask_lanes.as_deref(), len);
+            load(&mut dst, ptr, *dtype, affine, &sc.lane_index, mask_lanes, len);
         }
         InstOp::ConstF(x) => fill_f(&mut dst, *x, len),
         InstOp::ConstI(x) => fill_i(&mut dst, *x, len),

@@ -1,0 +1,215 @@
+//! Matrix products through the BLAS that torch itself links (MKL's
+//! `sgemm_`/`dgemm_` in the PyPI wheels), when the host registers it.
+//!
+//! The `gemm` crate is rdyn's own path and runs everywhere; torch's MKL is
+//! tuned per CPU and threads on the same OpenMP team as ATen. `rdyn`'s
+//! Python side finds the Fortran entry points in `libtorch_cpu.so` and hands
+//! their addresses over; products whose operand layouts BLAS can read
+//! (each operand with a unit stride along one of its dimensions) go there.
+
+use std::ffi::c_char;
+use std::sync::OnceLock;
+
+/// Fortran `?gemm_` (LP64: 32-bit integers, everything by reference).
+type Gemm<T> = unsafe extern "C" fn(
+    *const c_char,
+    *const c_char,
+    *const i32,
+    *const i32,
+    *const i32,
+    *const T,
+    *const T,
+    *const i32,
+    *const T,
+    *const i32,
+    *const T,
+    *mut T,
+    *const i32,
+);
+
+struct Blas {
+    sgemm: Gemm<f32>,
+    dgemm: Gemm<f64>,
+}
+
+static BLAS: OnceLock<Blas> = OnceLock::new();
+
+/// Use the Fortran `sgemm_` and `dgemm_` at these addresses (the first
+/// registration wins). Returns whether a BLAS is now in use.
+///
+/// # Safety
+/// The addresses must be LP64 `sgemm_` and `dgemm_` of a library loaded for
+/// the rest of the process's life.
+pub unsafe fn use_blas(sgemm: usize, dgemm: usize) -> bool {
+    if sgemm == 0 || dgemm == 0 {
+        return false;
+    }
+    // SAFETY: the caller guarantees the addresses and signatures.
+    let blas = unsafe {
+        Blas {
+            sgemm: std::mem::transmute::<usize, Gemm<f32>>(sgemm),
+            dgemm: std::mem::transmute::<usize, Gemm<f64>>(dgemm),
+        }
+    };
+    // A second registration keeps the first.
+    let _ = BLAS.set(blas);
+    true
+}
+
+/// Whether a BLAS is registered.
+pub fn available() -> bool {
+    BLAS.get().is_some()
+}
+
+/// One row-major product `c (+)= alpha · a @ b` with element strides
+/// (row, column) per operand, in elements. `a` is m×k, `b` k×n, `c` m×n.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Product {
+    pub m: i64,
+    pub n: i64,
+    pub k: i64,
+    pub a: (i64, i64),
+    pub b: (i64, i64),
+    pub c: (i64, i64),
+}
+
+/// A column-major operand as BLAS reads it: transposed or not, and its
+/// leading dimension. `rows × cols` is the matrix BLAS multiplies, whose
+/// element (r, c) is at `r·rs + c·cs`.
+fn operand(rows: i64, cols: i64, rs: i64, cs: i64) -> Option<(u8, i64)> {
+    // A stride along a dimension of size 1 is never used.
+    let rs = if rows == 1 { 1 } else { rs };
+    let cs = if cols == 1 { rows.max(1) } else { cs };
+    if rs == 1 && cs >= rows.max(1) {
+        Some((b'N', cs))
+    } else if cs == 1 && rs >= cols.max(1) {
+        Some((b'T', rs))
+    } else {
+        None
+    }
+}
+
+/// The BLAS call for a product, when its layouts and sizes allow one:
+/// `c` row-major is `cᵀ` column-major, and `cᵀ = bᵀ · aᵀ`.
+pub(crate) fn plan(p: &Product) -> Option<[(u8, i64); 3]> {
+    let fits = |v: i64| (0..=i64::from(i32::MAX)).contains(&v);
+    if ![p.m, p.n, p.k].into_iter().all(fits) || p.m == 0 || p.n == 0 {
+        return None;
+    }
+    // cᵀ: n×m, element (j, i) at j·c_cs + i·c_rs; must not be transposed.
+    let c = operand(p.n, p.m, p.c.1, p.c.0).filter(|(t, _)| *t == b'N')?;
+    let b = operand(p.n, p.k, p.b.1, p.b.0)?;
+    let a = operand(p.k, p.m, p.a.1, p.a.0)?;
+    [b.1, a.1, c.1].into_iter().all(fits).then_some([b, a, c])
+}
+
+/// Run `plan`'s call on raw pointers to the first elements.
+///
+/// # Safety
+/// The pointers and strides must describe live buffers that hold the
+/// product's operands.
+pub(crate) unsafe fn run<T: Element>(
+    p: &Product,
+    call: [(u8, i64); 3],
+    a: *const T,
+    b: *const T,
+    c: *mut T,
+    alpha: T,
+    beta: T,
+) {
+    let [(tb, ldb), (ta, lda), (_, ldc)] = call;
+    let (tb, ta) = (tb as c_char, ta as c_char);
+    let (m, n, k) = (p.m as i32, p.n as i32, p.k as i32);
+    let (lda, ldb, ldc) = (lda as i32, ldb as i32, ldc as i32);
+    // SAFETY: the caller guarantees the buffers; BLAS reads `n×k`, `k×m`
+    // and writes `n×m` through the leading dimensions `plan` checked.
+    unsafe { T::gemm(&tb, &ta, &n, &m, &k, &alpha, b, &ldb, a, &lda, &beta, c, &ldc) };
+}
+
+/// float32 and float64, the types BLAS multiplies.
+pub(crate) trait Element: Copy {
+    /// # Safety
+    /// As for the Fortran routine.
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn gemm(
+        ta: *const c_char,
+        tb: *const c_char,
+        m: *const i32,
+        n: *const i32,
+        k: *const i32,
+        alpha: *const Self,
+        a: *const Self,
+        lda: *const i32,
+        b: *const Self,
+        ldb: *const i32,
+        beta: *const Self,
+        c: *mut Self,
+        ldc: *const i32,
+    );
+}
+
+macro_rules! element {
+    ($t:ty, $field:ident) => {
+        impl Element for $t {
+            unsafe fn gemm(
+                ta: *const c_char,
+                tb: *const c_char,
+                m: *const i32,
+                n: *const i32,
+                k: *const i32,
+                alpha: *const $t,
+                a: *const $t,
+                lda: *const i32,
+                b: *const $t,
+                ldb: *const i32,
+                beta: *const $t,
+                c: *mut $t,
+                ldc: *const i32,
+            ) {
+                if let Some(blas) = BLAS.get() {
+                    // SAFETY: forwarded from the caller.
+                    unsafe { (blas.$field)(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc) };
+                }
+            }
+        }
+    };
+}
+
+element!(f32, sgemm);
+element!(f64, dgemm);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn product(a: (i64, i64), b: (i64, i64), c: (i64, i64)) -> Product {
+        Product { m: 4, n: 5, k: 3, a, b, c }
+    }
+
+    #[test]
+    fn row_major_operands() {
+        // a 4×3 row-major, b 3×5 row-major, c 4×5 row-major.
+        let call = plan(&product((3, 1), (5, 1), (5, 1))).expect("BLAS can read this layout");
+        assert_eq!(call, [(b'N', 5), (b'N', 3), (b'N', 5)]);
+    }
+
+    #[test]
+    fn transposed_operands() {
+        // b given as the transpose of a 5×3 row-major matrix (a linear's weight).
+        let call = plan(&product((3, 1), (1, 3), (5, 1))).expect("BLAS can read this layout");
+        assert_eq!(call[0], (b'T', 3));
+        // a given as the transpose of a 3×4 row-major matrix.
+        let call = plan(&product((1, 4), (5, 1), (5, 1))).expect("BLAS can read this layout");
+        assert_eq!(call[1], (b'T', 4));
+    }
+
+    #[test]
+    fn unreadable_layouts_stay_with_the_gemm_crate() {
+        // No unit stride in `a`.
+        assert!(plan(&product((6, 2), (5, 1), (5, 1))).is_none());
+        // Column-major output.
+        assert!(plan(&product((3, 1), (5, 1), (1, 4))).is_none());
+        // Overlapping rows (a broadcast).
+        assert!(plan(&product((0, 1), (5, 1), (5, 1))).is_none());
+    }
+}

@@ -1,0 +1,179 @@
+//! Splitting outer dimensions that indices divide.
+//!
+//! A reshape that splits or merges dimensions (attention heads, pixel
+//! shuffles, channel groups) leaves `i // k` and `i % k` in an index. Along
+//! the tile such an index is not affine, so the executor would evaluate it
+//! lane by lane. When `k` divides the dimension, splitting `i` into
+//! `(n / k, k)` with `i = k·a + b` turns both atoms into plain variables
+//! (`a` and `b`) and the index affine again.
+
+use rdyn_ir::{Atom, Ctx, Expr, Var};
+
+/// The outer dimensions after splitting, and each original outer variable
+/// as an expression over the new ones.
+#[derive(Clone, Debug)]
+pub(crate) struct Split {
+    pub sizes: Vec<i64>,
+    map: Vec<Expr>,
+    original: usize,
+}
+
+/// The narrowest tile a split of the last dimension may leave.
+const MIN_TILE: i64 = 16;
+
+/// At most this many splits per kernel (each adds a dimension).
+const MAX_SPLITS: usize = 8;
+
+impl Split {
+    /// Split the outer dimensions `outer` as the kernel's indices `exprs`
+    /// (over outer variables first, then any stage variables) divide them.
+    pub fn find(outer: &[i64], exprs: &[Expr], syms: &Ctx) -> Split {
+        let mut split = Split {
+            sizes: outer.to_vec(),
+            map: (0..outer.len()).map(|k| Expr::v(k as u32)).collect(),
+            original: outer.len(),
+        };
+        let mut current: Vec<Expr> = exprs.to_vec();
+        for _ in 0..MAX_SPLITS {
+            let Some((dim, k)) = current.iter().find_map(|e| split.candidate(e)) else {
+                break;
+            };
+            let before = split.sizes.len();
+            // Variable `dim` becomes `k·dim + (dim + 1)`; later ones shift up.
+            let mut vars: Vec<Expr> =
+                (0..before as u32).map(|v| Expr::v(if v > dim as u32 { v + 1 } else { v })).collect();
+            vars[dim] = Expr::v(dim as u32).scale(k).add(&Expr::v(dim as u32 + 1));
+            let n = split.sizes[dim];
+            split.sizes[dim] = n / k;
+            split.sizes.insert(dim + 1, k);
+            let ctx = split.ctx(syms, &[]);
+            split.map = split.map.iter().map(|e| e.substitute_vars(&vars, &ctx)).collect();
+            // Stage variables (after the outer ones) shift by one.
+            let extra = current.iter().filter_map(|e| e.max_var()).max().map_or(0, |v| v as usize + 1);
+            vars.extend((before..extra.max(before)).map(|v| Expr::v(v as u32 + 1)));
+            current = current.iter().map(|e| e.substitute_vars(&vars, &ctx)).collect();
+        }
+        split
+    }
+
+    /// A dimension `d` and factor `k` such that some atom is `i_d // k` or
+    /// `i_d % k`, with `k` a proper divisor of the dimension's size.
+    fn candidate(&self, e: &Expr) -> Option<(usize, i64)> {
+        e.terms().iter().find_map(|(atom, _)| self.atom_candidate(atom))
+    }
+
+    fn atom_candidate(&self, atom: &Atom) -> Option<(usize, i64)> {
+        match atom {
+            Atom::FloorDiv(x, d) | Atom::Mod(x, d) => {
+                if let (Some(k), [(Atom::Var(Var(v)), 1)], 0) = (d.as_const(), x.terms(), x.constant()) {
+                    let dim = *v as usize;
+                    // Splitting the last dimension shortens the tile to
+                    // `k` lanes: worth it only when that stays wide.
+                    let wide = dim + 1 < self.sizes.len() || k >= MIN_TILE;
+                    if dim < self.sizes.len() && k > 1 && k < self.sizes[dim] && self.sizes[dim] % k == 0 && wide {
+                        return Some((dim, k));
+                    }
+                }
+                self.candidate(x)
+            }
+            Atom::Prod(factors) => factors.iter().find_map(|f| self.atom_candidate(f)),
+            Atom::Var(_) | Atom::Sym(_) => None,
+        }
+    }
+
+    /// Whether any dimension was split.
+    pub fn is_identity(&self) -> bool {
+        self.sizes.len() == self.original
+    }
+
+    /// Ranges of the split outer variables followed by `extra` ones.
+    fn ctx(&self, syms: &Ctx, extra: &[i64]) -> Ctx {
+        let mut extents = self.sizes.clone();
+        extents.extend_from_slice(extra);
+        let mut ctx = Ctx::with_extents(&extents);
+        ctx.sym_values = syms.sym_values.clone();
+        ctx
+    }
+
+    /// `e` (over the original outer variables, then `extra.len()` stage
+    /// variables) over the split variables.
+    pub fn apply(&self, e: &Expr, syms: &Ctx, extra: &[i64]) -> Expr {
+        if self.is_identity() {
+            return e.clone();
+        }
+        let mut vars = self.map.clone();
+        vars.extend((0..extra.len() as u32).map(|j| Expr::v(self.sizes.len() as u32 + j)));
+        e.substitute_vars(&vars, &self.ctx(syms, extra))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn head_merge_becomes_affine() {
+        // out[i0, i1] = in[8192·(i0 // 64) + 2048·(i1 // 32) + 32·(i0 % 64) + i1 % 32]
+        let ctx = Ctx::with_extents(&[256, 128]);
+        let (i0, i1) = (Expr::v(0), Expr::v(1));
+        let c = |k| Expr::c(k);
+        let load = i0
+            .floordiv(&c(64), &ctx)
+            .scale(8192)
+            .add(&i1.floordiv(&c(32), &ctx).scale(2048))
+            .add(&i0.modulo(&c(64), &ctx).scale(32))
+            .add(&i1.modulo(&c(32), &ctx));
+        let store = i0.scale(128).add(&i1);
+        let split = Split::find(&[256, 128], &[load.clone(), store.clone()], &Ctx::default());
+        assert_eq!(split.sizes, vec![4, 64, 4, 32]);
+        let load2 = split.apply(&load, &Ctx::default(), &[]);
+        let store2 = split.apply(&store, &Ctx::default(), &[]);
+        for e in [&load2, &store2] {
+            assert!(e.terms().iter().all(|(a, _)| matches!(a, Atom::Var(_))), "{e} is not affine");
+        }
+        // Same values at every point.
+        for a in 0..4 {
+            for b in 0..64 {
+                for c2 in 0..4 {
+                    for d in 0..32 {
+                        let old = [64 * a + b, 32 * c2 + d];
+                        let new = [a, b, c2, d];
+                        assert_eq!(load.eval(&old, &[]), load2.eval(&new, &[]));
+                        assert_eq!(store.eval(&old, &[]), store2.eval(&new, &[]));
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn stage_variables_shift() {
+        // A reduction variable i1 after one outer variable i0 that splits.
+        let ctx = Ctx::with_extents(&[64, 5]);
+        let e = Expr::v(0).modulo(&Expr::c(16), &ctx).scale(100).add(&Expr::v(1));
+        let split = Split::find(&[64], std::slice::from_ref(&e), &Ctx::default());
+        assert_eq!(split.sizes, vec![4, 16]);
+        let e2 = split.apply(&e, &Ctx::default(), &[5]);
+        for i0 in 0..64 {
+            for r in 0..5 {
+                assert_eq!(e.eval(&[i0, r], &[]), e2.eval(&[i0 / 16, i0 % 16, r], &[]));
+            }
+        }
+    }
+
+    #[test]
+    fn narrow_tiles_stay() {
+        // Nearest upsampling: `i // 2` along the tile is left to the lanes.
+        let ctx = Ctx::with_extents(&[64]);
+        let e = Expr::v(0).floordiv(&Expr::c(2), &ctx);
+        assert!(Split::find(&[64], &[e], &Ctx::default()).is_identity());
+    }
+
+    #[test]
+    fn non_divisors_stay() {
+        let ctx = Ctx::with_extents(&[10]);
+        let e = Expr::v(0).floordiv(&Expr::c(3), &ctx);
+        let split = Split::find(&[10], &[e], &Ctx::default());
+        assert!(split.is_identity());
+    }
+}

@@ -1,0 +1,139 @@
+"""The CPU backend's execution paths, each against eager float64:
+torch's BLAS and the gemm crate for matrix products, ATen's OpenMP team and
+rayon for kernels, split dimensions for reshaped heads, `x ** 2`/`x ** 3`
+as products, and the per-step profile (`RDYN_PROFILE=1`)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+from torch.fx.experimental.proxy_tensor import make_fx
+
+import rdyn
+from helpers import assert_same, compile_aten
+
+
+def _kernels(fn, *args):
+    gm = make_fx(fn, decomposition_table=rdyn.DECOMPOSITIONS)(*args)
+    return [k for k in rdyn.describe_graph(gm, list(args)).kernels if k.name.startswith("k")]
+
+
+def test_kernels_run_on_atens_openmp_team() -> None:
+    """With torch on OpenMP (the PyPI wheels) rdyn shares its team."""
+    if "OpenMP" not in torch.__config__.parallel_info():
+        pytest.skip("torch does not use OpenMP here")
+    assert rdyn._rdyn.thread_pool() == "openmp"
+    assert rdyn._rdyn.num_threads() == torch.get_num_threads()
+
+
+def _layouts():
+    g = torch.Generator().manual_seed(0)
+    r = lambda *s: torch.randn(*s, generator=g, dtype=torch.float64)  # noqa: E731
+    a, b = r(96, 80), r(80, 72)
+    return {
+        "row_major": (lambda x, y: x @ y, (a, b)),
+        "b_transposed": (lambda x, y: x @ y.t(), (a, r(72, 80))),
+        "a_transposed": (lambda x, y: x.t() @ y, (r(80, 96), b)),
+        "strided_rows": (lambda x, y: x[::2] @ y, (r(192, 80), b)),
+        "column_slice": (lambda x, y: x[:, 3:83] @ y, (r(96, 90), b)),
+        "addmm_scaled": (lambda c, x, y: torch.addmm(c, x, y, beta=0.5, alpha=2.0), (r(72), a, b)),
+        "batched": (lambda x, y: torch.bmm(x, y), (r(4, 96, 80), r(4, 80, 72))),
+        "batched_broadcast": (lambda x, y: x @ y, (r(4, 96, 80), b)),
+        "matrix_vector": (lambda x, y: x @ y, (a, r(80))),
+        "many_small_heads": (lambda x, y: x @ y.transpose(-2, -1), (r(16, 24, 8), r(16, 24, 8))),
+    }
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("case", sorted(_layouts()))
+def test_matrix_products_match_eager(case, dtype) -> None:
+    fn, args64 = _layouts()[case]
+    args = [a.to(dtype) for a in args64]
+    got = compile_aten(fn, args)(*args)
+    assert_same(got, fn(*args), fn(*args64))
+
+
+ALTERNATE_PATHS = textwrap.dedent(
+    """
+    import torch, rdyn
+    assert rdyn._rdyn.thread_pool() == "rayon", rdyn._rdyn.thread_pool()
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(
+        torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.BatchNorm2d(8), torch.nn.ReLU(),
+        torch.nn.MaxPool2d(3, 2, 1), torch.nn.Flatten(), torch.nn.Linear(8 * 8 * 8, 200),
+        torch.nn.GELU(), torch.nn.Linear(200, 10),
+    ).eval()
+    x = torch.randn(4, 3, 16, 16)
+    with torch.no_grad():
+        got = torch.compile(model, backend="rdyn")(x)
+        want = model.double()(x.double())
+    err = (got.double() - want).abs().max().item()
+    assert err < 1e-4, err
+    print("ok")
+    """
+)
+
+
+def test_rayon_and_gemm_crate_paths() -> None:
+    """`RDYN_OPENMP=0 RDYN_BLAS=0`: kernels on rayon, products in the gemm
+    crate, still right."""
+    env = dict(os.environ, RDYN_OPENMP="0", RDYN_BLAS="0", RDYN_STRICT="1")
+    result = subprocess.run([sys.executable, "-c", ALTERNATE_PATHS], env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "ok" in result.stdout
+
+
+def test_head_merge_is_split_into_affine_loads() -> None:
+    """(B, H, T, D) -> (B, T, H·D): the reshape's `// D` and `% D` become
+    split dimensions, so the kernel's loads are affine (no division left)."""
+
+    def merge(x):
+        b, h, t, d = x.shape
+        return (x.transpose(1, 2).reshape(b, t, h * d) * 2).reshape(b * t, h * d).contiguous()
+
+    x = torch.randn(2, 4, 16, 32, dtype=torch.float64)
+    kernels = _kernels(merge, x.float())
+    assert len(kernels) == 1
+    assert "//" not in kernels[0].source and "%" not in kernels[0].source
+    assert_same(compile_aten(merge, [x.float()])(x.float()), merge(x.float()), merge(x))
+
+
+def test_square_and_cube_are_products() -> None:
+    fn = lambda x: x**2 + x**3 + x**2.5  # noqa: E731
+    x = torch.rand(64, 48, dtype=torch.float64) * 2 + 0.1
+    source = _kernels(fn, x.float())[0].source
+    assert source.count("pow") == 1  # only x ** 2.5
+    for dtype in (torch.float32, torch.float64):
+        xd = x.to(dtype)
+        assert_same(compile_aten(fn, [xd])(xd), fn(xd), fn(x))
+
+
+PROFILE = textwrap.dedent(
+    """
+    import torch, rdyn
+    f = torch.compile(lambda x, w: torch.relu(x @ w).sum(-1), backend="rdyn")
+    x, w = torch.randn(64, 32), torch.randn(32, 16)
+    for _ in range(3):
+        f(x, w)
+    profile = rdyn.stats()["profile"]
+    labels = [label for label, calls, seconds in profile]
+    assert any(l.startswith("gemm [64, 32] @ [32, 16]") for l in labels), labels
+    assert any(l.startswith("kernel ") for l in labels), labels
+    assert all(calls == 3 and seconds >= 0 for _, calls, seconds in profile), profile
+    rdyn.reset_stats()
+    assert "profile" not in rdyn.stats()
+    print("ok")
+    """
+)
+
+
+def test_profile_times_every_step() -> None:
+    env = dict(os.environ, RDYN_PROFILE="1")
+    result = subprocess.run([sys.executable, "-c", PROFILE], env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "ok" in result.stdout
