@@ -176,14 +176,30 @@ pub(crate) fn kernel_plan(
     }
     let mode = choose_mode(&new_outer, &stages);
     let tile = if serial { 1 } else { crate::exec::TILE };
-    Ok(KernelPlan { name, outer: new_outer, mode, stages, serial, tile })
+    let mut kernel = KernelPlan { name, outer: new_outer, mode, stages, serial, tile };
+    if !serial {
+        for k in 0..kernel.stages.len() {
+            if let Some(var) = crate::jit::tile_var(&kernel, &kernel.stages[k]) {
+                let flags = kernel.stages[k].uniform_insts(var);
+                if flags.iter().any(|f| *f) {
+                    kernel.stages[k].uniform = Some((var, flags));
+                }
+            }
+        }
+    }
+    Ok(kernel)
 }
 
 fn choose_mode(outer: &[i64], stages: &[StagePlan]) -> TileMode {
     let Some(&last_outer) = outer.last() else {
         return TileMode::Inner;
     };
-    let with_tail: Vec<&StagePlan> = stages.iter().filter(|s| !s.inner.is_empty() || s.reduce.is_some()).collect();
+    // Stages whose extra ranges are all of size 1 run once per outer point
+    // in either mode: they do not choose it.
+    let with_tail: Vec<&StagePlan> = stages
+        .iter()
+        .filter(|s| s.inner.iter().chain(s.reduce.iter().flat_map(|(_, r)| r.iter())).any(|&n| n > 1))
+        .collect();
     if with_tail.is_empty() {
         return TileMode::Outer;
     }
@@ -202,7 +218,9 @@ fn choose_mode(outer: &[i64], stages: &[StagePlan]) -> TileMode {
                 if index.step(tail_var) == Some(1) {
                     along_tail += 1;
                 }
-                if index.step(m - 1) == Some(1) {
+                // A load constant along the tail (a per-channel parameter)
+                // costs nothing per lane in Inner mode: it does not vote.
+                if index.step(m - 1) == Some(1) && index.step(tail_var) != Some(0) {
                     along_outer += 1;
                 }
             }
@@ -381,5 +399,6 @@ fn compile_stage(
         regs: alloc.kinds,
         consts,
         jit: None,
+        uniform: None,
     })
 }

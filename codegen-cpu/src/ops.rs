@@ -289,11 +289,17 @@ fn avx2_fma() -> bool {
     is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma")
 }
 
-/// Whether this CPU runs the AVX-512 build of the float32 transcendentals
-/// (sixteen lanes per instruction; the same operations, so the same results).
+/// Whether this CPU runs the AVX-512 builds of the float32 loops (sixteen
+/// lanes per instruction; the same operations, so the same results).
 #[cfg(target_arch = "x86_64")]
 fn avx512() -> bool {
     avx2_fma() && is_x86_feature_detected!("avx512f")
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx2,fma")]
+unsafe fn binary_f32_avx512(op: BinaryOp, a: &[f32], b: &[f32], out: &mut [f32]) {
+    binary_f32_body(op, a, b, out);
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -304,6 +310,12 @@ unsafe fn unary_f32_avx512(op: UnaryOp, x: &[f32], out: &mut [f32]) {
 
 /// float32 binary ops, compiled for AVX2+FMA too and chosen at run time.
 pub fn binary_f32(op: BinaryOp, a: &[f32], b: &[f32], out: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if avx512() {
+        // SAFETY: the CPU supports AVX-512F, AVX2 and FMA (checked just above).
+        unsafe { binary_f32_avx512(op, a, b, out) };
+        return;
+    }
     #[cfg(target_arch = "x86_64")]
     if avx2_fma() {
         // SAFETY: the CPU supports AVX2 and FMA (checked just above).

@@ -172,9 +172,40 @@ pub struct StagePlan {
     pub consts: Vec<(Reg, InstOp)>,
     /// The register program as machine code, when the JIT compiled it.
     pub jit: Option<crate::jit::JitStage>,
+    /// Instructions whose value is the same on every lane of a tile along
+    /// `.0` (broadcast loads, constants, arithmetic on them): the executor
+    /// computes one lane and copies it.
+    pub uniform: Option<(usize, Vec<bool>)>,
 }
 
 impl StagePlan {
+    /// Which instructions are uniform along `tile_var` (see `uniform`).
+    pub fn uniform_insts(&self, tile_var: usize) -> Vec<bool> {
+        let var = tile_var as u32;
+        let mut reg = vec![false; self.regs.len()];
+        for (r, _) in &self.consts {
+            reg[*r as usize] = true;
+        }
+        let mut out = Vec::with_capacity(self.insts.len());
+        for inst in &self.insts {
+            let u = |r: &Reg| reg[*r as usize];
+            let uniform = match &inst.op {
+                InstOp::Load { index, indirect, mask, .. } => {
+                    index.step(var) == Some(0) && indirect.iter().all(|(r, _)| u(r)) && mask.as_ref().is_none_or(u)
+                }
+                InstOp::ConstF(_) | InstOp::ConstI(_) => true,
+                InstOp::Index(index) => index.step(var) == Some(0),
+                InstOp::Unary(_, x) => u(x),
+                InstOp::Binary(_, a, b) => u(a) && u(b),
+                InstOp::Where(c, a, b) => u(c) && u(a) && u(b),
+                InstOp::Cast { src, .. } | InstOp::Bounded { src, .. } => u(src),
+            };
+            reg[inst.dst as usize] = uniform;
+            out.push(uniform);
+        }
+        out
+    }
+
     /// One line for profiles: the output, the reduction and whether the JIT
     /// compiled the stage.
     pub fn summary(&self) -> String {

@@ -20,6 +20,8 @@ class GraphRunner:
         self.out_positions = info["out_positions"]
         self.placeholders = [n for n in self.nodes if n.op == "placeholder"]
         self.inputs = []
+        # Per node index: its fast call (see `_fast_call`), or False.
+        self._fast = {}
 
     def set_inputs(self, args):
         self.inputs = args
@@ -48,6 +50,47 @@ class GraphRunner:
         return self._ints[node]
 
     def run_node(self, index, tensors, layouts):
+        fast = self._fast.get(index)
+        if fast is None:
+            fast = self._fast[index] = self._fast_call(index)
+        if fast is not False:
+            target, args, slots = fast
+            args = list(args)
+            for pos, tensor in zip(slots, tensors):
+                args[pos] = tensor
+            return self._outputs(index, target(*args), layouts)
+        return self._run_node_general(index, tensors, layouts)
+
+    def _fast_call(self, index):
+        """`(op, args, tensor positions)` when the node's arguments are
+        positional, with tensors only at the top level and no int-valued
+        nodes (most library calls: convolution, attention); else False."""
+        node = self.nodes[index]
+        if node.kwargs or not isinstance(node.target, torch._ops.OpOverload):
+            return False
+        args, slots = [], []
+        for pos, a in enumerate(node.args):
+            if isinstance(a, fx.Node):
+                if (a, ()) not in self.tensor_of:
+                    return False
+                slots.append(pos)
+                args.append(None)
+            elif isinstance(a, (list, tuple)) and any(isinstance(x, fx.Node) for x in a):
+                return False
+            else:
+                args.append(a)
+        return node.target, tuple(args), slots
+
+    def _outputs(self, index, result, layouts):
+        outs = []
+        for pos, (sizes, strides) in zip(self.out_positions[index], layouts):
+            t = result
+            for i in pos:
+                t = t[i]
+            outs.append(_with_layout(t, sizes, strides))
+        return outs
+
+    def _run_node_general(self, index, tensors, layouts):
         node = self.nodes[index]
         it = iter(tensors)
 
@@ -62,19 +105,14 @@ class GraphRunner:
 
         args = fx.node.map_aggregate(node.args, sub)
         kwargs = fx.node.map_aggregate(node.kwargs, sub)
-        result = node.target(*args, **kwargs)
-        outs = []
-        for pos, (sizes, strides) in zip(self.out_positions[index], layouts):
-            t = result
-            for i in pos:
-                t = t[i]
-            outs.append(_with_layout(t, sizes, strides))
-        return outs
+        return self._outputs(index, node.target(*args, **kwargs), layouts)
 
 
 def _with_layout(t, sizes, strides):
     """`t` with the sizes and strides PyTorch's metadata promised (a copy if
     the eager kernel chose different strides)."""
+    if t.stride() == tuple(strides) and t.shape == tuple(sizes):
+        return t
     if list(t.shape) != list(sizes):
         raise RuntimeError(f"rdyn: eager result has shape {list(t.shape)}, metadata said {list(sizes)}")
     same = all(st == want or sz <= 1 for sz, st, want in zip(sizes, t.stride(), strides))

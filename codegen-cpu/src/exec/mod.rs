@@ -38,6 +38,15 @@ enum Tile {
 }
 
 impl Tile {
+    /// Copy lane 0 to lanes `1..len`.
+    fn splat(&mut self, len: usize) {
+        match self {
+            Tile::F32(v) => splat_lane(v, len),
+            Tile::F64(v) => splat_lane(v, len),
+            Tile::I64(v) => splat_lane(v, len),
+        }
+    }
+
     fn new(kind: Kind, len: usize) -> Tile {
         match kind {
             Kind::F32 => Tile::F32(vec![0.0; len]),
@@ -172,6 +181,13 @@ pub fn run_kernel(kernel: &KernelPlan, mem: &Memory) -> bool {
         });
     }
     !failed.load(Ordering::Relaxed)
+}
+
+fn splat_lane<T: Copy>(v: &mut [T], len: usize) {
+    let len = len.min(v.len());
+    if let Some((first, rest)) = v[..len].split_first_mut() {
+        rest.fill(*first);
+    }
 }
 
 /// Set `env[first..]` to the multi-index of `flat` over `sizes`.
@@ -471,8 +487,22 @@ fn eval(stage: &StagePlan, s: usize, tile_var: usize, len: usize, mem: &Memory, 
             return;
         }
     }
-    for inst in &stage.insts {
-        exec_inst(inst, s, tile_var, len, mem, sc);
+    match &stage.uniform {
+        Some((var, flags)) if *var == tile_var && len > 1 => {
+            for (inst, &uniform) in stage.insts.iter().zip(flags) {
+                if uniform {
+                    exec_inst(inst, s, tile_var, 1, mem, sc);
+                    sc.regs[s][inst.dst as usize].splat(len);
+                } else {
+                    exec_inst(inst, s, tile_var, len, mem, sc);
+                }
+            }
+        }
+        _ => {
+            for inst in &stage.insts {
+                exec_inst(inst, s, tile_var, len, mem, sc);
+            }
+        }
     }
 }
 

@@ -45,6 +45,7 @@ fn f32_stage(
         regs: vec![Kind::F32; n_regs],
         consts: vec![],
         jit: None,
+        uniform: None,
     }
 }
 
@@ -206,4 +207,45 @@ fn transcendentals_stay_interpreted() {
     stage.insts.push(f32_inst(1, InstOp::Unary(UnaryOp::Exp, 0)));
     stage.value = 1;
     assert!(super::lower::supported(&stage, Some(2)).is_none());
+}
+
+/// `out[i0, i1] = exp(a[i0, i1]) * sqrt(exp(b[i0]))` along a tile over
+/// i1: the `b` part is the same on every lane, so the executor computes
+/// it on one lane and copies it; the result must not change.
+#[test]
+fn uniform_instructions_match_full_tiles() {
+    let (i0, i1) = (Expr::v(0), Expr::v(1));
+    let insts = vec![
+        load(0, 0, i0.scale(37).add(&i1)),
+        f32_inst(1, InstOp::Unary(UnaryOp::Exp, 0)),
+        load(2, 1, i0.clone()),
+        f32_inst(3, InstOp::Unary(UnaryOp::Exp, 2)),
+        f32_inst(0, InstOp::Unary(UnaryOp::Sqrt, 3)),
+        f32_inst(2, InstOp::Binary(BinaryOp::Mul, 1, 0)),
+    ];
+    let mut stage = f32_stage(2, None, insts, 2, &i0.scale(37).add(&i1), 4);
+    assert_eq!(stage.uniform_insts(1), vec![false, false, true, true, true, false]);
+    // Along i0 every value changes from lane to lane.
+    assert_eq!(stage.uniform_insts(0), vec![false; 6]);
+    let plain = KernelPlan {
+        name: "k".into(),
+        outer: vec![4, 37],
+        mode: TileMode::Outer,
+        stages: vec![stage.clone()],
+        serial: false,
+        tile: 16,
+    };
+    stage.uniform = Some((1, stage.uniform_insts(1)));
+    let with_uniform = KernelPlan { stages: vec![stage], ..plain.clone() };
+    let bufs =
+        vec![buf(&[4, 37], &[37, 1], DType::F32), buf(&[37], &[1], DType::F32), buf(&[4, 37], &[37, 1], DType::F32)];
+    let (a, b) = inputs();
+    let mut results = Vec::new();
+    for kernel in [&plain, &with_uniform] {
+        let mut out = vec![0f32; 4 * 37];
+        let ptrs = [a.as_ptr() as usize, b.as_ptr() as usize, out.as_mut_ptr() as usize];
+        assert!(run_kernel(kernel, &Memory { ptrs: &ptrs, bufs: &bufs }));
+        results.push(out.iter().map(|x| x.to_bits()).collect::<Vec<_>>());
+    }
+    assert_eq!(results[0], results[1]);
 }
