@@ -191,7 +191,7 @@ impl CompiledGraph {
                         "gemm",
                         "cpu",
                         format!(
-                            "gemm crate: {o} {}= {}{a} @ {b}\n",
+                            "gemm (torch's BLAS or the gemm crate): {o} {}= {}{a} @ {b}\n",
                             if *accumulate { "+" } else { "" },
                             if *scale == 1.0 { String::new() } else { format!("{scale} * ") }
                         ),

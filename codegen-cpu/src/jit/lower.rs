@@ -14,31 +14,36 @@ use rdyn_ir::loops::{BinaryOp, BufId, ReduceOp, UnaryOp};
 use rdyn_ir::{DType, Kind};
 
 use super::emit::{Em, Pool};
+use super::phases::Phases;
 use super::Output;
+use crate::exec::TILE;
 use crate::plan::{IndexFn, InstOp, Reg, StagePlan};
 
 /// What a definition holds in the compiled code.
 #[derive(Clone, Copy, PartialEq, Eq)]
-enum Class {
+pub(super) enum Class {
     Float,
     Mask,
 }
 
 /// Where an operand's value comes from.
 #[derive(Clone, Copy)]
-enum Def {
+pub(super) enum Def {
     Const(Reg),
     Inst(usize),
 }
 
 pub(super) struct Analysis {
     /// Per instruction: its operands' definitions.
-    operands: Vec<Vec<Def>>,
-    class: Vec<Class>,
-    invariant: Vec<bool>,
+    pub operands: Vec<Vec<Def>>,
+    pub class: Vec<Class>,
+    pub invariant: Vec<bool>,
     /// Per instruction: the load's step along the tile (loads only).
     step: Vec<i64>,
-    value: Def,
+    /// Per instruction: a transcendental run over the whole tile by
+    /// [`super::call_code`]'s routine between two loops (see `compile_stage`).
+    pub call: Vec<bool>,
+    pub value: Def,
 }
 
 fn operand_regs(op: &InstOp) -> Vec<Reg> {
@@ -69,6 +74,7 @@ fn analyse(stage: &StagePlan, tile_var: Option<usize>) -> Option<Analysis> {
         class: Vec::with_capacity(n),
         invariant: Vec::with_capacity(n),
         step: vec![0; n],
+        call: vec![false; n],
         value: Def::Const(0),
     };
     let class_of = |a: &Analysis, d: Def| match d {
@@ -124,7 +130,12 @@ fn analyse(stage: &StagePlan, tile_var: Option<usize>) -> Option<Analysis> {
             invariant = ops.iter().all(|d| inv_of(&a, *d));
         }
         if class == Class::Float && !inline_op(stage, &inst.op) {
-            return None;
+            // A float transcendental runs through the interpreter's routine:
+            // over the whole tile between two loops, or once on one lane
+            // when its operand is invariant.
+            let InstOp::Unary(op, _) = &inst.op else { return None };
+            super::call_code(*op)?;
+            a.call[i] = true;
         }
         a.operands.push(ops);
         a.class.push(class);
@@ -224,9 +235,36 @@ pub(super) fn compile_stage(
         }
     }
     let zero = b.ins().iconst(types::I64, 0);
-    let invariant: Vec<usize> = (0..stage.insts.len()).filter(|&i| a.invariant[i]).collect();
+    let unary_tile = if a.call.iter().any(|c| *c) {
+        let mut sig = module.make_signature();
+        sig.params.extend([types::I32, ptr, ptr, types::I64].map(AbiParam::new));
+        let callee = module.declare_function(super::UNARY_TILE, Linkage::Import, &sig).map_err(|e| e.to_string())?;
+        Some(module.declare_func_in_func(callee, b.func))
+    } else {
+        None
+    };
     let mut envs = vec![scalar];
-    emit_insts(&mut b, pool, stage, a, &invariant, &mut envs, false, &load_addr)?;
+    for k in (0..stage.insts.len()).filter(|&i| a.invariant[i]) {
+        if a.call[k] {
+            // A transcendental of an invariant: once, on one lane.
+            let x = match a.operands[k].first() {
+                Some(d) => envs[0].get(*d).ok_or("call operand undefined")?,
+                None => return Err("call without operand".into()),
+            };
+            let code = match &stage.insts[k].op {
+                InstOp::Unary(op, _) => super::call_code(*op).ok_or("no tile routine")?,
+                _ => return Err("call is not a unary op".into()),
+            };
+            let ss = b.create_sized_stack_slot(StackSlotData::new(StackSlotKind::ExplicitSlot, 8, 2));
+            let (src, dst) = (b.ins().stack_addr(types::I64, ss, 0), b.ins().stack_addr(types::I64, ss, 4));
+            b.ins().store(MemFlagsData::trusted(), x, src, 0);
+            let (code, one) = (b.ins().iconst(types::I32, i64::from(code)), b.ins().iconst(types::I64, 1));
+            b.ins().call(unary_tile.ok_or("no tile routine declared")?, &[code, src, dst, one]);
+            envs[0].insts[k] = Some(b.ins().load(types::F32, MemFlagsData::trusted(), dst, 0));
+        } else {
+            emit_insts(&mut b, pool, stage, a, &[k], &mut envs, false, &load_addr)?;
+        }
+    }
     let scalar = envs.pop().ok_or("no environment")?;
     {
         let mut em = Em { b: &mut b, wide: true, pool };
@@ -237,89 +275,135 @@ pub(super) fn compile_stage(
             wide.insts[k] = v.map(|v| em.widen(v));
         }
     }
-    let varying: Vec<usize> = (0..stage.insts.len()).filter(|&i| !a.invariant[i]).collect();
+    let phases = Phases::new(stage, a);
+    // Spilled values and call results live in tiles on the stack.
+    let mut spill_slot = vec![None; stage.insts.len()];
+    for &d in phases.spilled.iter().chain(&phases.calls) {
+        let ss = b.create_sized_stack_slot(StackSlotData::new(StackSlotKind::ExplicitSlot, 4 * TILE as u32, 4));
+        spill_slot[d] = Some(b.ins().stack_addr(types::I64, ss, 0));
+    }
+    // Per phase, for every lane:
     // for (i = 0; i + 16 <= len; i += 16) { four 4-lane groups, interleaved }
     // for (; i + 4 <= len; i += 4) { one group }
     // for (; i < len; i += 1) { one lane }
-    // Interleaving gives the core independent chains to overlap.
+    // Interleaving gives the core independent chains to overlap. A phase
+    // ends at a call: the transcendental runs over the whole tile (the
+    // interpreter's own vector routine), then the next phase reads its
+    // result. The last phase produces the stage's output.
     // Fold: the 16-lane loop carries four accumulator vectors (tile lane l
     // goes to accumulator lane l % 16); the 4- and 1-lane loops combine
     // into their spill slot, which is finally combined into `out[0..16]`.
     // `fold`: the op and the spill slot's address.
-    let (fold, mut carried) = match output {
+    let fold = match output {
         Output::Fold(op) => {
             let ss = b.create_sized_stack_slot(StackSlotData::new(StackSlotKind::ExplicitSlot, 64, 4));
-            let slot = b.ins().stack_addr(types::I64, ss, 0);
-            let id = Em { b: &mut b, wide: true, pool }.fc(identity(op));
-            (Some((op, slot)), vec![id; 4])
+            Some((op, b.ins().stack_addr(types::I64, ss, 0)))
         }
-        _ => (None, Vec::new()),
+        _ => None,
     };
-    let mut i = zero;
-    for (groups, wide_loop) in [(4i64, true), (1, true), (1, false)] {
-        let step = if wide_loop { 4 * groups } else { 1 };
-        // A rotated loop (the body is its own header, entered after one
-        // guard): Cranelift hoists loop-invariant values only out of such
-        // loops.
-        let body = b.create_block();
-        let after = b.create_block();
-        for block in [body, after] {
-            b.append_block_param(block, types::I64);
-            for _ in &carried {
-                b.append_block_param(block, types::F32X4);
-            }
-        }
-        let first = b.ins().iadd_imm_s(i, step);
-        let fits = b.ins().icmp(IntCC::SignedLessThanOrEqual, first, len);
-        let args: Vec<_> = std::iter::once(i).chain(carried.iter().copied()).map(Into::into).collect();
-        b.ins().brif(fits, body, &args, after, &args);
-        b.switch_to_block(body);
-        let params = b.block_params(body).to_vec();
-        let (at, accs) = (params[0], &params[1..]);
-        let base = if wide_loop { &wide } else { &scalar };
-        let mut envs = vec![base.clone(); groups as usize];
-        // Addresses at lane `at`, once per iteration; groups are immediate
-        // offsets from them.
-        let row: Vec<Option<Value>> = load_addr
-            .iter()
-            .enumerate()
-            .map(|(k, addr)| addr.map(|addr| offset_by(&mut b, addr, at, a.step[k] * stage_size(stage, k))))
-            .collect();
-        emit_insts(&mut b, pool, stage, a, &varying, &mut envs, wide_loop, &row)?;
-        let out_row = offset_by(&mut b, out, at, 4 * out_step);
-        let mut next_accs = accs.to_vec();
-        for (g, env) in envs.iter().enumerate() {
-            let v = env.get(a.value).ok_or("stage value undefined")?;
-            let mut em = Em { b: &mut b, wide: wide_loop, pool };
-            match fold {
-                Some((op, _)) if !accs.is_empty() => next_accs[g] = combine(&mut em, op, accs[g], v),
-                Some((op, slot)) => {
-                    let k = em.b.ins().band_imm_u(at, 15);
-                    let off = em.b.ins().imul_imm_s(k, 4);
-                    let p = em.b.ins().iadd(slot, off);
-                    let ty = em.fty();
-                    let old = em.b.ins().load(ty, MemFlagsData::trusted(), p, 0);
-                    let r = combine(&mut em, op, old, v);
-                    em.b.ins().store(MemFlagsData::trusted(), r, p, 0);
+    let last = phases.calls.len();
+    for phase in 0..=last {
+        let is_last = phase == last;
+        let mut carried = match fold {
+            Some((op, _)) if is_last => vec![Em { b: &mut b, wide: true, pool }.fc(identity(op)); 4],
+            _ => Vec::new(),
+        };
+        let mut i = zero;
+        for (groups, wide_loop) in [(4i64, true), (1, true), (1, false)] {
+            let step = if wide_loop { 4 * groups } else { 1 };
+            // A rotated loop (the body is its own header, entered after one
+            // guard): Cranelift hoists loop-invariant values only out of such
+            // loops.
+            let body = b.create_block();
+            let after = b.create_block();
+            for block in [body, after] {
+                b.append_block_param(block, types::I64);
+                for _ in &carried {
+                    b.append_block_param(block, types::F32X4);
                 }
-                _ => store_value(&mut em, output, out_row, 16 * g as i64 * out_step, out_step, v),
+            }
+            let first = b.ins().iadd_imm_s(i, step);
+            let fits = b.ins().icmp(IntCC::SignedLessThanOrEqual, first, len);
+            let args: Vec<_> = std::iter::once(i).chain(carried.iter().copied()).map(Into::into).collect();
+            b.ins().brif(fits, body, &args, after, &args);
+            b.switch_to_block(body);
+            let params = b.block_params(body).to_vec();
+            let (at, accs) = (params[0], &params[1..]);
+            let base = if wide_loop { &wide } else { &scalar };
+            let mut envs = vec![base.clone(); groups as usize];
+            // Addresses at lane `at`, once per iteration; groups are immediate
+            // offsets from them.
+            let row: Vec<Option<Value>> = load_addr
+                .iter()
+                .enumerate()
+                .map(|(k, addr)| addr.map(|addr| offset_by(&mut b, addr, at, a.step[k] * stage_size(stage, k))))
+                .collect();
+            let lane_bytes = |b: &mut FunctionBuilder, slot: Value| offset_by(b, slot, at, 4);
+            for &d in &phases.reads[phase] {
+                let p = lane_bytes(&mut b, spill_slot[d].ok_or("no spill slot")?);
+                let em = Em { b: &mut b, wide: wide_loop, pool };
+                let ty = if a.class[d] == Class::Float { em.fty() } else { em.ity() };
+                for (g, env) in envs.iter_mut().enumerate() {
+                    env.insts[d] = Some(em.b.ins().load(ty, MemFlagsData::trusted(), p, 16 * g as i32));
+                }
+            }
+            emit_insts(&mut b, pool, stage, a, &phases.insts[phase], &mut envs, wide_loop, &row)?;
+            for &d in &phases.writes[phase] {
+                let p = lane_bytes(&mut b, spill_slot[d].ok_or("no spill slot")?);
+                for (g, env) in envs.iter().enumerate() {
+                    let v = env.insts[d].ok_or("spilled value undefined")?;
+                    b.ins().store(MemFlagsData::trusted(), v, p, 16 * g as i32);
+                }
+            }
+            let mut next_accs = accs.to_vec();
+            if is_last {
+                let out_row = offset_by(&mut b, out, at, 4 * out_step);
+                for (g, env) in envs.iter().enumerate() {
+                    let v = env.get(a.value).ok_or("stage value undefined")?;
+                    let mut em = Em { b: &mut b, wide: wide_loop, pool };
+                    match fold {
+                        Some((op, _)) if !accs.is_empty() => next_accs[g] = combine(&mut em, op, accs[g], v),
+                        Some((op, slot)) => {
+                            let k = em.b.ins().band_imm_u(at, 15);
+                            let off = em.b.ins().imul_imm_s(k, 4);
+                            let p = em.b.ins().iadd(slot, off);
+                            let ty = em.fty();
+                            let old = em.b.ins().load(ty, MemFlagsData::trusted(), p, 0);
+                            let r = combine(&mut em, op, old, v);
+                            em.b.ins().store(MemFlagsData::trusted(), r, p, 0);
+                        }
+                        _ => store_value(&mut em, output, out_row, 16 * g as i64 * out_step, out_step, v),
+                    }
+                }
+            }
+            let next = b.ins().iadd_imm_s(at, step);
+            let following = b.ins().iadd_imm_s(at, 2 * step);
+            let more = b.ins().icmp(IntCC::SignedLessThanOrEqual, following, len);
+            let args: Vec<_> = std::iter::once(next).chain(next_accs).map(Into::into).collect();
+            b.ins().brif(more, body, &args, after, &args);
+            b.seal_block(body);
+            b.switch_to_block(after);
+            b.seal_block(after);
+            let params = b.block_params(after).to_vec();
+            i = params[0];
+            if let Some((_, slot)) = fold.filter(|_| !carried.is_empty()) {
+                for (g, v) in params[1..].iter().enumerate() {
+                    b.ins().store(MemFlagsData::trusted(), *v, slot, 16 * g as i32);
+                }
+                carried.clear();
             }
         }
-        let next = b.ins().iadd_imm_s(at, step);
-        let following = b.ins().iadd_imm_s(at, 2 * step);
-        let more = b.ins().icmp(IntCC::SignedLessThanOrEqual, following, len);
-        let args: Vec<_> = std::iter::once(next).chain(next_accs).map(Into::into).collect();
-        b.ins().brif(more, body, &args, after, &args);
-        b.seal_block(body);
-        b.switch_to_block(after);
-        b.seal_block(after);
-        let params = b.block_params(after).to_vec();
-        i = params[0];
-        if let Some((_, slot)) = fold.filter(|_| !carried.is_empty()) {
-            for (g, v) in params[1..].iter().enumerate() {
-                b.ins().store(MemFlagsData::trusted(), *v, slot, 16 * g as i32);
-            }
-            carried.clear();
+        // The call that ends this phase: the whole tile at once.
+        if let (Some(&c), Some(f)) = (phases.calls.get(phase), unary_tile) {
+            let InstOp::Unary(op, _) = &stage.insts[c].op else { return Err("call is not a unary op".into()) };
+            let code = super::call_code(*op).ok_or("no tile routine")?;
+            let src = match a.operands[c].first() {
+                Some(Def::Inst(d)) => spill_slot[*d].ok_or("call operand not spilled")?,
+                _ => return Err("call operand is not a varying value".into()),
+            };
+            let dst = spill_slot[c].ok_or("call result has no slot")?;
+            let code = b.ins().iconst(types::I32, i64::from(code));
+            b.ins().call(f, &[code, src, dst, len]);
         }
     }
     if let Some((op, slot)) = fold {

@@ -15,18 +15,24 @@
 //! the stage. A pointwise stage also stores its output; a sum/prod/max/min
 //! stage combines into the reduction's accumulator (lane by lane along an
 //! outer tile; into 16 partials along the reduction). Addresses per tile
-//! and the final fold of the partials stay with the executor. Anything
+//! and the final fold of the partials stay with the executor.
+//! Transcendentals (exp, erf, tanh, ...) are not inline: at four lanes they
+//! lose to the interpreter's 16-lane routines. A stage that has them is cut
+//! into phases at each one ([`phases`]): one loop per phase, and between
+//! two loops a call that runs the interpreter's routine over the whole
+//! tile, values crossing a call going through tiles on the stack. Anything
 //! else keeps the interpreter: float64, integer arithmetic, half-precision,
-//! gathers, masked loads, and transcendentals (at four lanes they lose to
-//! the interpreter's AVX2 tile loops, which run eight). Results
-//! are bit-identical to the interpreter's: only exactly rounded
-//! operations, in the same order, no fused multiply-add.
+//! gathers, masked loads, transcendentals of values constant along the
+//! tile. Results are bit-identical to the interpreter's: only exactly
+//! rounded operations, in the same order, no fused multiply-add, and the
+//! interpreter's own transcendental routines.
 //!
 //! `RDYN_JIT=0` turns compilation off (every stage interpreted);
 //! `RDYN_JIT_DISASM=1` prints each compiled stage's machine code to stderr.
 
 mod emit;
 mod lower;
+mod phases;
 #[cfg(test)]
 mod tests;
 
@@ -35,7 +41,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use cranelift_codegen::isa::OwnedTargetIsa;
 use cranelift_codegen::settings::{self, Configurable};
 use cranelift_jit::{JITBuilder, JITModule};
-use rdyn_ir::loops::{BufId, ReduceOp};
+use rdyn_ir::loops::{BufId, ReduceOp, UnaryOp};
 use rdyn_ir::DType;
 
 use crate::plan::{storage_root, BufPlan, CpuStep, IndexFn, InstOp, KernelPlan, StagePlan, TileMode};
@@ -125,6 +131,54 @@ fn isa() -> Option<&'static OwnedTargetIsa> {
     .as_ref()
 }
 
+/// The routine compiled stages call for a transcendental over a tile.
+pub(crate) const UNARY_TILE: &str = "rdyn_unary_tile";
+
+/// The float32 unary ops compiled stages run through [`unary_tile`]; an
+/// op's code is its position here.
+const TILE_OPS: [UnaryOp; 25] = [
+    UnaryOp::Exp,
+    UnaryOp::Exp2,
+    UnaryOp::Expm1,
+    UnaryOp::Log,
+    UnaryOp::Log2,
+    UnaryOp::Log10,
+    UnaryOp::Log1p,
+    UnaryOp::Sin,
+    UnaryOp::Cos,
+    UnaryOp::Tan,
+    UnaryOp::Asin,
+    UnaryOp::Acos,
+    UnaryOp::Atan,
+    UnaryOp::Sinh,
+    UnaryOp::Cosh,
+    UnaryOp::Tanh,
+    UnaryOp::Asinh,
+    UnaryOp::Acosh,
+    UnaryOp::Atanh,
+    UnaryOp::Sigmoid,
+    UnaryOp::Erf,
+    UnaryOp::Erfc,
+    UnaryOp::Erfinv,
+    UnaryOp::Lgamma,
+    UnaryOp::Digamma,
+];
+
+/// The code compiled stages pass to [`unary_tile`] for `op`, if it has one.
+pub(crate) fn call_code(op: UnaryOp) -> Option<u32> {
+    TILE_OPS.iter().position(|o| *o == op).map(|k| k as u32)
+}
+
+/// `out[..len] = op(x[..len])` with the interpreter's float32 routine.
+extern "C" fn unary_tile(code: u32, x: *const f32, out: *mut f32, len: i64) {
+    let Some(op) = TILE_OPS.get(code as usize) else { return };
+    let len = len.max(0) as usize;
+    // SAFETY: compiled stages pass two distinct spill tiles of `TILE` lanes
+    // on their stack, and `len <= TILE` (the executor's tile width).
+    let (x, out) = unsafe { (std::slice::from_raw_parts(x, len), std::slice::from_raw_parts_mut(out, len)) };
+    crate::ops::unary_f32(*op, x, out);
+}
+
 /// The variable a stage's lanes walk, as the executor chooses it.
 pub(crate) fn tile_var(kernel: &KernelPlan, stage: &StagePlan) -> Option<usize> {
     let m = kernel.outer.len();
@@ -148,7 +202,9 @@ pub fn compile_program(steps: &mut [CpuStep], bufs: &[BufPlan]) {
         return;
     }
     let Some(isa) = isa() else { return };
-    let mut module = JITModule::new(JITBuilder::with_isa(isa.clone(), cranelift_module::default_libcall_names()));
+    let mut builder = JITBuilder::with_isa(isa.clone(), cranelift_module::default_libcall_names());
+    builder.symbol(UNARY_TILE, unary_tile as *const u8);
+    let mut module = JITModule::new(builder);
     let mut pending = Vec::new();
     for (k, step) in steps.iter().enumerate() {
         let CpuStep::Kernel(kernel) = step else { continue };

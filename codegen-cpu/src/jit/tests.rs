@@ -201,12 +201,137 @@ fn column_reduction_matches_interpreter_bitwise() {
     }
 }
 
+/// `x = a - b; t = tanh(x); e = exp(x * t); out = erf(e * 0.5) + x * t`:
+/// three calls, values crossing them (x, t), a mask computed before a call
+/// and used after it, and a call whose operand is a call result.
+fn transcendental_stage(store: &Expr, reduce: Option<(ReduceOp, Vec<i64>)>, a_index: Expr, b_index: Expr) -> StagePlan {
+    use BinaryOp as B;
+    use InstOp::{Binary, Cast, Unary, Where};
+    let insts = vec![
+        load(0, 0, a_index),
+        load(1, 1, b_index),
+        f32_inst(2, Binary(B::Sub, 0, 1)),
+        f32_inst(3, Binary(B::Lt, 0, 1)),
+        Inst { dst: 9, kind: Kind::I64, narrow: None, op: Cast { src: 3, from: Kind::F32, to: DType::Bool } },
+        f32_inst(3, Unary(UnaryOp::Tanh, 2)),
+        f32_inst(4, Binary(B::Mul, 2, 3)),
+        f32_inst(5, Unary(UnaryOp::Exp, 4)),
+        f32_inst(6, Binary(B::Mul, 5, 8)),
+        f32_inst(0, Unary(UnaryOp::Erf, 6)),
+        f32_inst(1, Unary(UnaryOp::Sigmoid, 0)),
+        f32_inst(6, Binary(B::Add, 1, 4)),
+        f32_inst(7, Where(9, 6, 2)),
+    ];
+    let mut stage = f32_stage(2, reduce, insts, 7, store, 10);
+    stage.regs[9] = Kind::I64;
+    stage.consts = vec![(8, InstOp::ConstF(0.5))];
+    stage
+}
+
 #[test]
-fn transcendentals_stay_interpreted() {
-    let mut stage = reduce_stage(ReduceOp::Sum);
-    stage.insts.push(f32_inst(1, InstOp::Unary(UnaryOp::Exp, 0)));
-    stage.value = 1;
-    assert!(super::lower::supported(&stage, Some(2)).is_none());
+fn transcendentals_compile_as_calls_bitwise() {
+    if !super::enabled() {
+        return;
+    }
+    let (i0, i1, i2) = (Expr::v(0), Expr::v(1), Expr::v(2));
+    // Pointwise over 4x37, tiles of 16 (16-, 4- and 1-lane loops) and 256.
+    for tile in [16, 256] {
+        let stage = transcendental_stage(&i0.scale(37).add(&i1), None, i0.scale(37).add(&i1), i1.clone());
+        let kernel = KernelPlan {
+            name: "k".into(),
+            outer: vec![4, 37],
+            mode: TileMode::Outer,
+            stages: vec![stage],
+            serial: false,
+            tile,
+        };
+        let (jit, interp, compiled) = both(kernel, 2, 4 * 37);
+        assert!(compiled, "stage was not compiled");
+        assert_eq!(jit, interp, "pointwise, tile {tile}");
+    }
+    // Folded along rows (sum, max), and accumulated down columns.
+    for (op, tile) in [(ReduceOp::Sum, 256), (ReduceOp::Sum, 16), (ReduceOp::Max, 16)] {
+        let mut stage = transcendental_stage(&i0, Some((op, vec![37])), i0.scale(37).add(&i2), i2.clone());
+        stage.out = BufId(3);
+        stage.inner = vec![1];
+        let kernel = KernelPlan {
+            name: "k".into(),
+            outer: vec![4],
+            mode: TileMode::Inner,
+            stages: vec![stage],
+            serial: false,
+            tile,
+        };
+        let (jit, interp, compiled) = both(kernel, 3, 4);
+        assert!(compiled, "stage was not compiled");
+        assert_eq!(jit, interp, "{op:?} along rows, tile {tile}");
+    }
+    let stage = transcendental_stage(&i0, Some((ReduceOp::Sum, vec![4])), i1.scale(37).add(&i0), i0.clone());
+    let kernel = KernelPlan {
+        name: "k".into(),
+        outer: vec![37],
+        mode: TileMode::Outer,
+        stages: vec![stage],
+        serial: false,
+        tile: 16,
+    };
+    let (jit, interp, compiled) = both(kernel, 2, 37);
+    assert!(compiled, "stage was not compiled");
+    assert_eq!(jit, interp, "sum down columns");
+}
+
+/// exp(b[i2]) with lanes along i0: the operand is the same on every lane,
+/// so the call runs once before the loops.
+#[test]
+fn transcendentals_of_invariants_run_once_bitwise() {
+    if !super::enabled() {
+        return;
+    }
+    let (i0, i1) = (Expr::v(0), Expr::v(1));
+    // Down the 4 rows of each column: sum of a·exp(b) over rows, b per column.
+    let insts = vec![
+        load(0, 0, i1.scale(37).add(&i0)),
+        load(1, 1, i0.clone()),
+        f32_inst(2, InstOp::Unary(UnaryOp::Exp, 1)),
+        f32_inst(1, InstOp::Unary(UnaryOp::Log, 2)),
+        f32_inst(2, InstOp::Binary(BinaryOp::Mul, 0, 1)),
+    ];
+    let stage = f32_stage(2, Some((ReduceOp::Sum, vec![4])), insts, 2, &i0, 3);
+    // Lanes along i0 (columns): b[i0] varies. Along i1 it would not.
+    assert!(super::lower::supported(&stage, Some(1)).is_some());
+    let kernel = KernelPlan {
+        name: "k".into(),
+        outer: vec![37],
+        mode: TileMode::Outer,
+        stages: vec![stage],
+        serial: false,
+        tile: 16,
+    };
+    let (jit, interp, compiled) = both(kernel, 2, 37);
+    assert!(compiled, "stage was not compiled");
+    assert_eq!(jit, interp);
+    // Rows: lanes along the reduction of a row, b[i0] the same on all.
+    let (i2,) = (Expr::v(2),);
+    let insts = vec![
+        load(0, 0, i0.scale(37).add(&i2)),
+        load(1, 1, i0.clone()),
+        f32_inst(2, InstOp::Unary(UnaryOp::Exp, 1)),
+        f32_inst(1, InstOp::Unary(UnaryOp::Tanh, 0)),
+        f32_inst(0, InstOp::Binary(BinaryOp::Mul, 1, 2)),
+    ];
+    let mut stage = f32_stage(3, Some((ReduceOp::Sum, vec![37])), insts, 0, &i0, 3);
+    stage.inner = vec![1];
+    let kernel = KernelPlan {
+        name: "k".into(),
+        outer: vec![4],
+        mode: TileMode::Inner,
+        stages: vec![stage],
+        serial: false,
+        tile: 16,
+    };
+    let (jit, interp, compiled) = both(kernel, 3, 4);
+    assert!(compiled, "stage was not compiled");
+    assert_eq!(jit, interp);
 }
 
 /// `out[i0, i1] = exp(a[i0, i1]) * sqrt(exp(b[i0]))` along a tile over
