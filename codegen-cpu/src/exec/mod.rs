@@ -549,8 +549,11 @@ fn jit_accumulate(stage: &StagePlan, tile_var: usize, len: usize, mem: &Memory, 
 fn jit_addrs(jit: &JitStage, mem: &Memory, sc: &mut Scratch) {
     sc.addrs.clear();
     for (buf, index, size) in &jit.loads {
-        let base = mem.ptrs[buf.0 as usize] as i64;
-        sc.addrs.push(base + index.eval(&sc.env) * size);
+        let at = index.eval(&sc.env);
+        sc.addrs.push(match buf {
+            Some(buf) => mem.ptrs[buf.0 as usize] as i64 + at * size,
+            None => at,
+        });
     }
 }
 

@@ -24,6 +24,8 @@ use crate::plan::{IndexFn, InstOp, Reg, StagePlan};
 pub(super) enum Class {
     Float,
     Mask,
+    /// An integer index (`I32`/`I32X4`): only compared, into masks.
+    Int,
 }
 
 /// Where an operand's value comes from.
@@ -56,7 +58,7 @@ fn operand_regs(op: &InstOp) -> Vec<Reg> {
     }
 }
 
-fn analyse(stage: &StagePlan, tile_var: Option<usize>) -> Option<Analysis> {
+fn analyse(stage: &StagePlan, tile_var: Option<usize>, extents: &[i64]) -> Option<Analysis> {
     let mut current: Vec<Option<Def>> = vec![None; stage.regs.len()];
     // `None`: a float64 constant, which no compiled instruction may use.
     let mut const_class = vec![None; stage.regs.len()];
@@ -109,6 +111,24 @@ fn analyse(stage: &StagePlan, tile_var: Option<usize>) -> Option<Analysis> {
                 let class = if inst.kind == Kind::F32 { Class::Float } else { Class::Mask };
                 (class, step == 0)
             }
+            InstOp::Index(index) if inst.kind == Kind::I64 && inst.narrow.is_none() => {
+                let step = match tile_var {
+                    Some(v) => index.step(v as u32)?,
+                    None => 0,
+                };
+                if !fits_i32(index, extents) {
+                    return None;
+                }
+                a.step[i] = step;
+                (Class::Int, step == 0)
+            }
+            InstOp::Binary(op, x, y)
+                if mask_inst
+                    && int_cc(*op).is_some()
+                    && [x, y].iter().all(|r| int_operand(stage, &a, current[**r as usize])) =>
+            {
+                (Class::Mask, false)
+            }
             InstOp::ConstF(_) if float_inst => (Class::Float, true),
             InstOp::ConstI(_) if mask_inst => (Class::Mask, true),
             InstOp::Unary(UnaryOp::Not, _) if mask_inst && all_mask => (Class::Mask, false),
@@ -126,7 +146,7 @@ fn analyse(stage: &StagePlan, tile_var: Option<usize>) -> Option<Analysis> {
             InstOp::Cast { from: Kind::I64, to: DType::Bool, .. } if mask_inst && all_mask => (Class::Mask, false),
             _ => return None,
         };
-        if !matches!(inst.op, InstOp::Load { .. } | InstOp::ConstF(_) | InstOp::ConstI(_)) {
+        if !matches!(inst.op, InstOp::Load { .. } | InstOp::Index(_) | InstOp::ConstF(_) | InstOp::ConstI(_)) {
             invariant = ops.iter().all(|d| inv_of(&a, *d));
         }
         if class == Class::Float && !inline_op(stage, &inst.op) {
@@ -150,23 +170,68 @@ fn analyse(stage: &StagePlan, tile_var: Option<usize>) -> Option<Analysis> {
 /// index, element size) in instruction order.
 pub(super) struct Supported {
     analysis: Analysis,
-    pub loads: Vec<(BufId, IndexFn, i64)>,
+    pub loads: Vec<(Option<BufId>, IndexFn, i64)>,
 }
 
-pub(super) fn supported(stage: &StagePlan, tile_var: Option<usize>) -> Option<Supported> {
+pub(super) fn supported(stage: &StagePlan, tile_var: Option<usize>, extents: &[i64]) -> Option<Supported> {
     if !stage.store_indirect.is_empty() {
         return None;
     }
-    let analysis = analyse(stage, tile_var)?;
+    let analysis = analyse(stage, tile_var, extents)?;
     let loads = stage
         .insts
         .iter()
         .filter_map(|inst| match &inst.op {
-            InstOp::Load { buf, index, dtype, .. } => Some((*buf, index.clone(), dtype.itemsize() as i64)),
+            InstOp::Load { buf, index, dtype, .. } => Some((Some(*buf), index.clone(), dtype.itemsize() as i64)),
+            InstOp::Index(index) => Some((None, index.clone(), 1)),
             _ => None,
         })
         .collect();
     Some(Supported { analysis, loads })
+}
+
+/// Whether an affine index stays within 32 bits over `extents` (with room
+/// for a tile's lanes), as compiled integer lanes hold it.
+fn fits_i32(index: &IndexFn, extents: &[i64]) -> bool {
+    if !index.is_affine() {
+        return false;
+    }
+    let mut bound = index.c0.unsigned_abs();
+    for (v, c) in &index.coefs {
+        let Some(n) = extents.get(*v as usize) else { return false };
+        bound = bound.saturating_add(c.unsigned_abs().saturating_mul(n.unsigned_abs() + TILE as u64));
+    }
+    bound < i32::MAX as u64
+}
+
+/// The integer comparison of a comparison op.
+fn int_cc(op: BinaryOp) -> Option<IntCC> {
+    Some(match op {
+        BinaryOp::Eq => IntCC::Equal,
+        BinaryOp::Ne => IntCC::NotEqual,
+        BinaryOp::Lt => IntCC::SignedLessThan,
+        BinaryOp::Le => IntCC::SignedLessThanOrEqual,
+        BinaryOp::Gt => IntCC::SignedGreaterThan,
+        BinaryOp::Ge => IntCC::SignedGreaterThanOrEqual,
+        _ => return None,
+    })
+}
+
+/// An operand an integer comparison can take: a compiled index, or an
+/// integer constant that fits in 32 bits.
+fn int_operand(stage: &StagePlan, a: &Analysis, d: Option<Def>) -> bool {
+    match d {
+        Some(Def::Inst(i)) => a.class.get(i) == Some(&Class::Int),
+        Some(Def::Const(r)) => int_const(stage, r).is_some(),
+        None => false,
+    }
+}
+
+fn int_const(stage: &StagePlan, r: Reg) -> Option<i32> {
+    stage.consts.iter().find_map(|(reg, op)| match op {
+        InstOp::ConstI(v) if *reg == r => i32::try_from(*v).ok(),
+        _ => None,
+    })
 }
 
 /// Values of definitions at one width.
@@ -215,7 +280,7 @@ pub(super) fn compile_stage(
     let mut load_addr = vec![None; stage.insts.len()];
     let mut slot = 0;
     for (i, inst) in stage.insts.iter().enumerate() {
-        if matches!(inst.op, InstOp::Load { .. }) {
+        if matches!(inst.op, InstOp::Load { .. } | InstOp::Index(_)) {
             load_addr[i] = Some(b.ins().load(ptr, MemFlagsData::trusted(), addrs, 8 * slot));
             slot += 1;
         }
@@ -583,6 +648,44 @@ fn inst_value(
         InstOp::Load { dtype, .. } => {
             let addr = addr.ok_or("load without address")?;
             load(em, addr, group, a.step[k], *dtype)
+        }
+        InstOp::Index(_) => {
+            // The index at the iteration's first lane, plus this group's
+            // lanes: base + (4·group + l)·step.
+            let at = addr.ok_or("index without a base")?;
+            let step = a.step[k];
+            let first = em.b.ins().iadd_imm_s(at, 4 * group * step);
+            let x = em.b.ins().ireduce(types::I32, first);
+            if !em.wide {
+                return Ok(x);
+            }
+            let mut v = em.b.ins().splat(types::I32X4, x);
+            for l in 1..4u8 {
+                let lane = em.b.ins().extractlane(v, l);
+                let moved = em.b.ins().iadd_imm_s(lane, i64::from(l) * step);
+                v = em.b.ins().insertlane(v, moved, l);
+            }
+            v
+        }
+        InstOp::Binary(op, x, y) if a.class[k] == Class::Mask && int_cc(*op).is_some() => {
+            let cc = int_cc(*op).ok_or("no integer comparison")?;
+            // Constant operands as integers (their mask form is 0 or -1).
+            let mut side = |r: &Reg, v: Value| -> Value {
+                match int_const(stage, *r) {
+                    Some(c) => {
+                        let c = em.b.ins().iconst(types::I32, i64::from(c));
+                        em.widen(c)
+                    }
+                    None => v,
+                }
+            };
+            let (xv, yv) = (side(x, ops[0]), side(y, ops[1]));
+            let c = em.b.ins().icmp(cc, xv, yv);
+            if em.wide {
+                c
+            } else {
+                em.b.ins().bmask(types::I32, c)
+            }
         }
         InstOp::ConstF(x) => em.fc(*x as f32),
         InstOp::ConstI(x) => em.ic(if *x != 0 { -1 } else { 0 }),

@@ -20,8 +20,10 @@
 //! lose to the interpreter's 16-lane routines. A stage that has them is cut
 //! into phases at each one ([`phases`]): one loop per phase, and between
 //! two loops a call that runs the interpreter's routine over the whole
-//! tile, values crossing a call going through tiles on the stack. Anything
-//! else keeps the interpreter: float64, integer arithmetic, half-precision,
+//! tile, values crossing a call going through tiles on the stack. Integer
+//! indices (affine, within 32 bits) compile as 32-bit lanes, only to be
+//! compared into masks. Anything else keeps the interpreter: float64,
+//! integer arithmetic, half-precision,
 //! gathers, masked loads, transcendentals of values constant along the
 //! tile. Results are bit-identical to the interpreter's: only exactly
 //! rounded operations, in the same order, no fused multiply-add, and the
@@ -74,7 +76,8 @@ pub struct JitStage {
     /// The variable the lanes walk (`None`: the stage has one lane).
     pub(crate) tile_var: Option<usize>,
     /// Per load, in instruction order: buffer, index, element size.
-    pub(crate) loads: Vec<(BufId, IndexFn, i64)>,
+    /// `None`: an integer index, whose value itself is passed.
+    pub(crate) loads: Vec<(Option<BufId>, IndexFn, i64)>,
     pub(crate) output: Output,
     /// The function's constants (bit patterns), read on entry.
     pub(crate) constants: Arc<[u32]>,
@@ -213,7 +216,10 @@ pub fn compile_program(steps: &mut [CpuStep], bufs: &[BufPlan]) {
         }
         for (s, stage) in kernel.stages.iter().enumerate() {
             let tv = tile_var(kernel, stage);
-            let Some(supported) = lower::supported(stage, tv) else { continue };
+            let mut extents = kernel.outer.clone();
+            extents.extend(&stage.inner);
+            extents.extend(stage.reduce.iter().flat_map(|(_, r)| r.iter().copied()));
+            let Some(supported) = lower::supported(stage, tv, &extents) else { continue };
             let output = output(kernel.mode, stage, tv, bufs);
             let name = format!("{}_s{s}", kernel.name);
             if let Ok((id, constants)) = lower::compile_stage(&mut module, stage, &supported, output, &name) {

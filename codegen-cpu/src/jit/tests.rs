@@ -280,6 +280,47 @@ fn transcendentals_compile_as_calls_bitwise() {
     assert_eq!(jit, interp, "sum down columns");
 }
 
+/// A causal mask from integer indices: `where(!(i1 - i0 <= 0 && true),
+/// -inf, a) - b`, then exp, as attention's softmax builds it.
+#[test]
+fn index_masks_compile_bitwise() {
+    if !super::enabled() {
+        return;
+    }
+    use BinaryOp as B;
+    let (i0, i1) = (Expr::v(0), Expr::v(1));
+    let int = |dst: u16, op: InstOp| Inst { dst, kind: Kind::I64, narrow: Some(DType::Bool), op };
+    for tile in [16, 256] {
+        let insts = vec![
+            Inst { dst: 0, kind: Kind::I64, narrow: None, op: InstOp::Index(IndexFn::new(&i1.sub(&i0))) },
+            int(1, InstOp::Binary(B::Le, 0, 7)),
+            int(0, InstOp::Binary(B::And, 1, 8)),
+            int(1, InstOp::Unary(UnaryOp::Not, 0)),
+            load(2, 0, i0.scale(37).add(&i1)),
+            f32_inst(3, InstOp::Where(1, 9, 2)),
+            load(2, 1, i1.clone()),
+            f32_inst(4, InstOp::Binary(B::Sub, 3, 2)),
+            f32_inst(3, InstOp::Unary(UnaryOp::Exp, 4)),
+        ];
+        let mut stage = f32_stage(2, None, insts, 3, &i0.scale(37).add(&i1), 10);
+        for r in [0, 1, 7, 8] {
+            stage.regs[r] = Kind::I64;
+        }
+        stage.consts = vec![(7, InstOp::ConstI(0)), (8, InstOp::ConstI(1)), (9, InstOp::ConstF(f64::NEG_INFINITY))];
+        let kernel = KernelPlan {
+            name: "k".into(),
+            outer: vec![4, 37],
+            mode: TileMode::Outer,
+            stages: vec![stage],
+            serial: false,
+            tile,
+        };
+        let (jit, interp, compiled) = both(kernel, 2, 4 * 37);
+        assert!(compiled, "stage was not compiled");
+        assert_eq!(jit, interp, "tile {tile}");
+    }
+}
+
 /// exp(b[i2]) with lanes along i0: the operand is the same on every lane,
 /// so the call runs once before the loops.
 #[test]
@@ -298,7 +339,7 @@ fn transcendentals_of_invariants_run_once_bitwise() {
     ];
     let stage = f32_stage(2, Some((ReduceOp::Sum, vec![4])), insts, 2, &i0, 3);
     // Lanes along i0 (columns): b[i0] varies. Along i1 it would not.
-    assert!(super::lower::supported(&stage, Some(1)).is_some());
+    assert!(super::lower::supported(&stage, Some(1), &[37, 4]).is_some());
     let kernel = KernelPlan {
         name: "k".into(),
         outer: vec![37],
