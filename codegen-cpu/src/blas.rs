@@ -11,7 +11,7 @@ use std::ffi::c_char;
 use std::sync::OnceLock;
 
 /// Fortran `?gemm_` (LP64: 32-bit integers, everything by reference).
-type Gemm<T> = unsafe extern "C" fn(
+pub(crate) type Gemm<T> = unsafe extern "C" fn(
     *const c_char,
     *const c_char,
     *const i32,
@@ -27,7 +27,7 @@ type Gemm<T> = unsafe extern "C" fn(
     *const i32,
 );
 
-struct Blas {
+pub(crate) struct Blas {
     sgemm: Gemm<f32>,
     dgemm: Gemm<f64>,
 }
@@ -103,7 +103,8 @@ pub(crate) fn plan(p: &Product) -> Option<[(u8, i64); 3]> {
     [b.1, a.1, c.1].into_iter().all(fits).then_some([b, a, c])
 }
 
-/// Run `plan`'s call on raw pointers to the first elements.
+/// Run `plan`'s call on raw pointers to the first elements (nothing when
+/// no BLAS is registered).
 ///
 /// # Safety
 /// The pointers and strides must describe live buffers that hold the
@@ -117,66 +118,33 @@ pub(crate) unsafe fn run<T: Element>(
     alpha: T,
     beta: T,
 ) {
+    let Some(gemm) = BLAS.get().map(T::routine) else { return };
     let [(tb, ldb), (ta, lda), (_, ldc)] = call;
     let (tb, ta) = (tb as c_char, ta as c_char);
     let (m, n, k) = (p.m as i32, p.n as i32, p.k as i32);
     let (lda, ldb, ldc) = (lda as i32, ldb as i32, ldc as i32);
     // SAFETY: the caller guarantees the buffers; BLAS reads `n×k`, `k×m`
     // and writes `n×m` through the leading dimensions `plan` checked.
-    unsafe { T::gemm(&tb, &ta, &n, &m, &k, &alpha, b, &ldb, a, &lda, &beta, c, &ldc) };
+    unsafe { gemm(&tb, &ta, &n, &m, &k, &alpha, b, &ldb, a, &lda, &beta, c, &ldc) };
 }
 
 /// float32 and float64, the types BLAS multiplies.
 pub(crate) trait Element: Copy {
-    /// # Safety
-    /// As for the Fortran routine.
-    #[allow(clippy::too_many_arguments)]
-    unsafe fn gemm(
-        ta: *const c_char,
-        tb: *const c_char,
-        m: *const i32,
-        n: *const i32,
-        k: *const i32,
-        alpha: *const Self,
-        a: *const Self,
-        lda: *const i32,
-        b: *const Self,
-        ldb: *const i32,
-        beta: *const Self,
-        c: *mut Self,
-        ldc: *const i32,
-    );
+    /// The registered routine for this type.
+    fn routine(blas: &Blas) -> Gemm<Self>;
 }
 
-macro_rules! element {
-    ($t:ty, $field:ident) => {
-        impl Element for $t {
-            unsafe fn gemm(
-                ta: *const c_char,
-                tb: *const c_char,
-                m: *const i32,
-                n: *const i32,
-                k: *const i32,
-                alpha: *const $t,
-                a: *const $t,
-                lda: *const i32,
-                b: *const $t,
-                ldb: *const i32,
-                beta: *const $t,
-                c: *mut $t,
-                ldc: *const i32,
-            ) {
-                if let Some(blas) = BLAS.get() {
-                    // SAFETY: forwarded from the caller.
-                    unsafe { (blas.$field)(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc) };
-                }
-            }
-        }
-    };
+impl Element for f32 {
+    fn routine(blas: &Blas) -> Gemm<f32> {
+        blas.sgemm
+    }
 }
 
-element!(f32, sgemm);
-element!(f64, dgemm);
+impl Element for f64 {
+    fn routine(blas: &Blas) -> Gemm<f64> {
+        blas.dgemm
+    }
+}
 
 #[cfg(test)]
 mod tests {

@@ -74,7 +74,7 @@ pub fn run_gemm(
     // On the OpenMP team, each thread runs whole products on a block of
     // rows (or of batches); on rayon, the gemm crate splits each product.
     let threads = crate::parallel::threads() as i64;
-    let on_team = batch * m * n * k > 64 * 64 * 64 && threads > 1 && crate::parallel::backend() == "openmp";
+    let on_team = batch * m * n * k > 64 * 64 * 64 && threads > 1 && crate::parallel::on_openmp();
     let par = if big && !on_team { Parallelism::Rayon(threads as usize) } else { Parallelism::None };
     let row_blocks = if on_team && batch < threads { threads.min(m.max(1)) } else { 1 };
     let rows_per = (m + row_blocks - 1) / row_blocks.max(1);

@@ -49,24 +49,6 @@ fn collapse_groups(sizes: &[i64], first: usize, exprs: &[Expr]) -> Vec<Vec<usize
     groups
 }
 
-/// A stage's index expressions over the split outer variables.
-fn split_exprs(
-    program: &Program,
-    stage: &Stage,
-    split: &Split,
-    m0: usize,
-    syms: &Ctx,
-) -> Vec<Result<Expr, CodegenError>> {
-    let mut tail: Vec<i64> = Vec::new();
-    for e in stage.ranges[m0..].iter().chain(stage.reduce.iter().flat_map(|r| r.ranges.iter())) {
-        match concrete(e, syms) {
-            Ok(n) => tail.push(n),
-            Err(err) => return vec![Err(err)],
-        }
-    }
-    stage_exprs(program, stage).into_iter().map(|e| Ok(split.apply(&e.simplify(syms), syms, &tail))).collect()
-}
-
 fn narrow_of(dtype: DType) -> Option<DType> {
     match dtype {
         DType::Bool | DType::U8 | DType::I8 | DType::I16 | DType::I32 => Some(dtype),
@@ -104,40 +86,41 @@ pub(crate) fn kernel_plan(
 ) -> Result<KernelPlan, CodegenError> {
     let outer: Vec<i64> = kernel.outer.iter().map(|e| concrete(e, syms)).collect::<Result<_, _>>()?;
     let m0 = outer.len();
-    let mut all_exprs = Vec::new();
+    // Per stage: its inner and reduction sizes, and its index expressions.
+    let mut shapes: Vec<(Vec<i64>, Vec<i64>, Vec<Expr>)> = Vec::new();
     for stage in &kernel.stages {
-        all_exprs.extend(stage_exprs(program, stage).into_iter().map(|e| e.simplify(syms)));
+        let ranges: Vec<i64> = stage.ranges.iter().map(|e| concrete(e, syms)).collect::<Result<_, _>>()?;
+        let red: Vec<i64> = match &stage.reduce {
+            Some(r) => r.ranges.iter().map(|e| concrete(e, syms)).collect::<Result<Vec<_>, _>>()?,
+            None => Vec::new(),
+        };
+        let exprs = stage_exprs(program, stage).into_iter().map(|e| e.simplify(syms)).collect();
+        shapes.push((ranges[m0..].to_vec(), red, exprs));
     }
     let serial = kernel.stages.iter().any(|s| !s.store_indirect.is_empty());
-    let split = if serial { Split::find(&outer, &[], syms) } else { Split::find(&outer, &all_exprs, syms) };
-    let all_exprs: Vec<Expr> = if split.is_identity() {
-        all_exprs
+    let split = if serial {
+        Split::find(&outer, &[], syms)
     } else {
-        kernel
-            .stages
-            .iter()
-            .flat_map(|stage| split_exprs(program, stage, &split, m0, syms))
-            .collect::<Result<_, _>>()?
+        Split::find(&outer, &shapes.iter().flat_map(|(_, _, e)| e.iter().cloned()).collect::<Vec<_>>(), syms)
     };
+    // The expressions over the split outer variables.
+    for (inner, red, exprs) in &mut shapes {
+        let tail: Vec<i64> = inner.iter().chain(red.iter()).copied().collect();
+        for e in exprs.iter_mut() {
+            *e = split.apply(e, syms, &tail);
+        }
+    }
+    let all_exprs: Vec<Expr> = shapes.iter().flat_map(|(_, _, e)| e.iter().cloned()).collect();
     let outer = split.sizes.clone();
     let m = outer.len();
     let groups = if serial { (0..m).map(|k| vec![k]).collect() } else { collapse_groups(&outer, 0, &all_exprs) };
     let new_outer: Vec<i64> = groups.iter().map(|g| g.iter().map(|k| outer[*k]).product()).collect();
     let m_new = new_outer.len();
     let mut stages = Vec::new();
-    for stage in &kernel.stages {
-        let ranges: Vec<i64> = stage.ranges.iter().map(|e| concrete(e, syms)).collect::<Result<_, _>>()?;
-        let inner: Vec<i64> = ranges[m0..].to_vec();
-        let red: Vec<i64> = match &stage.reduce {
-            Some(r) => r.ranges.iter().map(|e| concrete(e, syms)).collect::<Result<Vec<_>, _>>()?,
-            None => Vec::new(),
-        };
+    for (stage, (inner, red, own)) in kernel.stages.iter().zip(shapes) {
         let total_vars = m + inner.len() + red.len();
         // The stage's own dims collapse by its own indices.
-        let mut tail = inner.clone();
-        tail.extend_from_slice(&red);
-        let own: Vec<Expr> =
-            stage_exprs(program, stage).into_iter().map(|e| split.apply(&e.simplify(syms), syms, &tail)).collect();
+        let tail: Vec<i64> = inner.iter().chain(red.iter()).copied().collect();
         let single = |n: usize| (0..n).map(|k| vec![k]).collect::<Vec<_>>();
         let inner_groups = if serial { single(inner.len()) } else { collapse_groups(&inner, m, &own) };
         let red_groups = if serial { single(red.len()) } else { collapse_groups(&red, m + inner.len(), &own) };
@@ -180,7 +163,7 @@ pub(crate) fn kernel_plan(
     if !serial {
         for k in 0..kernel.stages.len() {
             if let Some(var) = crate::jit::tile_var(&kernel, &kernel.stages[k]) {
-                let flags = kernel.stages[k].uniform_insts(var);
+                let flags = kernel.stages[k].uniform_insts(Some(var));
                 if flags.iter().any(|f| *f) {
                     kernel.stages[k].uniform = Some((var, flags));
                 }

@@ -51,9 +51,14 @@ pub unsafe fn use_openmp(parallel: usize, max_threads: usize) -> bool {
     true
 }
 
+/// Whether kernels run on the OpenMP team (else on rayon).
+pub fn on_openmp() -> bool {
+    OPENMP.get().is_some()
+}
+
 /// Which pool runs kernels: `"openmp"` or `"rayon"`.
 pub fn backend() -> &'static str {
-    if OPENMP.get().is_some() {
+    if on_openmp() {
         "openmp"
     } else {
         "rayon"

@@ -179,9 +179,10 @@ pub struct StagePlan {
 }
 
 impl StagePlan {
-    /// Which instructions are uniform along `tile_var` (see `uniform`).
-    pub fn uniform_insts(&self, tile_var: usize) -> Vec<bool> {
-        let var = tile_var as u32;
+    /// Which instructions are uniform along `tile_var` (see `uniform`;
+    /// `None`: a one-lane tile, on which everything is).
+    pub fn uniform_insts(&self, tile_var: Option<usize>) -> Vec<bool> {
+        let constant = |index: &IndexFn| tile_var.is_none_or(|v| index.step(v as u32) == Some(0));
         let mut reg = vec![false; self.regs.len()];
         for (r, _) in &self.consts {
             reg[*r as usize] = true;
@@ -191,10 +192,10 @@ impl StagePlan {
             let u = |r: &Reg| reg[*r as usize];
             let uniform = match &inst.op {
                 InstOp::Load { index, indirect, mask, .. } => {
-                    index.step(var) == Some(0) && indirect.iter().all(|(r, _)| u(r)) && mask.as_ref().is_none_or(u)
+                    constant(index) && indirect.iter().all(|(r, _)| u(r)) && mask.as_ref().is_none_or(u)
                 }
                 InstOp::ConstF(_) | InstOp::ConstI(_) => true,
-                InstOp::Index(index) => index.step(var) == Some(0),
+                InstOp::Index(index) => constant(index),
                 InstOp::Unary(_, x) => u(x),
                 InstOp::Binary(_, a, b) => u(a) && u(b),
                 InstOp::Where(c, a, b) => u(c) && u(a) && u(b),

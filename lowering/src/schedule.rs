@@ -182,6 +182,21 @@ mod tests {
         })
     }
 
+    /// A kernel of one stage (as lowering emits them).
+    fn single_stage(
+        outer: Vec<Expr>,
+        out: BufId,
+        ranges: Vec<Expr>,
+        reduce: Option<Reduce>,
+        value: crate::ir::loops::ScalarId,
+        store: Expr,
+    ) -> Step {
+        Step::Kernel(Kernel {
+            outer,
+            stages: vec![Stage { out, ranges, reduce, value, store, store_indirect: vec![] }],
+        })
+    }
+
     fn load(program: &mut Program, buf: BufId, index: Expr) -> crate::ir::loops::ScalarId {
         program.scalars.add(ScalarOp::Load { buf, index, indirect: vec![], mask: None }, DType::F32)
     }
@@ -196,31 +211,18 @@ mod tests {
         let row = Expr::v(0).scale(32).add(&Expr::v(1));
         let xv = load(&mut p, x, row.clone());
         let row_sum = load(&mut p, x, Expr::v(0).scale(32).add(&Expr::v(2)));
-        p.steps.push(Step::Kernel(Kernel {
-            outer: vec![Expr::c(64), Expr::c(1)],
-            stages: vec![Stage {
-                out: s,
-                ranges: vec![Expr::c(64), Expr::c(1)],
-                reduce: Some(Reduce { op: ReduceOp::Sum, ranges: vec![Expr::c(32)] }),
-                value: row_sum,
-                store: Expr::v(0),
-                store_indirect: vec![],
-            }],
-        }));
+        p.steps.push(single_stage(
+            vec![Expr::c(64), Expr::c(1)],
+            s,
+            vec![Expr::c(64), Expr::c(1)],
+            Some(Reduce { op: ReduceOp::Sum, ranges: vec![Expr::c(32)] }),
+            row_sum,
+            Expr::v(0),
+        ));
         let sv = load(&mut p, s, Expr::v(0));
         // (stores over size-1 dims are simplified to the outer index by lowering)
         let div = p.scalars.binary(crate::ir::loops::BinaryOp::Div, xv, sv, DType::F32);
-        p.steps.push(Step::Kernel(Kernel {
-            outer: vec![Expr::c(64), Expr::c(32)],
-            stages: vec![Stage {
-                out: y,
-                ranges: vec![Expr::c(64), Expr::c(32)],
-                reduce: None,
-                value: div,
-                store: row,
-                store_indirect: vec![],
-            }],
-        }));
+        p.steps.push(single_stage(vec![Expr::c(64), Expr::c(32)], y, vec![Expr::c(64), Expr::c(32)], None, div, row));
         run(&mut p);
         assert_eq!(p.kernels().count(), 1, "{p}");
         assert_eq!(p.kernels().next().map(|k| k.stages.len()), Some(2));
@@ -239,29 +241,23 @@ mod tests {
             let s = buffer(&mut p, &[64, 1], BufRole::Temp);
             let xv = load(&mut p, x, Expr::v(0).scale(32).add(&Expr::v(1)));
             let ev = p.scalars.unary(crate::ir::loops::UnaryOp::Exp, xv, DType::F32);
-            p.steps.push(Step::Kernel(Kernel {
-                outer: vec![Expr::c(64), Expr::c(32)],
-                stages: vec![Stage {
-                    out: e,
-                    ranges: vec![Expr::c(64), Expr::c(32)],
-                    reduce: None,
-                    value: ev,
-                    store: Expr::v(0).scale(32).add(&Expr::v(1)),
-                    store_indirect: vec![],
-                }],
-            }));
+            p.steps.push(single_stage(
+                vec![Expr::c(64), Expr::c(32)],
+                e,
+                vec![Expr::c(64), Expr::c(32)],
+                None,
+                ev,
+                Expr::v(0).scale(32).add(&Expr::v(1)),
+            ));
             let row = load(&mut p, e, read_row.scale(32).add(&Expr::v(2)));
-            p.steps.push(Step::Kernel(Kernel {
-                outer: vec![Expr::c(64), Expr::c(1)],
-                stages: vec![Stage {
-                    out: s,
-                    ranges: vec![Expr::c(64), Expr::c(1)],
-                    reduce: Some(Reduce { op: ReduceOp::Sum, ranges: vec![Expr::c(32)] }),
-                    value: row,
-                    store: Expr::v(0),
-                    store_indirect: vec![],
-                }],
-            }));
+            p.steps.push(single_stage(
+                vec![Expr::c(64), Expr::c(1)],
+                s,
+                vec![Expr::c(64), Expr::c(1)],
+                Some(Reduce { op: ReduceOp::Sum, ranges: vec![Expr::c(32)] }),
+                row,
+                Expr::v(0),
+            ));
             run(&mut p);
             assert_eq!(p.kernels().count() == 1, fused, "{p}");
         }
@@ -277,17 +273,7 @@ mod tests {
         let xv = load(&mut p, x, Expr::v(0));
         let shifted = load(&mut p, a, Expr::c(63).sub(&Expr::v(0)));
         for (out, value) in [(a, xv), (b, shifted)] {
-            p.steps.push(Step::Kernel(Kernel {
-                outer: vec![Expr::c(64)],
-                stages: vec![Stage {
-                    out,
-                    ranges: vec![Expr::c(64)],
-                    reduce: None,
-                    value,
-                    store: Expr::v(0),
-                    store_indirect: vec![],
-                }],
-            }));
+            p.steps.push(single_stage(vec![Expr::c(64)], out, vec![Expr::c(64)], None, value, Expr::v(0)));
         }
         run(&mut p);
         assert_eq!(p.kernels().count(), 2);

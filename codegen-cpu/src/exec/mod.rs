@@ -482,7 +482,7 @@ fn store_tile(stage: &StagePlan, s: usize, tile_var: usize, len: usize, tile: &T
 /// Evaluate a stage's register program for `len` lanes.
 fn eval(stage: &StagePlan, s: usize, tile_var: usize, len: usize, mem: &Memory, sc: &mut Scratch) {
     if let Some(jit) = &stage.jit {
-        if jit.output == Output::Value && jit.tile_var.is_none_or(|v| v == tile_var) {
+        if jit.output == Output::Value && jit.walks(tile_var) {
             run_jit(jit, stage, s, len, mem, sc);
             return;
         }
@@ -508,15 +508,12 @@ fn eval(stage: &StagePlan, s: usize, tile_var: usize, len: usize, mem: &Memory, 
 
 /// A pointwise stage's tile: evaluated and stored.
 fn eval_store(stage: &StagePlan, s: usize, tile_var: usize, len: usize, mem: &Memory, sc: &mut Scratch) {
-    if let Some(jit) = &stage.jit {
-        if matches!(jit.output, Output::Store(_)) && jit.tile_var.is_none_or(|v| v == tile_var) {
-            jit_addrs(jit, mem, sc);
-            let out = mem.ptrs[stage.out.0 as usize] as i64 + stage.store.eval(&sc.env) * DType::F32.itemsize() as i64;
-            // SAFETY: as in `run_jit`; the output lanes are this tile's
-            // elements of the stage's float32 output, in bounds by the plan.
-            unsafe { (jit.func)(sc.addrs.as_ptr(), out as *mut f32, len as i64, jit.constants.as_ptr()) };
-            return;
-        }
+    if let Some(jit) = stage.jit.as_ref().filter(|j| matches!(j.output, Output::Store(_)) && j.walks(tile_var)) {
+        let out = mem.ptrs[stage.out.0 as usize] as i64 + stage.store.eval(&sc.env) * DType::F32.itemsize() as i64;
+        // SAFETY: the output lanes are this tile's elements of the stage's
+        // float32 output, in bounds by the plan.
+        unsafe { call_jit(jit, out as *mut f32, len, mem, sc) };
+        return;
     }
     eval(stage, s, tile_var, len, mem, sc);
     store(stage, s, tile_var, len, stage.value, mem, sc);
@@ -526,27 +523,28 @@ fn eval_store(stage: &StagePlan, s: usize, tile_var: usize, len: usize, mem: &Me
 /// false when the stage has no such code (the caller evaluates and
 /// combines).
 fn jit_accumulate(stage: &StagePlan, tile_var: usize, len: usize, mem: &Memory, sc: &mut Scratch) -> bool {
-    let Some(jit) = &stage.jit else { return false };
-    if !matches!(jit.output, Output::Accumulate(_) | Output::Fold(_)) || jit.tile_var.is_some_and(|v| v != tile_var) {
-        return false;
-    }
+    let Some(jit) = stage.jit.as_ref().filter(|j| j.walks(tile_var)) else { return false };
     // The lanes the function writes: one per tile lane, or FOLD_LANES.
-    let written = if matches!(jit.output, Output::Fold(_)) { FOLD_LANES } else { len };
-    if !matches!(&sc.acc, Tile::F32(acc) if acc.len() >= written) {
-        return false;
-    }
-    jit_addrs(jit, mem, sc);
-    if let Tile::F32(acc) = &mut sc.acc {
-        // SAFETY: as in `run_jit`; the accumulator holds the lanes the
-        // function writes (checked above).
-        unsafe { (jit.func)(sc.addrs.as_ptr(), acc.as_mut_ptr(), len as i64, jit.constants.as_ptr()) };
-    }
+    let written = match jit.output {
+        Output::Fold(_) => FOLD_LANES,
+        Output::Accumulate(_) => len,
+        Output::Value | Output::Store(_) => return false,
+    };
+    let out = match &mut sc.acc {
+        Tile::F32(acc) if acc.len() >= written => acc.as_mut_ptr(),
+        _ => return false,
+    };
+    // SAFETY: the accumulator holds the lanes the function writes.
+    unsafe { call_jit(jit, out, len, mem, sc) };
     true
 }
 
-/// Byte addresses of lane 0 of each load of a compiled stage, at the
-/// current point.
-fn jit_addrs(jit: &JitStage, mem: &Memory, sc: &mut Scratch) {
+/// Run a compiled stage's function for `len` lanes at the current point:
+/// the load addresses (and index values) at the tile's start, then one call.
+///
+/// # Safety
+/// `out` must point at the lanes the function writes (see [`Output`]).
+unsafe fn call_jit(jit: &JitStage, out: *mut f32, len: usize, mem: &Memory, sc: &mut Scratch) {
     sc.addrs.clear();
     for (buf, index, size) in &jit.loads {
         let at = index.eval(&sc.env);
@@ -555,18 +553,18 @@ fn jit_addrs(jit: &JitStage, mem: &Memory, sc: &mut Scratch) {
             None => at,
         });
     }
+    // SAFETY: the addresses are this tile's lanes of buffers the plan
+    // indexes in bounds (as for the interpreter); `out` as the caller says.
+    unsafe { (jit.func)(sc.addrs.as_ptr(), out, len as i64, jit.constants.as_ptr()) };
 }
 
-/// Evaluate a compiled stage into its value register: the load addresses
-/// at this tile's start, then one call.
+/// Evaluate a compiled stage into its value register.
 fn run_jit(jit: &JitStage, stage: &StagePlan, s: usize, len: usize, mem: &Memory, sc: &mut Scratch) {
-    jit_addrs(jit, mem, sc);
     if let Tile::F32(v) = &mut sc.regs[s][stage.value as usize] {
         debug_assert!(v.len() >= len);
-        // SAFETY: the addresses are this tile's lanes of buffers the plan
-        // indexes in bounds (as for the interpreter), and the value
-        // register holds at least `len` lanes.
-        unsafe { (jit.func)(sc.addrs.as_ptr(), v.as_mut_ptr(), len.min(v.len()) as i64, jit.constants.as_ptr()) };
+        let (out, len) = (v.as_mut_ptr(), len.min(v.len()));
+        // SAFETY: the value register holds at least `len` lanes.
+        unsafe { call_jit(jit, out, len, mem, sc) };
     }
 }
 

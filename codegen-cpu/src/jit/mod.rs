@@ -23,15 +23,14 @@
 //! tile, values crossing a call going through tiles on the stack. Integer
 //! indices (affine, within 32 bits) compile as 32-bit lanes, only to be
 //! compared into masks. Anything else keeps the interpreter: float64,
-//! integer arithmetic, half-precision,
-//! gathers, masked loads, transcendentals of values constant along the
-//! tile. Results are bit-identical to the interpreter's: only exactly
+//! integer arithmetic, half-precision, gathers and masked loads. Results are bit-identical to the interpreter's: only exactly
 //! rounded operations, in the same order, no fused multiply-add, and the
 //! interpreter's own transcendental routines.
 //!
 //! `RDYN_JIT=0` turns compilation off (every stage interpreted);
 //! `RDYN_JIT_DISASM=1` prints each compiled stage's machine code to stderr.
 
+mod analysis;
 mod emit;
 mod lower;
 mod phases;
@@ -82,6 +81,13 @@ pub struct JitStage {
     /// The function's constants (bit patterns), read on entry.
     pub(crate) constants: Arc<[u32]>,
     _code: Arc<Code>,
+}
+
+impl JitStage {
+    /// Whether the compiled lanes walk `tile_var`, the executor's tile.
+    pub(crate) fn walks(&self, tile_var: usize) -> bool {
+        self.tile_var.is_none_or(|v| v == tile_var)
+    }
 }
 
 impl std::fmt::Debug for JitStage {
@@ -219,7 +225,7 @@ pub fn compile_program(steps: &mut [CpuStep], bufs: &[BufPlan]) {
             let mut extents = kernel.outer.clone();
             extents.extend(&stage.inner);
             extents.extend(stage.reduce.iter().flat_map(|(_, r)| r.iter().copied()));
-            let Some(supported) = lower::supported(stage, tv, &extents) else { continue };
+            let Some(supported) = analysis::supported(stage, tv, &extents) else { continue };
             let output = output(kernel.mode, stage, tv, bufs);
             let name = format!("{}_s{s}", kernel.name);
             if let Ok((id, constants)) = lower::compile_stage(&mut module, stage, &supported, output, &name) {

@@ -11,7 +11,7 @@
 
 use std::collections::BTreeSet;
 
-use super::lower::{Analysis, Def};
+use super::analysis::{Analysis, Def};
 use crate::plan::StagePlan;
 
 pub(super) struct Phases {
@@ -31,7 +31,7 @@ impl Phases {
     pub fn new(stage: &StagePlan, a: &Analysis) -> Phases {
         let n = stage.insts.len();
         // Calls of invariants run once before the loops; they end no phase.
-        let calls: Vec<usize> = (0..n).filter(|&i| a.call[i] && !a.invariant[i]).collect();
+        let calls: Vec<usize> = (0..n).filter(|&i| a.call[i].is_some() && !a.invariant[i]).collect();
         let phases = calls.len() + 1;
         let call_index = |i: usize| calls.iter().position(|&c| c == i);
         // The phase that computes an instruction, or (calls) whose loops
@@ -52,7 +52,7 @@ impl Phases {
                 Some(_) => {
                     // The routine reads its operand from a tile.
                     for d in a.operands[u].iter().filter_map(varying) {
-                        if !a.call[d] {
+                        if a.call[d].is_none() {
                             spilled.insert(d);
                         }
                     }
@@ -63,9 +63,9 @@ impl Phases {
                     // Call results are only in their tiles; other values
                     // are in registers within the phase that computes them.
                     for d in a.operands[u].iter().filter_map(varying) {
-                        if a.call[d] || def_phase(d) < phase {
+                        if a.call[d].is_some() || def_phase(d) < phase {
                             reads[phase].insert(d);
-                            if !a.call[d] {
+                            if a.call[d].is_none() {
                                 spilled.insert(d);
                             }
                         }
@@ -74,9 +74,9 @@ impl Phases {
             }
         }
         let last = phases - 1;
-        if let Some(d) = varying(&a.value).filter(|&d| a.call[d] || def_phase(d) < last) {
+        if let Some(d) = varying(&a.value).filter(|&d| a.call[d].is_some() || def_phase(d) < last) {
             reads[last].insert(d);
-            if !a.call[d] {
+            if a.call[d].is_none() {
                 spilled.insert(d);
             }
         }

@@ -104,6 +104,11 @@ fn inputs() -> (Vec<f32>, Vec<f32>) {
     (a, b)
 }
 
+/// A parallel kernel of one stage.
+fn one_stage(outer: Vec<i64>, mode: TileMode, stage: StagePlan, tile: usize) -> KernelPlan {
+    KernelPlan { name: "k".into(), outer, mode, stages: vec![stage], serial: false, tile }
+}
+
 /// Run `kernel` as compiled and as interpreted; return both outputs' bits.
 fn both(kernel: KernelPlan, out: usize, out_len: usize) -> (Vec<u32>, Vec<u32>, bool) {
     let bufs = vec![
@@ -135,14 +140,7 @@ fn pointwise_matches_interpreter_bitwise() {
         return;
     }
     for out_t in [false, true] {
-        let kernel = KernelPlan {
-            name: "k".into(),
-            outer: vec![4, 37],
-            mode: TileMode::Outer,
-            stages: vec![pointwise_stage(out_t)],
-            serial: false,
-            tile: 16,
-        };
+        let kernel = one_stage(vec![4, 37], TileMode::Outer, pointwise_stage(out_t), 16);
         let (jit, interp, compiled) = both(kernel, 2, 4 * 37);
         assert!(compiled, "stage was not compiled");
         assert_eq!(jit, interp, "transposed store: {out_t}");
@@ -158,14 +156,7 @@ fn reduction_prologue_matches_interpreter_bitwise() {
     }
     // One tile per row (256 lanes) and three tiles per row (16 lanes).
     for (op, tile) in ACCUMULATED.iter().flat_map(|op| [(*op, 256), (*op, 16)]) {
-        let kernel = KernelPlan {
-            name: "k".into(),
-            outer: vec![4],
-            mode: TileMode::Inner,
-            stages: vec![reduce_stage(op)],
-            serial: false,
-            tile,
-        };
+        let kernel = one_stage(vec![4], TileMode::Inner, reduce_stage(op), tile);
         let (jit, interp, compiled) = both(kernel, 3, 4);
         assert!(compiled, "stage was not compiled");
         assert_eq!(jit, interp, "{op:?}, tile {tile}");
@@ -187,14 +178,7 @@ fn column_reduction_matches_interpreter_bitwise() {
             f32_inst(2, InstOp::Binary(BinaryOp::Sub, 0, 1)),
         ];
         let stage = f32_stage(2, Some((op, vec![4])), insts, 2, &i0, 3);
-        let kernel = KernelPlan {
-            name: "k".into(),
-            outer: vec![37],
-            mode: TileMode::Outer,
-            stages: vec![stage],
-            serial: false,
-            tile: 16,
-        };
+        let kernel = one_stage(vec![37], TileMode::Outer, stage, 16);
         let (jit, interp, compiled) = both(kernel, 2, 37);
         assert!(compiled, "stage was not compiled");
         assert_eq!(jit, interp, "{op:?}");
@@ -237,14 +221,7 @@ fn transcendentals_compile_as_calls_bitwise() {
     // Pointwise over 4x37, tiles of 16 (16-, 4- and 1-lane loops) and 256.
     for tile in [16, 256] {
         let stage = transcendental_stage(&i0.scale(37).add(&i1), None, i0.scale(37).add(&i1), i1.clone());
-        let kernel = KernelPlan {
-            name: "k".into(),
-            outer: vec![4, 37],
-            mode: TileMode::Outer,
-            stages: vec![stage],
-            serial: false,
-            tile,
-        };
+        let kernel = one_stage(vec![4, 37], TileMode::Outer, stage, tile);
         let (jit, interp, compiled) = both(kernel, 2, 4 * 37);
         assert!(compiled, "stage was not compiled");
         assert_eq!(jit, interp, "pointwise, tile {tile}");
@@ -254,27 +231,13 @@ fn transcendentals_compile_as_calls_bitwise() {
         let mut stage = transcendental_stage(&i0, Some((op, vec![37])), i0.scale(37).add(&i2), i2.clone());
         stage.out = BufId(3);
         stage.inner = vec![1];
-        let kernel = KernelPlan {
-            name: "k".into(),
-            outer: vec![4],
-            mode: TileMode::Inner,
-            stages: vec![stage],
-            serial: false,
-            tile,
-        };
+        let kernel = one_stage(vec![4], TileMode::Inner, stage, tile);
         let (jit, interp, compiled) = both(kernel, 3, 4);
         assert!(compiled, "stage was not compiled");
         assert_eq!(jit, interp, "{op:?} along rows, tile {tile}");
     }
     let stage = transcendental_stage(&i0, Some((ReduceOp::Sum, vec![4])), i1.scale(37).add(&i0), i0.clone());
-    let kernel = KernelPlan {
-        name: "k".into(),
-        outer: vec![37],
-        mode: TileMode::Outer,
-        stages: vec![stage],
-        serial: false,
-        tile: 16,
-    };
+    let kernel = one_stage(vec![37], TileMode::Outer, stage, 16);
     let (jit, interp, compiled) = both(kernel, 2, 37);
     assert!(compiled, "stage was not compiled");
     assert_eq!(jit, interp, "sum down columns");
@@ -307,14 +270,7 @@ fn index_masks_compile_bitwise() {
             stage.regs[r] = Kind::I64;
         }
         stage.consts = vec![(7, InstOp::ConstI(0)), (8, InstOp::ConstI(1)), (9, InstOp::ConstF(f64::NEG_INFINITY))];
-        let kernel = KernelPlan {
-            name: "k".into(),
-            outer: vec![4, 37],
-            mode: TileMode::Outer,
-            stages: vec![stage],
-            serial: false,
-            tile,
-        };
+        let kernel = one_stage(vec![4, 37], TileMode::Outer, stage, tile);
         let (jit, interp, compiled) = both(kernel, 2, 4 * 37);
         assert!(compiled, "stage was not compiled");
         assert_eq!(jit, interp, "tile {tile}");
@@ -339,15 +295,8 @@ fn transcendentals_of_invariants_run_once_bitwise() {
     ];
     let stage = f32_stage(2, Some((ReduceOp::Sum, vec![4])), insts, 2, &i0, 3);
     // Lanes along i0 (columns): b[i0] varies. Along i1 it would not.
-    assert!(super::lower::supported(&stage, Some(1), &[37, 4]).is_some());
-    let kernel = KernelPlan {
-        name: "k".into(),
-        outer: vec![37],
-        mode: TileMode::Outer,
-        stages: vec![stage],
-        serial: false,
-        tile: 16,
-    };
+    assert!(super::analysis::supported(&stage, Some(1), &[37, 4]).is_some());
+    let kernel = one_stage(vec![37], TileMode::Outer, stage, 16);
     let (jit, interp, compiled) = both(kernel, 2, 37);
     assert!(compiled, "stage was not compiled");
     assert_eq!(jit, interp);
@@ -362,14 +311,7 @@ fn transcendentals_of_invariants_run_once_bitwise() {
     ];
     let mut stage = f32_stage(3, Some((ReduceOp::Sum, vec![37])), insts, 0, &i0, 3);
     stage.inner = vec![1];
-    let kernel = KernelPlan {
-        name: "k".into(),
-        outer: vec![4],
-        mode: TileMode::Inner,
-        stages: vec![stage],
-        serial: false,
-        tile: 16,
-    };
+    let kernel = one_stage(vec![4], TileMode::Inner, stage, 16);
     let (jit, interp, compiled) = both(kernel, 3, 4);
     assert!(compiled, "stage was not compiled");
     assert_eq!(jit, interp);
@@ -390,18 +332,11 @@ fn uniform_instructions_match_full_tiles() {
         f32_inst(2, InstOp::Binary(BinaryOp::Mul, 1, 0)),
     ];
     let mut stage = f32_stage(2, None, insts, 2, &i0.scale(37).add(&i1), 4);
-    assert_eq!(stage.uniform_insts(1), vec![false, false, true, true, true, false]);
+    assert_eq!(stage.uniform_insts(Some(1)), vec![false, false, true, true, true, false]);
     // Along i0 every value changes from lane to lane.
-    assert_eq!(stage.uniform_insts(0), vec![false; 6]);
-    let plain = KernelPlan {
-        name: "k".into(),
-        outer: vec![4, 37],
-        mode: TileMode::Outer,
-        stages: vec![stage.clone()],
-        serial: false,
-        tile: 16,
-    };
-    stage.uniform = Some((1, stage.uniform_insts(1)));
+    assert_eq!(stage.uniform_insts(Some(0)), vec![false; 6]);
+    let plain = one_stage(vec![4, 37], TileMode::Outer, stage.clone(), 16);
+    stage.uniform = Some((1, stage.uniform_insts(Some(1))));
     let with_uniform = KernelPlan { stages: vec![stage], ..plain.clone() };
     let bufs =
         vec![buf(&[4, 37], &[37, 1], DType::F32), buf(&[37], &[1], DType::F32), buf(&[4, 37], &[37, 1], DType::F32)];

@@ -1,0 +1,265 @@
+//! Which stages the JIT compiles, and what each instruction becomes.
+//!
+//! Registers are reused by the planner, so each instruction's operands are
+//! first resolved to the instruction (or constant) that last wrote them;
+//! the function is then SSA over those definitions. An instruction is
+//! invariant when its value is the same on every lane of the tile
+//! ([`StagePlan::uniform_insts`]): it is emitted once, before the loops.
+
+use cranelift_codegen::ir::condcodes::IntCC;
+use rdyn_ir::loops::{BinaryOp, BufId, UnaryOp};
+use rdyn_ir::{DType, Kind};
+
+use crate::exec::TILE;
+use crate::plan::{IndexFn, InstOp, Reg, StagePlan};
+
+/// What a definition holds in the compiled code.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum Class {
+    Float,
+    Mask,
+    /// An integer index (`I32`/`I32X4`): only compared, into masks.
+    Int,
+}
+
+/// Where an operand's value comes from.
+#[derive(Clone, Copy)]
+pub(super) enum Def {
+    Const(Reg),
+    Inst(usize),
+}
+
+pub(super) struct Analysis {
+    /// Per instruction: its operands' definitions.
+    pub operands: Vec<Vec<Def>>,
+    pub class: Vec<Class>,
+    pub invariant: Vec<bool>,
+    /// Per instruction: the load's (or index's) step along the tile.
+    pub step: Vec<i64>,
+    /// Per instruction: the [`super::call_code`] of a transcendental, run
+    /// through the interpreter's routine (over the whole tile between two
+    /// loops, or once on one lane when invariant) rather than inline.
+    pub call: Vec<Option<u32>>,
+    pub value: Def,
+}
+
+fn operand_regs(op: &InstOp) -> Vec<Reg> {
+    match op {
+        InstOp::Unary(_, x) => vec![*x],
+        InstOp::Binary(_, a, b) => vec![*a, *b],
+        InstOp::Where(c, a, b) => vec![*c, *a, *b],
+        InstOp::Cast { src, .. } => vec![*src],
+        _ => Vec::new(),
+    }
+}
+
+fn analyse(stage: &StagePlan, tile_var: Option<usize>, extents: &[i64]) -> Option<Analysis> {
+    let mut current: Vec<Option<Def>> = vec![None; stage.regs.len()];
+    // `None`: a float64 constant, which no compiled instruction may use.
+    let mut const_class = vec![None; stage.regs.len()];
+    for (reg, op) in &stage.consts {
+        current[*reg as usize] = Some(Def::Const(*reg));
+        const_class[*reg as usize] = match op {
+            InstOp::ConstF(_) if stage.regs[*reg as usize] == Kind::F32 => Some(Class::Float),
+            InstOp::ConstI(_) if stage.regs[*reg as usize] == Kind::I64 => Some(Class::Mask),
+            _ => None,
+        };
+    }
+    let n = stage.insts.len();
+    let mut a = Analysis {
+        operands: Vec::with_capacity(n),
+        class: Vec::with_capacity(n),
+        invariant: stage.uniform_insts(tile_var),
+        step: vec![0; n],
+        call: vec![None; n],
+        value: Def::Const(0),
+    };
+    let class_of = |a: &Analysis, d: Def| match d {
+        Def::Const(r) => const_class[r as usize],
+        Def::Inst(i) => Some(a.class[i]),
+    };
+    for (i, inst) in stage.insts.iter().enumerate() {
+        let ops: Vec<Def> = operand_regs(&inst.op).iter().map(|r| current[*r as usize]).collect::<Option<Vec<_>>>()?;
+        let cls: Vec<Class> = ops.iter().map(|d| class_of(&a, *d)).collect::<Option<_>>()?;
+        let all_float = cls.iter().all(|c| *c == Class::Float);
+        let all_mask = cls.iter().all(|c| *c == Class::Mask);
+        let float_inst = inst.kind == Kind::F32 && inst.narrow.is_none();
+        let mask_inst = inst.kind == Kind::I64 && matches!(inst.narrow, None | Some(DType::Bool));
+        let class = match &inst.op {
+            InstOp::Load { index, indirect, mask, dtype, .. } => {
+                if !indirect.is_empty() || mask.is_some() || !matches!(dtype, DType::F32 | DType::Bool) {
+                    return None;
+                }
+                let step = match tile_var {
+                    Some(v) => index.step(v as u32)?,
+                    None => 0,
+                };
+                // Group offsets within an iteration are 32-bit immediates.
+                if step.checked_mul(16 * dtype.itemsize() as i64).is_none_or(|b| b.abs() > i64::from(i32::MAX)) {
+                    return None;
+                }
+                a.step[i] = step;
+                if inst.kind == Kind::F32 {
+                    Class::Float
+                } else {
+                    Class::Mask
+                }
+            }
+            InstOp::Index(index) if inst.kind == Kind::I64 && inst.narrow.is_none() => {
+                let step = match tile_var {
+                    Some(v) => index.step(v as u32)?,
+                    None => 0,
+                };
+                if !fits_i32(index, extents) {
+                    return None;
+                }
+                a.step[i] = step;
+                Class::Int
+            }
+            InstOp::Binary(op, x, y)
+                if mask_inst
+                    && int_cc(*op).is_some()
+                    && [x, y].iter().all(|r| int_operand(stage, &a, current[**r as usize])) =>
+            {
+                Class::Mask
+            }
+            InstOp::ConstF(_) if float_inst => Class::Float,
+            InstOp::ConstI(_) if mask_inst => Class::Mask,
+            InstOp::Unary(UnaryOp::Not, _) if mask_inst && all_mask => Class::Mask,
+            InstOp::Unary(..) if float_inst && all_float => Class::Float,
+            InstOp::Binary(BinaryOp::And | BinaryOp::Or | BinaryOp::Xor, ..) if mask_inst && all_mask => Class::Mask,
+            InstOp::Binary(..) if float_inst && all_float => Class::Float,
+            InstOp::Where(..) if float_inst && cls == [Class::Mask, Class::Float, Class::Float] => Class::Float,
+            InstOp::Cast { from: Kind::F32, to: DType::F32, .. } if float_inst && all_float => Class::Float,
+            InstOp::Cast { from: Kind::I64, to: DType::F32, .. } if float_inst && all_mask => Class::Float,
+            InstOp::Cast { from: Kind::F32, to: DType::Bool, .. } if mask_inst && all_float => Class::Mask,
+            InstOp::Cast { from: Kind::I64, to: DType::Bool, .. } if mask_inst && all_mask => Class::Mask,
+            _ => return None,
+        };
+        if class == Class::Float && !inline_op(stage, &inst.op) {
+            // A float transcendental runs through the interpreter's routine.
+            let InstOp::Unary(op, _) = &inst.op else { return None };
+            a.call[i] = Some(super::call_code(*op)?);
+        }
+        a.operands.push(ops);
+        a.class.push(class);
+        current[inst.dst as usize] = Some(Def::Inst(i));
+    }
+    a.value = current[stage.value as usize]?;
+    (stage.value_kind == Kind::F32 && class_of(&a, a.value) == Some(Class::Float)).then_some(a)
+}
+
+/// A stage the JIT can compile: its analysis, and its loads (buffer,
+/// index, element size) in instruction order.
+pub(super) struct Supported {
+    pub analysis: Analysis,
+    pub loads: Vec<(Option<BufId>, IndexFn, i64)>,
+}
+
+pub(super) fn supported(stage: &StagePlan, tile_var: Option<usize>, extents: &[i64]) -> Option<Supported> {
+    if !stage.store_indirect.is_empty() {
+        return None;
+    }
+    let analysis = analyse(stage, tile_var, extents)?;
+    let loads = stage
+        .insts
+        .iter()
+        .filter_map(|inst| match &inst.op {
+            InstOp::Load { buf, index, dtype, .. } => Some((Some(*buf), index.clone(), dtype.itemsize() as i64)),
+            InstOp::Index(index) => Some((None, index.clone(), 1)),
+            _ => None,
+        })
+        .collect();
+    Some(Supported { analysis, loads })
+}
+
+/// Whether an affine index stays within 32 bits over `extents` (with room
+/// for a tile's lanes), as compiled integer lanes hold it.
+fn fits_i32(index: &IndexFn, extents: &[i64]) -> bool {
+    if !index.is_affine() {
+        return false;
+    }
+    let mut bound = index.c0.unsigned_abs();
+    for (v, c) in &index.coefs {
+        let Some(n) = extents.get(*v as usize) else { return false };
+        bound = bound.saturating_add(c.unsigned_abs().saturating_mul(n.unsigned_abs() + TILE as u64));
+    }
+    bound < i32::MAX as u64
+}
+
+/// The integer comparison of a comparison op.
+pub(super) fn int_cc(op: BinaryOp) -> Option<IntCC> {
+    Some(match op {
+        BinaryOp::Eq => IntCC::Equal,
+        BinaryOp::Ne => IntCC::NotEqual,
+        BinaryOp::Lt => IntCC::SignedLessThan,
+        BinaryOp::Le => IntCC::SignedLessThanOrEqual,
+        BinaryOp::Gt => IntCC::SignedGreaterThan,
+        BinaryOp::Ge => IntCC::SignedGreaterThanOrEqual,
+        _ => return None,
+    })
+}
+
+/// An operand an integer comparison can take: a compiled index, or an
+/// integer constant that fits in 32 bits.
+fn int_operand(stage: &StagePlan, a: &Analysis, d: Option<Def>) -> bool {
+    match d {
+        Some(Def::Inst(i)) => a.class.get(i) == Some(&Class::Int),
+        Some(Def::Const(r)) => int_const(stage, r).is_some(),
+        None => false,
+    }
+}
+
+pub(super) fn int_const(stage: &StagePlan, r: Reg) -> Option<i32> {
+    stage.consts.iter().find_map(|(reg, op)| match op {
+        InstOp::ConstI(v) if *reg == r => i32::try_from(*v).ok(),
+        _ => None,
+    })
+}
+
+/// Whether instruction `k` has an inline form. Transcendentals do not: at
+/// four lanes (about 110 instructions per 4 lanes for erf) they lose to the
+/// interpreter's 8-lane AVX2 tile loops, measured 2x on gelu.
+pub(super) fn inline_op(stage: &StagePlan, op: &InstOp) -> bool {
+    match op {
+        InstOp::Unary(op, _) => {
+            matches!(
+                op,
+                UnaryOp::Neg
+                    | UnaryOp::Abs
+                    | UnaryOp::Sqrt
+                    | UnaryOp::Rsqrt
+                    | UnaryOp::Reciprocal
+                    | UnaryOp::Floor
+                    | UnaryOp::Ceil
+                    | UnaryOp::Trunc
+                    | UnaryOp::Round
+                    | UnaryOp::IsNan
+                    | UnaryOp::Not
+            )
+        }
+        InstOp::Binary(op, _, y) => {
+            matches!(
+                op,
+                BinaryOp::Add
+                    | BinaryOp::Sub
+                    | BinaryOp::Mul
+                    | BinaryOp::Div
+                    | BinaryOp::Max
+                    | BinaryOp::Min
+                    | BinaryOp::Eq
+                    | BinaryOp::Ne
+                    | BinaryOp::Lt
+                    | BinaryOp::Le
+                    | BinaryOp::Gt
+                    | BinaryOp::Ge
+            ) || (*op == BinaryOp::Pow && square(stage, *y))
+        }
+        _ => true,
+    }
+}
+
+/// Whether register `y` is the constant 2 (x² is exactly rounded either way).
+fn square(stage: &StagePlan, y: Reg) -> bool {
+    stage.consts.iter().any(|(r, c)| *r == y && matches!(c, InstOp::ConstF(v) if *v == 2.0))
+}
