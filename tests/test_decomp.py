@@ -3,6 +3,8 @@
 Max pooling is unrolled into strided slices of the padded input; values and
 indices must match ATen's kernel exactly, ties, NaN and -inf included, for
 every padding, stride, dilation and ceil_mode, and its gradient must too.
+1x1 convolutions become a matrix product; results and gradients are checked
+against float64 eager.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ import pytest
 import torch
 
 import rdyn
-from helpers import compile_aten
+from helpers import assert_same, compile_aten
 
 aten = torch.ops.aten
 
@@ -87,3 +89,43 @@ def test_max_pool2d_training_gradient() -> None:
     compiled(x1).backward()
     (pool(x2) ** 2).sum().backward()
     torch.testing.assert_close(x1.grad, x2.grad)
+
+
+CONVS = [
+    # name, (batch, in, out, size), Conv2d keyword arguments
+    ("pointwise", (1, 24, 40, 5), dict(kernel_size=1)),
+    ("pointwise_batched_bias", (3, 16, 8, 6), dict(kernel_size=1, bias=True)),
+    ("pointwise_one_pixel", (1, 96, 12, 1), dict(kernel_size=1, bias=True)),
+]
+
+
+@pytest.mark.parametrize("name,shape,kwargs", CONVS, ids=[c[0] for c in CONVS])
+def test_convolution_decompositions_match_eager(name, shape, kwargs) -> None:
+    n, cin, cout, size = shape
+    kwargs.setdefault("bias", False)
+    torch.manual_seed(0)
+    conv64 = torch.nn.Conv2d(cin, cout, **kwargs).double()
+    conv = torch.nn.Conv2d(cin, cout, **kwargs)
+    conv.load_state_dict({k: v.float() for k, v in conv64.state_dict().items()})
+    x64 = torch.randn(n, cin, size, size, dtype=torch.float64, requires_grad=True)
+    x = x64.detach().float().requires_grad_()
+
+    rdyn.reset_stats()
+    out = torch.compile(conv, backend="rdyn")(x)
+    assert rdyn.stats()["fallback_ops"] == {}
+    want = conv(x.detach())
+    assert out.stride() == want.stride()
+    assert_same(out, want, conv64(x64))
+
+    out.square().sum().backward()
+    conv64(x64).square().sum().backward()
+    assert_same(x.grad, x64.grad.float(), x64.grad)
+    assert_same(conv.weight.grad, conv64.weight.grad.float(), conv64.weight.grad)
+
+
+def test_pointwise_convolution_is_a_gemm() -> None:
+    conv = torch.nn.Sequential(torch.nn.Conv2d(16, 32, 1), torch.nn.ReLU6())
+    report = rdyn.explain(conv, torch.randn(1, 16, 7, 7))
+    assert report.fallback_ops == {}
+    assert "convolution" not in "\n".join(k.source for k in report.kernels)
+    assert any(k.name.startswith("gemm") for k in report.kernels)

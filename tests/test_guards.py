@@ -172,3 +172,15 @@ def test_torch_compile_dynamic_shapes() -> None:
     assert stats["graphs"] == 1, f"Dynamo should pass one symbolic graph: {stats}"
     assert counts[-1] <= SPECIALIZATION_LIMIT, counts
     assert stats["generic_programs"] <= 1, stats
+
+
+def test_dynamic_square_images_lower() -> None:
+    """Dynamic sizes of a square image give `s**2` pixel counts, which lower."""
+    fn = lambda x: x.flatten(2).softmax(-1)  # noqa: E731
+    compiled = torch.compile(fn, backend="rdyn", dynamic=True)
+    rdyn.reset_stats()
+    for size in (7, 9):
+        x = torch.randn(1, 8, size, size)
+        torch.testing.assert_close(compiled(x), fn(x))
+    stats = rdyn.stats()
+    assert stats["nodes_fallback"] == 0 and stats["nodes_native"] > 0

@@ -265,8 +265,10 @@ float_ops!(
 );
 
 /// float32 unary ops: the common transcendentals use the vectorisable
-/// versions in [`crate::fastmath`], compiled for AVX2+FMA too and chosen at
-/// run time (the results are the same: no FMA contraction).
+/// versions in [`crate::fastmath`], compiled for AVX2+FMA and AVX-512 too
+/// and chosen at run time. Those builds fuse the polynomial steps, so their
+/// last bits can differ from the baseline build's (both are within the
+/// tested error bounds; the JIT calls this same function).
 pub fn unary_f32(op: UnaryOp, x: &[f32], out: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
     if avx512() {
@@ -280,7 +282,7 @@ pub fn unary_f32(op: UnaryOp, x: &[f32], out: &mut [f32]) {
         unsafe { unary_f32_avx2(op, x, out) };
         return;
     }
-    unary_f32_body(op, x, out);
+    unary_f32_body::<false>(op, x, out);
 }
 
 /// Whether this CPU runs the AVX2+FMA builds of the float32 loops.
@@ -305,7 +307,7 @@ unsafe fn binary_f32_avx512(op: BinaryOp, a: &[f32], b: &[f32], out: &mut [f32])
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx2,fma")]
 unsafe fn unary_f32_avx512(op: UnaryOp, x: &[f32], out: &mut [f32]) {
-    unary_f32_body(op, x, out);
+    unary_f32_body::<true>(op, x, out);
 }
 
 /// float32 binary ops, compiled for AVX2+FMA too and chosen at run time.
@@ -334,11 +336,11 @@ unsafe fn binary_f32_avx2(op: BinaryOp, a: &[f32], b: &[f32], out: &mut [f32]) {
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 unsafe fn unary_f32_avx2(op: UnaryOp, x: &[f32], out: &mut [f32]) {
-    unary_f32_body(op, x, out);
+    unary_f32_body::<true>(op, x, out);
 }
 
 #[inline(always)]
-fn unary_f32_body(op: UnaryOp, x: &[f32], out: &mut [f32]) {
+fn unary_f32_body<const FMA: bool>(op: UnaryOp, x: &[f32], out: &mut [f32]) {
     use crate::fastmath as fm;
     macro_rules! map {
         ($f:expr) => {
@@ -348,11 +350,11 @@ fn unary_f32_body(op: UnaryOp, x: &[f32], out: &mut [f32]) {
         };
     }
     match op {
-        UnaryOp::Exp => map!(fm::exp),
-        UnaryOp::Tanh => map!(fm::tanh),
-        UnaryOp::Sigmoid => map!(fm::sigmoid),
-        UnaryOp::Log => map!(fm::ln),
-        UnaryOp::Erf => map!(fm::erf),
+        UnaryOp::Exp => map!(fm::exp::<FMA>),
+        UnaryOp::Tanh => map!(fm::tanh::<FMA>),
+        UnaryOp::Sigmoid => map!(fm::sigmoid::<FMA>),
+        UnaryOp::Log => map!(fm::ln::<FMA>),
+        UnaryOp::Erf => map!(fm::erf::<FMA>),
         other => unary_f32_generic(other, x, out),
     }
 }

@@ -140,7 +140,20 @@ impl Lowerer<'_> {
 
     /// A view buffer over the storage `lazy` reads, if it is a strided view.
     pub(crate) fn as_view(&mut self, lazy: &Lazy) -> Option<BufId> {
-        let (buf, strides, offset) = self.strided_source(lazy)?;
+        self.view_buffer(lazy, None)
+    }
+
+    /// [`Self::as_view`], with the strides of size-1 dimensions taken from
+    /// `promised` (what PyTorch's metadata says) when given.
+    fn view_buffer(&mut self, lazy: &Lazy, promised: Option<&[Expr]>) -> Option<BufId> {
+        let (buf, mut strides, offset) = self.strided_source(lazy)?;
+        if let Some(promised) = promised {
+            for ((s, p), n) in strides.iter_mut().zip(promised).zip(&lazy.sizes) {
+                if n.is_const(1) || n.is_const(0) {
+                    *s = p.clone();
+                }
+            }
+        }
         // PyTorch tensors cannot have negative strides (flip): copy instead.
         if strides.iter().any(|s| s.as_const().is_some_and(|v| v < 0)) {
             return None;
@@ -178,7 +191,7 @@ impl Lowerer<'_> {
         if !same || own.len() != strides.len() {
             return None;
         }
-        self.as_view(lazy)
+        self.view_buffer(lazy, Some(strides))
     }
 
     /// A buffer holding `lazy` for a library or eager call: the source itself

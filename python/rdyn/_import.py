@@ -44,6 +44,12 @@ def _sym_expr(expr, syms):
         for a in args[1:]:
             out = (tag, out, a)
         return out
+    if expr.is_Pow and expr.exp.is_Integer and 1 <= int(expr.exp) <= 8:
+        # s**2 (a square image's h*w): a product of the base.
+        out = args[0]
+        for _ in range(int(expr.exp) - 1):
+            out = ("mul", out, args[0])
+        return out
     if kind == "FloorDiv" and len(args) == 2:
         return ("floordiv", args[0], args[1])
     if kind in ("Mod", "PythonMod") and len(args) == 2:

@@ -19,14 +19,15 @@ mod convert;
 mod reduce;
 
 use convert::{cast, fill_f, fill_i, load, select, wrap, write_f64, write_i64};
-use reduce::{combine_lanes, fold_lanes, fold_tile, init_acc, FOLD_LANES};
+pub(crate) use reduce::FOLD_LANES;
+use reduce::{combine_lanes, fold_lanes, fold_tile, init_acc};
 
 use crate::jit::{JitStage, Output};
 use crate::ops;
 use crate::plan::{BufPlan, IndexFn, Inst, InstOp, KernelPlan, StagePlan, TileMode};
 
 /// Lanes per tile (the default for parallel kernels).
-pub const TILE: usize = 256;
+pub const TILE: usize = 1024;
 /// Below this many elements a kernel runs on the calling thread.
 const PARALLEL_MIN_WORK: usize = 1 << 15;
 
@@ -207,6 +208,31 @@ fn run_items(kernel: &KernelPlan, mem: &Memory, scratch: &mut Scratch, items: st
         return;
     }
     match kernel.mode {
+        TileMode::Outer if m >= 2 && kernel.outer[m - 1] as usize <= kernel.tile && by_rows(kernel) => {
+            // A tile is a whole row: each stage runs over as many
+            // consecutive rows as the next-to-last dimension has left.
+            let prefix = &kernel.outer[..m - 1];
+            let rows_in_dim = kernel.outer[m - 2] as usize;
+            unravel(items.start, prefix, &mut scratch.env, 0);
+            scratch.env[m - 1] = 0;
+            let mut left = items.len();
+            while left > 0 {
+                let rows = left.min(rows_in_dim - scratch.env[m - 2] as usize);
+                for (s, stage) in kernel.stages.iter().enumerate() {
+                    if let Some(jit) = &stage.jit {
+                        let out = mem.ptrs[stage.out.0 as usize] as i64
+                            + stage.store.eval(&scratch.env) * DType::F32.itemsize() as i64;
+                        let last = kernel.outer[m - 1] as usize;
+                        // SAFETY: `rows` rows of the stage's float32 output
+                        // from this point, in bounds by the plan.
+                        unsafe { call_jit(jit, (stage, s, m - 1), (out as *mut f32, rows), last, mem, scratch) };
+                    }
+                }
+                left -= rows;
+                scratch.env[m - 2] += rows as i64 - 1;
+                advance(&mut scratch.env, 0, prefix);
+            }
+        }
         TileMode::Outer => {
             let last = kernel.outer[m - 1] as usize;
             let chunks = last.div_ceil(kernel.tile);
@@ -237,6 +263,12 @@ fn run_items(kernel: &KernelPlan, mem: &Memory, scratch: &mut Scratch, items: st
             }
         }
     }
+}
+
+/// Whether every stage of the kernel is compiled to run over several rows
+/// per call ([`crate::jit::JitStage::rows`]).
+fn by_rows(kernel: &KernelPlan) -> bool {
+    kernel.stages.iter().all(|s| s.jit.as_ref().is_some_and(|j| j.rows))
 }
 
 /// Odometer over `sizes` starting at `env[first]`; returns false when done.
@@ -275,7 +307,7 @@ fn run_stage_outer(stage: &StagePlan, s: usize, m: usize, len: usize, mem: &Memo
                 sc.env[r0..r0 + red.len()].iter_mut().for_each(|v| *v = 0);
                 let mut more = !empty;
                 while more {
-                    if !jit_accumulate(stage, tile_var, len, mem, sc) {
+                    if !jit_accumulate(stage, s, tile_var, len, mem, sc) {
                         eval(stage, s, tile_var, len, mem, sc);
                         let ri = red_linear(&sc.env, r0, red);
                         let Scratch { regs, acc, acc_index, .. } = sc;
@@ -331,6 +363,20 @@ fn run_stage_inner(stage: &StagePlan, s: usize, m: usize, tile: usize, mem: &Mem
                 if nr == 0 { (sc.env.len() - 1, 1usize) } else { (r0 + nr - 1, red[nr - 1] as usize) };
             let red_prefix = if nr == 0 { &red[..] } else { &red[..nr - 1] };
             let empty = red.contains(&0);
+            if let Some(jit) = stage.jit.as_ref().filter(|j| matches!(j.output, Output::FoldStore(_))) {
+                // The compiled function reduces, folds and stores each point.
+                sc.env[tile_var] = 0;
+                loop {
+                    let at = stage.store.eval(&sc.env) * DType::F32.itemsize() as i64;
+                    let out = (mem.ptrs[stage.out.0 as usize] as i64 + at) as *mut f32;
+                    // SAFETY: the reduction is one tile (`jit::one_call`) and
+                    // `out` is this point's float32 output element.
+                    unsafe { call_jit(jit, (stage, s, tile_var), (out, 1), last, mem, sc) };
+                    if !advance(&mut sc.env, m, &stage.inner) {
+                        return;
+                    }
+                }
+            }
             loop {
                 // Arg reductions keep a partial per tile lane; the others
                 // fold a tile's lanes into FOLD_LANES partials.
@@ -345,7 +391,7 @@ fn run_stage_inner(stage: &StagePlan, s: usize, m: usize, tile: usize, mem: &Mem
                     while start < last {
                         let len = tile.min(last - start);
                         sc.env[tile_var] = start as i64;
-                        if !jit_accumulate(stage, tile_var, len, mem, sc) {
+                        if !jit_accumulate(stage, s, tile_var, len, mem, sc) {
                             eval(stage, s, tile_var, len, mem, sc);
                             let value = &sc.regs[s][stage.value as usize];
                             if arg {
@@ -483,7 +529,7 @@ fn store_tile(stage: &StagePlan, s: usize, tile_var: usize, len: usize, tile: &T
 fn eval(stage: &StagePlan, s: usize, tile_var: usize, len: usize, mem: &Memory, sc: &mut Scratch) {
     if let Some(jit) = &stage.jit {
         if jit.output == Output::Value && jit.walks(tile_var) {
-            run_jit(jit, stage, s, len, mem, sc);
+            run_jit(jit, (stage, s, tile_var), len, mem, sc);
             return;
         }
     }
@@ -512,7 +558,7 @@ fn eval_store(stage: &StagePlan, s: usize, tile_var: usize, len: usize, mem: &Me
         let out = mem.ptrs[stage.out.0 as usize] as i64 + stage.store.eval(&sc.env) * DType::F32.itemsize() as i64;
         // SAFETY: the output lanes are this tile's elements of the stage's
         // float32 output, in bounds by the plan.
-        unsafe { call_jit(jit, out as *mut f32, len, mem, sc) };
+        unsafe { call_jit(jit, (stage, s, tile_var), (out as *mut f32, 1), len, mem, sc) };
         return;
     }
     eval(stage, s, tile_var, len, mem, sc);
@@ -522,49 +568,79 @@ fn eval_store(stage: &StagePlan, s: usize, tile_var: usize, len: usize, mem: &Me
 /// Combine `len` lanes of a compiled reduction stage into the accumulator;
 /// false when the stage has no such code (the caller evaluates and
 /// combines).
-fn jit_accumulate(stage: &StagePlan, tile_var: usize, len: usize, mem: &Memory, sc: &mut Scratch) -> bool {
+fn jit_accumulate(stage: &StagePlan, s: usize, tile_var: usize, len: usize, mem: &Memory, sc: &mut Scratch) -> bool {
     let Some(jit) = stage.jit.as_ref().filter(|j| j.walks(tile_var)) else { return false };
     // The lanes the function writes: one per tile lane, or FOLD_LANES.
     let written = match jit.output {
         Output::Fold(_) => FOLD_LANES,
         Output::Accumulate(_) => len,
-        Output::Value | Output::Store(_) => return false,
+        Output::Value | Output::Store(_) | Output::FoldStore(_) => return false,
     };
     let out = match &mut sc.acc {
         Tile::F32(acc) if acc.len() >= written => acc.as_mut_ptr(),
         _ => return false,
     };
     // SAFETY: the accumulator holds the lanes the function writes.
-    unsafe { call_jit(jit, out, len, mem, sc) };
+    unsafe { call_jit(jit, (stage, s, tile_var), (out, 1), len, mem, sc) };
     true
 }
 
-/// Run a compiled stage's function for `len` lanes at the current point:
-/// the load addresses (and index values) at the tile's start, then one call.
+/// Run a compiled stage's function for `len` lanes at the current point
+/// (`at`: the stage, its index and its tile variable; `out`: the output and
+/// how many rows from it, 1 unless the stage runs by rows): the instructions it
+/// leaves to the executor on one lane, the load addresses at the tile's
+/// start, then one call. Nothing is called when one of those instructions
+/// failed (an index out of range, which the kernel then reports).
 ///
 /// # Safety
 /// `out` must point at the lanes the function writes (see [`Output`]).
-unsafe fn call_jit(jit: &JitStage, out: *mut f32, len: usize, mem: &Memory, sc: &mut Scratch) {
+unsafe fn call_jit(
+    jit: &JitStage,
+    at: (&StagePlan, usize, usize),
+    out: (*mut f32, usize),
+    len: usize,
+    mem: &Memory,
+    sc: &mut Scratch,
+) {
+    let (stage, s, tile_var) = at;
+    let (out, rows) = out;
     sc.addrs.clear();
-    for (buf, index, size) in &jit.loads {
-        let at = index.eval(&sc.env);
-        sc.addrs.push(match buf {
-            Some(buf) => mem.ptrs[buf.0 as usize] as i64 + at * size,
+    let mut ran = 0;
+    for load in &jit.loads {
+        // The executor's instructions this load's indirect parts read (in
+        // program order: registers are reused).
+        for &k in &jit.pre[ran..load.pre_before] {
+            exec_inst(&stage.insts[k], s, tile_var, 1, mem, sc);
+        }
+        ran = ran.max(load.pre_before);
+        let mut at = load.index.eval(&sc.env);
+        for (reg, stride) in &load.indirect {
+            if let Tile::I64(v) = &sc.regs[s][*reg as usize] {
+                at += v[0] * stride;
+            }
+        }
+        sc.addrs.push(match load.buf {
+            Some(buf) => mem.ptrs[buf.0 as usize] as i64 + at * load.size,
             None => at,
         });
     }
+    if sc.error {
+        return;
+    }
     // SAFETY: the addresses are this tile's lanes of buffers the plan
-    // indexes in bounds (as for the interpreter); `out` as the caller says.
-    unsafe { (jit.func)(sc.addrs.as_ptr(), out, len as i64, jit.constants.as_ptr()) };
+    // indexes in bounds (as for the interpreter; a gather's row was
+    // bounds-checked above); `out` as the caller says.
+    unsafe { (jit.func)(sc.addrs.as_ptr(), out, len as i64, jit.constants.as_ptr(), rows as i64) };
 }
 
 /// Evaluate a compiled stage into its value register.
-fn run_jit(jit: &JitStage, stage: &StagePlan, s: usize, len: usize, mem: &Memory, sc: &mut Scratch) {
+fn run_jit(jit: &JitStage, at: (&StagePlan, usize, usize), len: usize, mem: &Memory, sc: &mut Scratch) {
+    let (stage, s, _) = at;
     if let Tile::F32(v) = &mut sc.regs[s][stage.value as usize] {
         debug_assert!(v.len() >= len);
         let (out, len) = (v.as_mut_ptr(), len.min(v.len()));
         // SAFETY: the value register holds at least `len` lanes.
-        unsafe { call_jit(jit, out, len, mem, sc) };
+        unsafe { call_jit(jit, at, (out, 1), len, mem, sc) };
     }
 }
 

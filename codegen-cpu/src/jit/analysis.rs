@@ -5,6 +5,11 @@
 //! the function is then SSA over those definitions. An instruction is
 //! invariant when its value is the same on every lane of the tile
 //! ([`StagePlan::uniform_insts`]): it is emitted once, before the loops.
+//! Invariant integer instructions that do not compile (an embedding's token
+//! id, loaded as int64 and bounds-checked) are left to the executor, which
+//! runs them on one lane before each call ([`Class::Pre`]); a gather whose
+//! row they pick is then an affine load from the address the executor
+//! passes.
 
 use cranelift_codegen::ir::condcodes::IntCC;
 use rdyn_ir::loops::{BinaryOp, BufId, UnaryOp};
@@ -20,6 +25,9 @@ pub(super) enum Class {
     Mask,
     /// An integer index (`I32`/`I32X4`): only compared, into masks.
     Int,
+    /// An invariant integer the executor computes (interpreted, one lane)
+    /// before each call; only the indirect parts of loads read it.
+    Pre,
 }
 
 /// Where an operand's value comes from.
@@ -36,6 +44,8 @@ pub(super) struct Analysis {
     pub invariant: Vec<bool>,
     /// Per instruction: the load's (or index's) step along the tile.
     pub step: Vec<i64>,
+    /// The [`Class::Pre`] instructions, in order.
+    pub pre: Vec<usize>,
     /// Per instruction: the [`super::call_code`] of a transcendental, run
     /// through the interpreter's routine (over the whole tile between two
     /// loops, or once on one lane when invariant) rather than inline.
@@ -70,6 +80,7 @@ fn analyse(stage: &StagePlan, tile_var: Option<usize>, extents: &[i64]) -> Optio
         operands: Vec::with_capacity(n),
         class: Vec::with_capacity(n),
         invariant: stage.uniform_insts(tile_var),
+        pre: Vec::new(),
         step: vec![0; n],
         call: vec![None; n],
         value: Def::Const(0),
@@ -85,9 +96,20 @@ fn analyse(stage: &StagePlan, tile_var: Option<usize>, extents: &[i64]) -> Optio
         let all_mask = cls.iter().all(|c| *c == Class::Mask);
         let float_inst = inst.kind == Kind::F32 && inst.narrow.is_none();
         let mask_inst = inst.kind == Kind::I64 && matches!(inst.narrow, None | Some(DType::Bool));
+        let is_pre = |r: &Reg| matches!(current[*r as usize], Some(Def::Inst(j)) if a.class[j] == Class::Pre);
+        if a.invariant[i] && inst.kind == Kind::I64 && pre_inst(stage, &inst.op, &is_pre) {
+            a.pre.push(i);
+            a.operands.push(ops);
+            a.class.push(Class::Pre);
+            current[inst.dst as usize] = Some(Def::Inst(i));
+            continue;
+        }
         let class = match &inst.op {
             InstOp::Load { index, indirect, mask, dtype, .. } => {
-                if !indirect.is_empty() || mask.is_some() || !matches!(dtype, DType::F32 | DType::Bool) {
+                if !indirect.iter().all(|(r, _)| is_pre(r))
+                    || mask.is_some()
+                    || !matches!(dtype, DType::F32 | DType::Bool)
+                {
                     return None;
                 }
                 let step = match tile_var {
@@ -149,11 +171,41 @@ fn analyse(stage: &StagePlan, tile_var: Option<usize>, extents: &[i64]) -> Optio
     (stage.value_kind == Kind::F32 && class_of(&a, a.value) == Some(Class::Float)).then_some(a)
 }
 
-/// A stage the JIT can compile: its analysis, and its loads (buffer,
-/// index, element size) in instruction order.
+/// Whether `op`, an invariant integer instruction, is left to the executor
+/// ([`Class::Pre`]): an integer load (its indirect parts executor-computed
+/// too), or arithmetic, a cast or a bounds check on such values.
+fn pre_inst(stage: &StagePlan, op: &InstOp, is_pre: &dyn Fn(&Reg) -> bool) -> bool {
+    let int_const = |r: &Reg| stage.consts.iter().any(|(c, _)| c == r) && stage.regs[*r as usize] == Kind::I64;
+    match op {
+        InstOp::Load { dtype, indirect, mask, .. } => {
+            !matches!(dtype, DType::F32 | DType::Bool) && mask.is_none() && indirect.iter().all(|(r, _)| is_pre(r))
+        }
+        InstOp::Bounded { src, .. } | InstOp::Cast { src, from: Kind::I64, .. } | InstOp::Unary(_, src) => is_pre(src),
+        InstOp::Binary(_, x, y) => (is_pre(x) || is_pre(y)) && [x, y].into_iter().all(|r| is_pre(r) || int_const(r)),
+        _ => false,
+    }
+}
+
+/// A load the compiled function reads from an address the executor
+/// computes: buffer (`None`: an integer index, whose value is passed),
+/// index, element size, and indirect parts (registers of [`Class::Pre`]
+/// instructions, lane 0, times their strides). Registers are reused, so
+/// the address is taken after the first `pre_before` of the stage's `Pre`
+/// instructions ran, and before the rest.
+#[derive(Clone)]
+pub(crate) struct JitLoad {
+    pub buf: Option<BufId>,
+    pub index: IndexFn,
+    pub size: i64,
+    pub indirect: Vec<(Reg, i64)>,
+    pub pre_before: usize,
+}
+
+/// A stage the JIT can compile: its analysis, and its compiled loads in
+/// instruction order.
 pub(super) struct Supported {
     pub analysis: Analysis,
-    pub loads: Vec<(Option<BufId>, IndexFn, i64)>,
+    pub loads: Vec<JitLoad>,
 }
 
 pub(super) fn supported(stage: &StagePlan, tile_var: Option<usize>, extents: &[i64]) -> Option<Supported> {
@@ -164,10 +216,23 @@ pub(super) fn supported(stage: &StagePlan, tile_var: Option<usize>, extents: &[i
     let loads = stage
         .insts
         .iter()
-        .filter_map(|inst| match &inst.op {
-            InstOp::Load { buf, index, dtype, .. } => Some((Some(*buf), index.clone(), dtype.itemsize() as i64)),
-            InstOp::Index(index) => Some((None, index.clone(), 1)),
-            _ => None,
+        .enumerate()
+        .filter(|(i, _)| analysis.class[*i] != Class::Pre)
+        .filter_map(|(i, inst)| {
+            let pre_before = analysis.pre.iter().take_while(|&&k| k < i).count();
+            match &inst.op {
+                InstOp::Load { buf, index, dtype, indirect, .. } => Some(JitLoad {
+                    buf: Some(*buf),
+                    index: index.clone(),
+                    size: dtype.itemsize() as i64,
+                    indirect: indirect.clone(),
+                    pre_before,
+                }),
+                InstOp::Index(index) => {
+                    Some(JitLoad { buf: None, index: index.clone(), size: 1, indirect: Vec::new(), pre_before })
+                }
+                _ => None,
+            }
         })
         .collect();
     Some(Supported { analysis, loads })

@@ -33,21 +33,30 @@ impl Env {
     }
 }
 
+/// How a compiled pointwise stage steps from one row to the next when the
+/// executor hands it several rows in one call: per compiled load (in load
+/// order) and for the output, the bytes between rows.
+pub(super) struct RowSteps {
+    pub loads: Vec<i64>,
+    pub out: i64,
+}
+
 pub(super) fn compile_stage(
     module: &mut JITModule,
     stage: &StagePlan,
     supported: &Supported,
     output: Output,
+    rows: Option<&RowSteps>,
     name: &str,
 ) -> Result<(FuncId, Vec<u32>), String> {
     let out_step = match output {
         Output::Store(step) => step,
-        Output::Value | Output::Accumulate(_) | Output::Fold(_) => 1,
+        Output::Value | Output::Accumulate(_) | Output::Fold(_) | Output::FoldStore(_) => 1,
     };
     let a = &supported.analysis;
     let ptr = types::I64;
     let mut ctx = module.make_context();
-    ctx.func.signature.params.extend([ptr, ptr, types::I64, ptr].map(AbiParam::new));
+    ctx.func.signature.params.extend([ptr, ptr, types::I64, ptr, types::I64].map(AbiParam::new));
     let mut fctx = FunctionBuilderContext::new();
     let mut b = FunctionBuilder::new(&mut ctx.func, &mut fctx);
 
@@ -56,17 +65,41 @@ pub(super) fn compile_stage(
     b.switch_to_block(entry);
     b.seal_block(entry);
     let params = b.block_params(entry).to_vec();
-    let (addrs, out, len, table) = (params[0], params[1], params[2], params[3]);
+    let (addrs, mut out, len, table, row_count) = (params[0], params[1], params[2], params[3], params[4]);
     let constants = Pool::load(&mut b, table, constant_bits(stage, output));
     let pool = &constants;
+    let zero = b.ins().iconst(types::I64, 0);
+    // Spilled values and call results live in tiles on the stack.
+    let phases = Phases::new(stage, a);
+    let mut spill_slot = vec![None; stage.insts.len()];
+    for &d in phases.spilled.iter().chain(&phases.calls) {
+        let ss = b.create_sized_stack_slot(StackSlotData::new(StackSlotKind::ExplicitSlot, 4 * TILE as u32, 4));
+        spill_slot[d] = Some(b.ins().stack_addr(types::I64, ss, 0));
+    }
+    // Rows: everything below runs once per row, row `r` at its addresses
+    // plus `r` row steps (invariants of the tile may vary between rows).
+    let row = rows.map(|_| {
+        let block = b.create_block();
+        b.append_block_param(block, types::I64);
+        b.ins().jump(block, &[zero.into()]);
+        b.switch_to_block(block);
+        (block, b.block_params(block)[0])
+    });
     // Load addresses, in load order.
     let mut load_addr = vec![None; stage.insts.len()];
     let mut slot = 0;
     for (i, inst) in stage.insts.iter().enumerate() {
-        if matches!(inst.op, InstOp::Load { .. } | InstOp::Index(_)) {
-            load_addr[i] = Some(b.ins().load(ptr, MemFlagsData::trusted(), addrs, 8 * slot));
+        if matches!(inst.op, InstOp::Load { .. } | InstOp::Index(_)) && a.class[i] != Class::Pre {
+            let mut addr = b.ins().load(ptr, MemFlagsData::trusted(), addrs, 8 * slot);
+            if let (Some((_, r)), Some(steps)) = (row, rows) {
+                addr = offset_by(&mut b, addr, r, steps.loads[slot as usize]);
+            }
+            load_addr[i] = Some(addr);
             slot += 1;
         }
+    }
+    if let (Some((_, r)), Some(steps)) = (row, rows) {
+        out = offset_by(&mut b, out, r, steps.out);
     }
     // Invariants: once, as scalars, then splatted for the 4-lane loops.
     let mut scalar = Env { consts: vec![None; stage.regs.len()], insts: vec![None; stage.insts.len()] };
@@ -82,7 +115,6 @@ pub(super) fn compile_stage(
             scalar.consts[*reg as usize] = Some(v);
         }
     }
-    let zero = b.ins().iconst(types::I64, 0);
     let unary_tile = if a.call.iter().any(Option::is_some) {
         let mut sig = module.make_signature();
         sig.params.extend([types::I32, ptr, ptr, types::I64].map(AbiParam::new));
@@ -92,7 +124,8 @@ pub(super) fn compile_stage(
         None
     };
     let mut envs = vec![scalar];
-    for k in (0..stage.insts.len()).filter(|&i| a.invariant[i]) {
+    // (The executor computes the `Pre` ones.)
+    for k in (0..stage.insts.len()).filter(|&i| a.invariant[i] && a.class[i] != Class::Pre) {
         if let Some(code) = a.call[k] {
             // A transcendental of an invariant: once, on one lane.
             let x = match a.operands[k].first() {
@@ -119,13 +152,6 @@ pub(super) fn compile_stage(
             wide.insts[k] = v.map(|v| em.widen(v));
         }
     }
-    let phases = Phases::new(stage, a);
-    // Spilled values and call results live in tiles on the stack.
-    let mut spill_slot = vec![None; stage.insts.len()];
-    for &d in phases.spilled.iter().chain(&phases.calls) {
-        let ss = b.create_sized_stack_slot(StackSlotData::new(StackSlotKind::ExplicitSlot, 4 * TILE as u32, 4));
-        spill_slot[d] = Some(b.ins().stack_addr(types::I64, ss, 0));
-    }
     // Per phase, for every lane:
     // for (i = 0; i + 16 <= len; i += 16) { four 4-lane groups, interleaved }
     // for (; i + 4 <= len; i += 4) { one group }
@@ -139,7 +165,7 @@ pub(super) fn compile_stage(
     // into their spill slot, which is finally combined into `out[0..16]`.
     // `fold`: the op and the spill slot's address.
     let fold = match output {
-        Output::Fold(op) => {
+        Output::Fold(op) | Output::FoldStore(op) => {
             let ss = b.create_sized_stack_slot(StackSlotData::new(StackSlotKind::ExplicitSlot, 64, 4));
             Some((op, b.ins().stack_addr(types::I64, ss, 0)))
         }
@@ -247,14 +273,27 @@ pub(super) fn compile_stage(
             call_tile(&mut b, unary_tile, a.call[c].ok_or("not a call")?, src, dst, len)?;
         }
     }
-    if let Some((op, slot)) = fold {
-        let mut em = Em { b: &mut b, wide: true, pool };
-        for g in 0..4 {
-            let acc = em.b.ins().load(types::F32X4, MemFlagsData::new().with_notrap(), out, 16 * g);
-            let part = em.b.ins().load(types::F32X4, MemFlagsData::trusted(), slot, 16 * g);
-            let r = combine(&mut em, op, acc, part);
-            em.b.ins().store(MemFlagsData::new().with_notrap(), r, out, 16 * g);
+    match (fold, output) {
+        (Some((op, slot)), Output::FoldStore(_)) => fold_store(&mut b, pool, op, slot, out),
+        (Some((op, slot)), _) => {
+            let mut em = Em { b: &mut b, wide: true, pool };
+            for g in 0..4 {
+                let acc = em.b.ins().load(types::F32X4, MemFlagsData::new().with_notrap(), out, 16 * g);
+                let part = em.b.ins().load(types::F32X4, MemFlagsData::trusted(), slot, 16 * g);
+                let r = combine(&mut em, op, acc, part);
+                em.b.ins().store(MemFlagsData::new().with_notrap(), r, out, 16 * g);
+            }
         }
+        _ => {}
+    }
+    if let Some((block, r)) = row {
+        let next = b.ins().iadd_imm_s(r, 1);
+        let more = b.ins().icmp(IntCC::SignedLessThan, next, row_count);
+        let done = b.create_block();
+        b.ins().brif(more, block, &[next.into()], done, &[]);
+        b.seal_block(block);
+        b.switch_to_block(done);
+        b.seal_block(done);
     }
     b.ins().return_(&[]);
     b.finalize(module.target_config());
@@ -268,6 +307,29 @@ pub(super) fn compile_stage(
     }
     module.clear_context(&mut ctx);
     Ok((id, constants.bits.clone()))
+}
+
+/// [`Output::FoldStore`]'s end: the 16 partials in `slot` (partial
+/// `4g + l` in lane `l` of vector `g`) join the identity, as they would the
+/// executor's fresh accumulator, then fold pairwise exactly as
+/// `exec::reduce::fold_lanes` does over 16 lanes (`p[i] ⊕= p[i + h]` for
+/// h = 8, 4, 2, 1), and the result is stored at `out`.
+fn fold_store(b: &mut FunctionBuilder, pool: &Pool, op: ReduceOp, slot: Value, out: Value) {
+    let mut em = Em { b, wide: true, pool };
+    let id = em.fc(identity(op));
+    let g: Vec<Value> = (0..4)
+        .map(|k| {
+            let part = em.b.ins().load(types::F32X4, MemFlagsData::trusted(), slot, 16 * k);
+            combine(&mut em, op, id, part)
+        })
+        .collect();
+    let (lo, hi) = (combine(&mut em, op, g[0], g[2]), combine(&mut em, op, g[1], g[3]));
+    let w = combine(&mut em, op, lo, hi);
+    let lane: Vec<Value> = (0..4u8).map(|l| em.b.ins().extractlane(w, l)).collect();
+    let mut em = Em { b: em.b, wide: false, pool };
+    let (x0, x1) = (combine(&mut em, op, lane[0], lane[2]), combine(&mut em, op, lane[1], lane[3]));
+    let r = combine(&mut em, op, x0, x1);
+    em.b.ins().store(MemFlagsData::new().with_notrap(), r, out, 0);
 }
 
 /// `rdyn_unary_tile(code, src, dst, lanes)`: a transcendental over `lanes`
@@ -299,7 +361,7 @@ fn constant_bits(stage: &StagePlan, output: Output) -> Vec<u32> {
             _ => {}
         }
     }
-    if let Output::Fold(op) | Output::Accumulate(op) = output {
+    if let Output::Fold(op) | Output::FoldStore(op) | Output::Accumulate(op) = output {
         bits.push(f(identity(op)));
     }
     bits

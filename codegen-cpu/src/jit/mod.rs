@@ -14,8 +14,10 @@
 //! The compiled function replaces [`crate::exec`]'s per-op evaluation of
 //! the stage. A pointwise stage also stores its output; a sum/prod/max/min
 //! stage combines into the reduction's accumulator (lane by lane along an
-//! outer tile; into 16 partials along the reduction). Addresses per tile
-//! and the final fold of the partials stay with the executor.
+//! outer tile; into 16 partials along the reduction). When a reduction is
+//! one tile, the function also folds the partials (in the executor's order)
+//! and stores the result; otherwise addresses per tile and the final fold
+//! stay with the executor.
 //! Transcendentals (exp, erf, tanh, ...) are not inline: at four lanes they
 //! lose to the interpreter's 16-lane routines. A stage that has them is cut
 //! into phases at each one ([`phases`]): one loop per phase, and between
@@ -23,9 +25,9 @@
 //! tile, values crossing a call going through tiles on the stack. Integer
 //! indices (affine, within 32 bits) compile as 32-bit lanes, only to be
 //! compared into masks. Anything else keeps the interpreter: float64,
-//! integer arithmetic, half-precision, gathers and masked loads. Results are bit-identical to the interpreter's: only exactly
-//! rounded operations, in the same order, no fused multiply-add, and the
-//! interpreter's own transcendental routines.
+//! integer arithmetic, half-precision, gathers and masked loads. Results are bit-identical to the interpreter's (up to the sign and
+//! payload of a NaN): only exactly rounded operations, in the same order, no
+//! fused multiply-add, and the interpreter's own transcendental routines.
 //!
 //! `RDYN_JIT=0` turns compilation off (every stage interpreted);
 //! `RDYN_JIT_DISASM=1` prints each compiled stage's machine code to stderr.
@@ -45,12 +47,17 @@ use cranelift_jit::{JITBuilder, JITModule};
 use rdyn_ir::loops::{BufId, ReduceOp, UnaryOp};
 use rdyn_ir::DType;
 
-use crate::plan::{storage_root, BufPlan, CpuStep, IndexFn, InstOp, KernelPlan, StagePlan, TileMode};
+use analysis::Supported;
+use lower::RowSteps;
 
-/// `fn(load addresses, output, lanes, constants)`: `addrs[k]` is the byte
-/// address of lane 0 of the stage's k-th load; the output is lane 0 of what
-/// [`Output`] names; the constants are [`JitStage::constants`].
-pub(crate) type StageFn = unsafe extern "C" fn(*const i64, *mut f32, i64, *const u32);
+use crate::plan::{storage_root, BufPlan, CpuStep, InstOp, KernelPlan, StagePlan, TileMode};
+
+/// `fn(load addresses, output, lanes, constants, rows)`: `addrs[k]` is the
+/// byte address of lane 0 of the stage's k-th load; the output is lane 0 of
+/// what [`Output`] names; the constants are [`JitStage::constants`]. A
+/// stage compiled for rows ([`JitStage::rows`]) repeats for `rows` rows,
+/// each a fixed step after the previous one; any other takes `rows = 1`.
+pub(crate) type StageFn = unsafe extern "C" fn(*const i64, *mut f32, i64, *const u32, i64);
 
 /// What a compiled stage does with its value.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -66,6 +73,11 @@ pub(crate) enum Output {
     /// Combines the tile into the reduction's 16 accumulator lanes, lane l
     /// into l % 16 (lanes run along the reduction).
     Fold(ReduceOp),
+    /// The whole reduction in one call (one tile of at least 16 lanes): the
+    /// 16 partials as for `Fold`, then folded in the executor's pairwise
+    /// order and stored to the stage's float32 output, so no accumulator,
+    /// fold or store is left to the executor.
+    FoldStore(ReduceOp),
 }
 
 /// A compiled stage.
@@ -74,10 +86,16 @@ pub struct JitStage {
     pub(crate) func: StageFn,
     /// The variable the lanes walk (`None`: the stage has one lane).
     pub(crate) tile_var: Option<usize>,
-    /// Per load, in instruction order: buffer, index, element size.
-    /// `None`: an integer index, whose value itself is passed.
-    pub(crate) loads: Vec<(Option<BufId>, IndexFn, i64)>,
+    /// Per compiled load, in instruction order, what its address is.
+    pub(crate) loads: Vec<analysis::JitLoad>,
+    /// Instructions the executor runs on one lane before each call (their
+    /// registers feed the loads' indirect parts).
+    pub(crate) pre: Vec<usize>,
     pub(crate) output: Output,
+    /// Whether one call may cover several rows: consecutive points of the
+    /// next-to-last outer dimension (a pointwise stage of an outer-tiled
+    /// kernel, every address affine in that dimension).
+    pub(crate) rows: bool,
     /// The function's constants (bit patterns), read on entry.
     pub(crate) constants: Arc<[u32]>,
     _code: Arc<Code>,
@@ -226,11 +244,25 @@ pub fn compile_program(steps: &mut [CpuStep], bufs: &[BufPlan]) {
             extents.extend(&stage.inner);
             extents.extend(stage.reduce.iter().flat_map(|(_, r)| r.iter().copied()));
             let Some(supported) = analysis::supported(stage, tv, &extents) else { continue };
-            let output = output(kernel.mode, stage, tv, bufs);
+            let output = output(kernel, stage, tv, bufs);
+            let rows = row_steps(kernel, stage, &supported, output);
             let name = format!("{}_s{s}", kernel.name);
-            if let Ok((id, constants)) = lower::compile_stage(&mut module, stage, &supported, output, &name) {
-                pending.push((k, s, id, (tv, output, constants.into()), supported.loads));
+            let compiled = lower::compile_stage(&mut module, stage, &supported, output, rows.as_ref(), &name);
+            if let Ok((id, constants)) = compiled {
+                let pre = supported.analysis.pre.clone();
+                let shape = (tv, output, rows.is_some(), constants.into());
+                pending.push((k, s, id, shape, (supported.loads, pre)));
             }
+        }
+    }
+    // A kernel runs stage by stage over several rows only when every stage
+    // can, and no stage reads what another writes at another point.
+    for (k, step) in steps.iter().enumerate() {
+        let CpuStep::Kernel(kernel) = step else { continue };
+        let mine: Vec<_> = pending.iter_mut().filter(|p| p.0 == k).collect();
+        let all_rows = mine.len() == kernel.stages.len() && mine.iter().all(|p| (p.3).2);
+        if !all_rows || !same_point_reads(kernel, bufs) {
+            mine.into_iter().for_each(|p| (p.3).2 = false);
         }
     }
     if pending.is_empty() || module.finalize_definitions().is_err() {
@@ -246,19 +278,52 @@ pub fn compile_program(steps: &mut [CpuStep], bufs: &[BufPlan]) {
         })
         .collect();
     let code = Arc::new(Code(Mutex::new(Some(module))));
-    for ((k, s, _, (tile_var, output, constants), loads), func) in pending.into_iter().zip(funcs) {
+    for ((k, s, _, (tile_var, output, rows, constants), (loads, pre)), func) in pending.into_iter().zip(funcs) {
         if let CpuStep::Kernel(kernel) = &mut steps[k] {
-            let jit = JitStage { func, tile_var, loads, output, constants, _code: code.clone() };
+            let jit = JitStage { func, tile_var, loads, pre, output, rows, constants, _code: code.clone() };
             kernel.stages[s].jit = Some(jit);
         }
     }
 }
 
+/// The row steps of a stage one call may run for several rows (see
+/// [`JitStage::rows`]), or `None`.
+fn row_steps(kernel: &KernelPlan, stage: &StagePlan, supported: &Supported, output: Output) -> Option<RowSteps> {
+    let m = kernel.outer.len();
+    if kernel.mode != TileMode::Outer || m < 2 || !stage.inner.is_empty() || !supported.analysis.pre.is_empty() {
+        return None;
+    }
+    let Output::Store(_) = output else { return None };
+    let row = (m - 2) as u32;
+    let loads = supported.loads.iter().map(|l| Some(l.index.step(row)? * l.size)).collect::<Option<Vec<_>>>()?;
+    let out = stage.store.step(row)? * DType::F32.itemsize() as i64;
+    Some(RowSteps { loads, out })
+}
+
+/// Whether every load of a buffer the kernel's stages write reads it at
+/// the point being computed (the writing stage's own store index), so a
+/// stage may run over several rows before the next one starts.
+fn same_point_reads(kernel: &KernelPlan, bufs: &[BufPlan]) -> bool {
+    let written: Vec<(BufId, usize, String)> =
+        kernel.stages.iter().map(|s| (s.out, storage_root(bufs, s.out), s.store.to_string())).collect();
+    kernel.stages.iter().flat_map(|s| &s.insts).all(|inst| match &inst.op {
+        InstOp::Load { buf, index, indirect, .. } => {
+            let root = storage_root(bufs, *buf);
+            written
+                .iter()
+                .filter(|w| w.1 == root)
+                .all(|w| w.0 == *buf && indirect.is_empty() && w.2 == index.to_string())
+        }
+        _ => true,
+    })
+}
+
 /// What a compiled stage does with its value.
-fn output(mode: TileMode, stage: &StagePlan, tile_var: Option<usize>, bufs: &[BufPlan]) -> Output {
+fn output(kernel: &KernelPlan, stage: &StagePlan, tile_var: Option<usize>, bufs: &[BufPlan]) -> Output {
     match &stage.reduce {
-        Some((op @ (ReduceOp::Sum | ReduceOp::Prod | ReduceOp::Max | ReduceOp::Min), _)) => match mode {
+        Some((op @ (ReduceOp::Sum | ReduceOp::Prod | ReduceOp::Max | ReduceOp::Min), red)) => match kernel.mode {
             TileMode::Outer => Output::Accumulate(*op),
+            TileMode::Inner if one_call(kernel, red) && stores_f32(stage, bufs) => Output::FoldStore(*op),
             TileMode::Inner => Output::Fold(*op),
         },
         Some(_) => Output::Value,
@@ -266,9 +331,20 @@ fn output(mode: TileMode, stage: &StagePlan, tile_var: Option<usize>, bufs: &[Bu
     }
 }
 
+/// Whether the executor runs an inner reduction over `red` as one call of
+/// at least the 16 fold lanes (see [`Output::FoldStore`]).
+pub(crate) fn one_call(kernel: &KernelPlan, red: &[i64]) -> bool {
+    matches!(red, [n] if *n >= crate::exec::FOLD_LANES as i64 && *n <= kernel.tile as i64)
+}
+
+/// Whether the stage writes one float32 element per point, directly.
+fn stores_f32(stage: &StagePlan, bufs: &[BufPlan]) -> bool {
+    bufs[stage.out.0 as usize].dtype == DType::F32 && stage.store_indirect.is_empty()
+}
+
 /// The output step along the tile when a pointwise stage can store itself.
 fn store_step(stage: &StagePlan, tile_var: Option<usize>, bufs: &[BufPlan]) -> Option<i64> {
-    if bufs[stage.out.0 as usize].dtype != DType::F32 {
+    if !stores_f32(stage, bufs) {
         return None;
     }
     // The interpreter reads a whole tile before it stores; a stage that

@@ -1,5 +1,7 @@
 //! Compiled stages against the interpreter, bit for bit, on values that
-//! exercise NaN, infinities, signed zeros and ties.
+//! exercise NaN, infinities, signed zeros and ties. A NaN matches any NaN:
+//! its sign and payload follow the operand order the machine code happens
+//! to use (a product of NaNs), which neither side promises.
 
 use rdyn_ir::loops::{BinaryOp, BufId, ReduceOp, UnaryOp};
 use rdyn_ir::{DType, Expr, Kind};
@@ -128,7 +130,8 @@ fn both(kernel: KernelPlan, out: usize, out_len: usize) -> (Vec<u32>, Vec<u32>, 
         let ptrs =
             [a.as_ptr() as usize, b.as_ptr() as usize, outs[0].as_mut_ptr() as usize, outs[1].as_mut_ptr() as usize];
         assert!(run_kernel(k, &Memory { ptrs: &ptrs, bufs: &bufs }));
-        results.push(outs[out - 2][..out_len].iter().map(|x| x.to_bits()).collect::<Vec<_>>());
+        let bits = |x: &f32| if x.is_nan() { f32::NAN.to_bits() } else { x.to_bits() };
+        results.push(outs[out - 2][..out_len].iter().map(bits).collect::<Vec<_>>());
     }
     let interp = results.pop().unwrap_or_default();
     (results.pop().unwrap_or_default(), interp, jitted)
@@ -347,6 +350,138 @@ fn uniform_instructions_match_full_tiles() {
         let ptrs = [a.as_ptr() as usize, b.as_ptr() as usize, out.as_mut_ptr() as usize];
         assert!(run_kernel(kernel, &Memory { ptrs: &ptrs, bufs: &bufs }));
         results.push(out.iter().map(|x| x.to_bits()).collect::<Vec<_>>());
+    }
+    assert_eq!(results[0], results[1]);
+}
+
+/// Two embedding lookups: `out[i0, i1] = table[ids[i0], i1] + table[ids[3 -
+/// i0], i1]`, lanes along i1. The ids are loaded and bounds-checked by the
+/// executor on one lane (into the same registers: each row address must be
+/// taken before the next id overwrites them); the row loads compile as
+/// affine loads. An id out of range fails the kernel on both paths.
+#[test]
+fn gathers_of_invariant_rows_compile() {
+    if !super::enabled() {
+        return;
+    }
+    let (i0, i1) = (Expr::v(0), Expr::v(1));
+    let int = |dst: u16, op: InstOp| Inst { dst, kind: Kind::I64, narrow: None, op };
+    let id = |at: &Expr| InstOp::Load {
+        buf: BufId(3),
+        dtype: DType::I64,
+        index: IndexFn::new(at),
+        indirect: vec![],
+        mask: None,
+    };
+    let row = InstOp::Load {
+        buf: BufId(0),
+        dtype: DType::F32,
+        index: IndexFn::new(&i1),
+        indirect: vec![(1, 37)],
+        mask: None,
+    };
+    let insts = vec![
+        int(0, id(&i0)),
+        int(1, InstOp::Bounded { src: 0, size: 6 }),
+        f32_inst(2, row.clone()),
+        int(0, id(&Expr::c(3).sub(&i0))),
+        int(1, InstOp::Bounded { src: 0, size: 6 }),
+        f32_inst(3, row),
+        f32_inst(4, InstOp::Binary(BinaryOp::Add, 2, 3)),
+    ];
+    let mut stage = f32_stage(2, None, insts, 4, &i0.scale(37).add(&i1), 5);
+    stage.regs[0] = Kind::I64;
+    stage.regs[1] = Kind::I64;
+    let kernel = one_stage(vec![4, 37], TileMode::Outer, stage, 16);
+    let bufs = vec![
+        buf(&[6, 37], &[37, 1], DType::F32),
+        buf(&[37], &[1], DType::F32),
+        buf(&[4, 37], &[37, 1], DType::F32),
+        buf(&[4], &[1], DType::I64),
+    ];
+    let mut steps = vec![CpuStep::Kernel(kernel.clone())];
+    super::compile_program(&mut steps, &bufs);
+    let CpuStep::Kernel(compiled) = &steps[0] else { unreachable!() };
+    let jit = compiled.stages[0].jit.as_ref().expect("the gather stage compiles");
+    assert_eq!(jit.pre, vec![0, 1, 3, 4]);
+    let (a, _) = inputs();
+    let table: Vec<f32> = a.iter().chain(&a).take(6 * 37).copied().collect();
+    for (ids, ok) in [([5i64, 0, 3, 5], true), ([1, 6, 0, 2], false)] {
+        let mut results = Vec::new();
+        for k in [compiled, &kernel] {
+            let mut out = vec![0f32; 4 * 37];
+            let ptrs = [table.as_ptr() as usize, 0, out.as_mut_ptr() as usize, ids.as_ptr() as usize];
+            assert_eq!(run_kernel(k, &Memory { ptrs: &ptrs, bufs: &bufs }), ok);
+            results.push(out.iter().map(|x| if x.is_nan() { u32::MAX } else { x.to_bits() }).collect::<Vec<_>>());
+        }
+        if ok {
+            assert_eq!(results[0], results[1]);
+            // Row 1: ids[1] = 0 and ids[3 - 1] = 3.
+            assert_eq!(results[0][37 + 2], (table[2] + table[3 * 37 + 2]).to_bits());
+        }
+    }
+}
+
+/// Rows of 37 lanes in tiles of 256: each call covers several rows, and
+/// what is invariant along a row (`exp(b[i0])`, `sqrt(b[i0])`) changes
+/// from row to row, so it is recomputed per row. Two stages: the second
+/// reads the first's output at the same point.
+#[test]
+fn stages_run_by_rows_bitwise() {
+    if !super::enabled() {
+        return;
+    }
+    let (i0, i1) = (Expr::v(0), Expr::v(1));
+    let at = i0.scale(37).add(&i1);
+    let first = f32_stage(
+        2,
+        None,
+        vec![
+            load(0, 0, at.clone()),
+            load(1, 1, i0.clone()),
+            f32_inst(2, InstOp::Unary(UnaryOp::Exp, 1)),
+            f32_inst(3, InstOp::Unary(UnaryOp::Sqrt, 1)),
+            f32_inst(1, InstOp::Binary(BinaryOp::Mul, 0, 2)),
+            f32_inst(0, InstOp::Binary(BinaryOp::Add, 1, 3)),
+        ],
+        0,
+        &at,
+        4,
+    );
+    let second = f32_stage(
+        3,
+        None,
+        vec![load(0, 2, at.clone()), load(1, 1, i1.clone()), f32_inst(2, InstOp::Binary(BinaryOp::Sub, 0, 1))],
+        2,
+        &at,
+        3,
+    );
+    let kernel = KernelPlan {
+        name: "k".into(),
+        outer: vec![4, 37],
+        mode: TileMode::Outer,
+        stages: vec![first, second],
+        serial: false,
+        tile: 256,
+    };
+    let mut steps = vec![CpuStep::Kernel(kernel.clone())];
+    let bufs = vec![
+        buf(&[4, 37], &[37, 1], DType::F32),
+        buf(&[37], &[1], DType::F32),
+        buf(&[4, 37], &[37, 1], DType::F32),
+        buf(&[4, 37], &[37, 1], DType::F32),
+    ];
+    super::compile_program(&mut steps, &bufs);
+    let CpuStep::Kernel(compiled) = &steps[0] else { unreachable!() };
+    assert!(compiled.stages.iter().all(|s| s.jit.as_ref().is_some_and(|j| j.rows)), "not compiled by rows");
+    let (a, b) = inputs();
+    let mut results = Vec::new();
+    for k in [compiled, &kernel] {
+        let mut tmp = vec![0f32; 4 * 37];
+        let mut out = vec![0f32; 4 * 37];
+        let ptrs = [a.as_ptr() as usize, b.as_ptr() as usize, tmp.as_mut_ptr() as usize, out.as_mut_ptr() as usize];
+        assert!(run_kernel(k, &Memory { ptrs: &ptrs, bufs: &bufs }));
+        results.push(out.iter().map(|x| if x.is_nan() { u32::MAX } else { x.to_bits() }).collect::<Vec<_>>());
     }
     assert_eq!(results[0], results[1]);
 }
