@@ -55,6 +55,7 @@ pub(super) struct Analysis {
 
 fn operand_regs(op: &InstOp) -> Vec<Reg> {
     match op {
+        InstOp::Load { mask: Some(m), .. } => vec![*m],
         InstOp::Unary(_, x) => vec![*x],
         InstOp::Binary(_, a, b) => vec![*a, *b],
         InstOp::Where(c, a, b) => vec![*c, *a, *b],
@@ -106,9 +107,9 @@ fn analyse(stage: &StagePlan, tile_var: Option<usize>, extents: &[i64]) -> Optio
         }
         let class = match &inst.op {
             InstOp::Load { index, indirect, mask, dtype, .. } => {
-                if !indirect.iter().all(|(r, _)| is_pre(r))
-                    || mask.is_some()
-                    || !matches!(dtype, DType::F32 | DType::Bool)
+                // A masked load: float32, its mask a compiled one.
+                let masked_ok = mask.is_none() || (*dtype == DType::F32 && indirect.is_empty() && cls == [Class::Mask]);
+                if !indirect.iter().all(|(r, _)| is_pre(r)) || !masked_ok || !matches!(dtype, DType::F32 | DType::Bool)
                 {
                     return None;
                 }

@@ -18,6 +18,9 @@ use cranelift_frontend::FunctionBuilder;
 /// stays there.
 pub(super) struct Pool {
     pub bits: Vec<u32>,
+    /// The table: its first entry is 0.0 (every table holds it, and the
+    /// bits are sorted), so a masked-off lane reads its zero from here.
+    pub zero_addr: Value,
     /// Per bit pattern: float and mask values, scalar and 4-lane.
     values: HashMap<u32, [Value; 4]>,
 }
@@ -37,7 +40,7 @@ impl Pool {
             let (fw, iw) = (b.ins().splat(types::F32X4, f), b.ins().splat(types::I32X4, i));
             values.insert(x, [f, i, fw, iw]);
         }
-        Pool { bits, values }
+        Pool { bits, zero_addr: table, values }
     }
 }
 

@@ -452,6 +452,11 @@ fn inst_value(
 ) -> Result<Value, String> {
     let inst = &stage.insts[k];
     Ok(match &inst.op {
+        InstOp::Load { dtype, mask: Some(_), .. } if *dtype == DType::F32 => {
+            let addr = addr.ok_or("load without address")?;
+            let mask = *ops.first().ok_or("masked load without its mask")?;
+            masked_load(em, addr, group, a.step[k], mask)
+        }
         InstOp::Load { dtype, .. } => {
             let addr = addr.ok_or("load without address")?;
             load(em, addr, group, a.step[k], *dtype)
@@ -539,6 +544,29 @@ fn load(em: &mut Em, p: Value, group: i64, step: i64, dtype: DType) -> Value {
     let mut v = em.b.ins().scalar_to_vector(ty, first);
     for l in 1..4u8 {
         let x = one(em, base + (step * size * i64::from(l)) as i32);
+        v = em.b.ins().insertlane(v, x, l);
+    }
+    v
+}
+
+/// A float32 load of the lanes whose mask is set; the others read the
+/// constant table's 0.0, as the interpreter gives them, and touch no
+/// memory of the buffer. One scalar load per lane.
+fn masked_load(em: &mut Em, p: Value, group: i64, step: i64, mask: Value) -> Value {
+    let bytes = 4 * step;
+    let lane = |em: &mut Em, l: u8| {
+        let m = if em.wide { em.b.ins().extractlane(mask, l) } else { mask };
+        let at = em.b.ins().iadd_imm_s(p, 4 * group * bytes + bytes * i64::from(l));
+        let from = em.b.ins().select(m, at, em.pool.zero_addr);
+        em.b.ins().load(types::F32, MemFlagsData::trusted(), from, 0)
+    };
+    let first = lane(em, 0);
+    if !em.wide {
+        return first;
+    }
+    let mut v = em.b.ins().scalar_to_vector(types::F32X4, first);
+    for l in 1..4u8 {
+        let x = lane(em, l);
         v = em.b.ins().insertlane(v, x, l);
     }
     v

@@ -50,7 +50,7 @@ use rdyn_ir::DType;
 use analysis::Supported;
 use lower::RowSteps;
 
-use crate::plan::{storage_root, BufPlan, CpuStep, InstOp, KernelPlan, StagePlan, TileMode};
+use crate::plan::{storage_root, BufPlan, CpuStep, IndexFn, InstOp, KernelPlan, StagePlan, TileMode};
 
 /// `fn(load addresses, output, lanes, constants, rows)`: `addrs[k]` is the
 /// byte address of lane 0 of the stage's k-th load; the output is lane 0 of
@@ -93,8 +93,8 @@ pub struct JitStage {
     pub(crate) pre: Vec<usize>,
     pub(crate) output: Output,
     /// Whether one call may cover several rows: consecutive points of the
-    /// next-to-last outer dimension (a pointwise stage of an outer-tiled
-    /// kernel, every address affine in that dimension).
+    /// next-to-last outer dimension (outer tiles) or of the last (inner
+    /// tiles), every address affine in it (see `row_steps`).
     pub(crate) rows: bool,
     /// The function's constants (bit patterns), read on entry.
     pub(crate) constants: Arc<[u32]>,
@@ -287,35 +287,80 @@ pub fn compile_program(steps: &mut [CpuStep], bufs: &[BufPlan]) {
 }
 
 /// The row steps of a stage one call may run for several rows (see
-/// [`JitStage::rows`]), or `None`.
+/// [`JitStage::rows`]), or `None`. Outer tiles: a pointwise stage, rows
+/// along the next-to-last outer dimension. Inner tiles: rows along the last
+/// outer dimension, for a pointwise stage over one inner dimension that
+/// fits a tile, or a reduction that is one call ([`Output::FoldStore`]).
 fn row_steps(kernel: &KernelPlan, stage: &StagePlan, supported: &Supported, output: Output) -> Option<RowSteps> {
     let m = kernel.outer.len();
-    if kernel.mode != TileMode::Outer || m < 2 || !stage.inner.is_empty() || !supported.analysis.pre.is_empty() {
+    if !supported.analysis.pre.is_empty() {
         return None;
     }
-    let Output::Store(_) = output else { return None };
-    let row = (m - 2) as u32;
+    let row = match (kernel.mode, output) {
+        (TileMode::Outer, Output::Store(_)) if m >= 2 && stage.inner.is_empty() => m - 2,
+        (TileMode::Inner, Output::Store(_))
+            if m >= 1 && matches!(stage.inner[..], [n] if n as usize <= kernel.tile) && stage.reduce.is_none() =>
+        {
+            m - 1
+        }
+        (TileMode::Inner, Output::FoldStore(_)) if m >= 1 && stage.inner.iter().all(|&n| n == 1) => m - 1,
+        _ => return None,
+    } as u32;
     let loads = supported.loads.iter().map(|l| Some(l.index.step(row)? * l.size)).collect::<Option<Vec<_>>>()?;
     let out = stage.store.step(row)? * DType::F32.itemsize() as i64;
     Some(RowSteps { loads, out })
 }
 
-/// Whether every load of a buffer the kernel's stages write reads it at
-/// the point being computed (the writing stage's own store index), so a
-/// stage may run over several rows before the next one starts.
+/// Whether every load of a buffer the kernel's stages write reads it within
+/// the row being computed (the part of the writer's index that depends on
+/// the outer variables is the same, the rest stays inside what the writer
+/// covers), so a stage may run over several rows before the next starts.
 fn same_point_reads(kernel: &KernelPlan, bufs: &[BufPlan]) -> bool {
-    let written: Vec<(BufId, usize, String)> =
-        kernel.stages.iter().map(|s| (s.out, storage_root(bufs, s.out), s.store.to_string())).collect();
-    kernel.stages.iter().flat_map(|s| &s.insts).all(|inst| match &inst.op {
-        InstOp::Load { buf, index, indirect, .. } => {
-            let root = storage_root(bufs, *buf);
-            written
-                .iter()
-                .filter(|w| w.1 == root)
-                .all(|w| w.0 == *buf && indirect.is_empty() && w.2 == index.to_string())
-        }
-        _ => true,
+    let m = kernel.outer.len();
+    let written: Vec<(BufId, usize, Option<RowSpan>)> =
+        kernel.stages.iter().map(|s| (s.out, storage_root(bufs, s.out), row_span(&s.store, s, m))).collect();
+    kernel.stages.iter().all(|stage| {
+        stage.insts.iter().all(|inst| match &inst.op {
+            InstOp::Load { buf, index, indirect, .. } => {
+                let root = storage_root(bufs, *buf);
+                let read = row_span(index, stage, m);
+                written.iter().filter(|w| w.1 == root).all(|(out, _, wrote)| {
+                    let inside = match (&read, wrote) {
+                        (Some(r), Some(w)) => r.row == w.row && r.reach <= w.reach,
+                        _ => false,
+                    };
+                    out == buf && indirect.is_empty() && inside
+                })
+            }
+            _ => true,
+        })
     })
+}
+
+/// An affine index as the row it addresses (constant and outer-variable
+/// terms) and how far past the row's start its other variables reach.
+struct RowSpan {
+    row: (i64, Vec<(u32, i64)>),
+    reach: i64,
+}
+
+fn row_span(index: &IndexFn, stage: &StagePlan, m: usize) -> Option<RowSpan> {
+    if !index.is_affine() {
+        return None;
+    }
+    let extents: Vec<i64> =
+        stage.inner.iter().chain(stage.reduce.iter().flat_map(|(_, r)| r.iter())).copied().collect();
+    let mut outer: Vec<(u32, i64)> = index.coefs.iter().filter(|(v, _)| (*v as usize) < m).copied().collect();
+    outer.sort_unstable();
+    let mut reach = 0;
+    for (v, c) in index.coefs.iter().filter(|(v, _)| *v as usize >= m) {
+        let n = *extents.get(*v as usize - m)?;
+        if *c < 0 {
+            return None;
+        }
+        reach += c * (n - 1).max(0);
+    }
+    Some(RowSpan { row: (index.c0, outer), reach })
 }
 
 /// What a compiled stage does with its value.

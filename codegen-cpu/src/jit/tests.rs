@@ -485,3 +485,100 @@ fn stages_run_by_rows_bitwise() {
     }
     assert_eq!(results[0], results[1]);
 }
+
+/// Constant padding as `constant_pad_nd` lowers it: `out[i0, i1] = a[i0,
+/// i1 - 1]` where `1 <= i1 < 37`, else -inf. The masked-off lanes (the
+/// first of each row: element -1 for row 0) must read nothing.
+#[test]
+fn masked_loads_compile_bitwise() {
+    if !super::enabled() {
+        return;
+    }
+    use BinaryOp as B;
+    let (i0, i1) = (Expr::v(0), Expr::v(1));
+    let int = |dst: u16, op: InstOp| Inst { dst, kind: Kind::I64, narrow: Some(DType::Bool), op };
+    for tile in [16, 256] {
+        let insts = vec![
+            Inst { dst: 0, kind: Kind::I64, narrow: None, op: InstOp::Index(IndexFn::new(&i1.sub(&Expr::c(1)))) },
+            int(1, InstOp::Binary(B::Ge, 0, 7)),
+            f32_inst(
+                2,
+                InstOp::Load {
+                    buf: BufId(0),
+                    dtype: DType::F32,
+                    index: IndexFn::new(&i0.scale(37).add(&i1).sub(&Expr::c(1))),
+                    indirect: vec![],
+                    mask: Some(1),
+                },
+            ),
+            f32_inst(3, InstOp::Where(1, 2, 9)),
+        ];
+        let mut stage = f32_stage(2, None, insts, 3, &i0.scale(37).add(&i1), 10);
+        for r in [0, 1, 7] {
+            stage.regs[r] = Kind::I64;
+        }
+        stage.consts = vec![(7, InstOp::ConstI(0)), (9, InstOp::ConstF(f64::NEG_INFINITY))];
+        let kernel = one_stage(vec![4, 37], TileMode::Outer, stage, tile);
+        let (jit, interp, compiled) = both(kernel, 2, 4 * 37);
+        assert!(compiled, "stage was not compiled");
+        assert_eq!(jit, interp, "tile {tile}");
+        assert_eq!(jit[0], f32::NEG_INFINITY.to_bits());
+    }
+}
+
+/// Inner tiles by rows: a row's sum (one call per row, folded and stored
+/// by the function), then `a - sum / 37` along the row, which reads the
+/// sum the first stage stored for the same row.
+#[test]
+fn inner_stages_run_by_rows_bitwise() {
+    if !super::enabled() {
+        return;
+    }
+    let (i0, i1) = (Expr::v(0), Expr::v(1));
+    let mut sum = reduce_stage(ReduceOp::Sum);
+    sum.inner = vec![1];
+    let mut centre = f32_stage(
+        2,
+        None,
+        vec![
+            load(0, 0, i0.scale(37).add(&i1)),
+            load(1, 3, i0.clone()),
+            f32_inst(2, InstOp::Binary(BinaryOp::Div, 1, 3)),
+            f32_inst(1, InstOp::Binary(BinaryOp::Sub, 0, 2)),
+        ],
+        1,
+        &i0.scale(37).add(&i1),
+        4,
+    );
+    centre.inner = vec![37];
+    centre.consts = vec![(3, InstOp::ConstF(37.0))];
+    let kernel = KernelPlan {
+        name: "k".into(),
+        outer: vec![4],
+        mode: TileMode::Inner,
+        stages: vec![sum, centre],
+        serial: false,
+        tile: 256,
+    };
+    let mut steps = vec![CpuStep::Kernel(kernel.clone())];
+    let bufs = vec![
+        buf(&[4, 37], &[37, 1], DType::F32),
+        buf(&[37], &[1], DType::F32),
+        buf(&[4, 37], &[37, 1], DType::F32),
+        buf(&[4], &[1], DType::F32),
+    ];
+    super::compile_program(&mut steps, &bufs);
+    let CpuStep::Kernel(compiled) = &steps[0] else { unreachable!() };
+    assert!(compiled.stages.iter().all(|s| s.jit.as_ref().is_some_and(|j| j.rows)), "not compiled by rows");
+    let (a, b) = inputs();
+    let mut results = Vec::new();
+    for k in [compiled, &kernel] {
+        let mut sums = vec![0f32; 4];
+        let mut out = vec![0f32; 4 * 37];
+        let ptrs = [a.as_ptr() as usize, b.as_ptr() as usize, out.as_mut_ptr() as usize, sums.as_mut_ptr() as usize];
+        assert!(run_kernel(k, &Memory { ptrs: &ptrs, bufs: &bufs }));
+        let bits = |x: &f32| if x.is_nan() { u32::MAX } else { x.to_bits() };
+        results.push(out.iter().chain(&sums).map(bits).collect::<Vec<_>>());
+    }
+    assert_eq!(results[0], results[1]);
+}
