@@ -98,10 +98,12 @@ pub(crate) fn kernel_plan(
         shapes.push((ranges[m0..].to_vec(), red, exprs));
     }
     let serial = kernel.stages.iter().any(|s| !s.store_indirect.is_empty());
+    let last_is_tile = shapes.iter().any(|(inner, red, _)| !inner.iter().chain(red).any(|&n| n > 1));
     let split = if serial {
-        Split::find(&outer, &[], syms)
+        Split::find(&outer, &[], syms, true)
     } else {
-        Split::find(&outer, &shapes.iter().flat_map(|(_, _, e)| e.iter().cloned()).collect::<Vec<_>>(), syms)
+        let exprs: Vec<Expr> = shapes.iter().flat_map(|(_, _, e)| e.iter().cloned()).collect();
+        Split::find(&outer, &exprs, syms, last_is_tile)
     };
     // The expressions over the split outer variables.
     for (inner, red, exprs) in &mut shapes {

@@ -16,6 +16,8 @@ pub(crate) struct Split {
     pub sizes: Vec<i64>,
     map: Vec<Expr>,
     original: usize,
+    /// Whether the last outer dimension may carry the tile (see `find`).
+    last_is_tile: bool,
 }
 
 /// The narrowest tile a split of the last dimension may leave.
@@ -27,11 +29,15 @@ const MAX_SPLITS: usize = 8;
 impl Split {
     /// Split the outer dimensions `outer` as the kernel's indices `exprs`
     /// (over outer variables first, then any stage variables) divide them.
-    pub fn find(outer: &[i64], exprs: &[Expr], syms: &Ctx) -> Split {
+    /// `last_is_tile`: some stage has no inner or reduction range, so the
+    /// last outer dimension may be the tile's, and splitting it must leave
+    /// it wide; when every stage has its own range the tile runs along that.
+    pub fn find(outer: &[i64], exprs: &[Expr], syms: &Ctx, last_is_tile: bool) -> Split {
         let mut split = Split {
             sizes: outer.to_vec(),
             map: (0..outer.len()).map(|k| Expr::v(k as u32)).collect(),
             original: outer.len(),
+            last_is_tile,
         };
         let mut current: Vec<Expr> = exprs.to_vec();
         for _ in 0..MAX_SPLITS {
@@ -69,7 +75,7 @@ impl Split {
                     let dim = *v as usize;
                     // Splitting the last dimension shortens the tile to
                     // `k` lanes: worth it only when that stays wide.
-                    let wide = dim + 1 < self.sizes.len() || k >= MIN_TILE;
+                    let wide = dim + 1 < self.sizes.len() || k >= MIN_TILE || !self.last_is_tile;
                     if dim < self.sizes.len() && k > 1 && k < self.sizes[dim] && self.sizes[dim] % k == 0 && wide {
                         return Some((dim, k));
                     }
@@ -124,7 +130,7 @@ mod tests {
             .add(&i0.modulo(&c(64), &ctx).scale(32))
             .add(&i1.modulo(&c(32), &ctx));
         let store = i0.scale(128).add(&i1);
-        let split = Split::find(&[256, 128], &[load.clone(), store.clone()], &Ctx::default());
+        let split = Split::find(&[256, 128], &[load.clone(), store.clone()], &Ctx::default(), true);
         assert_eq!(split.sizes, vec![4, 64, 4, 32]);
         let load2 = split.apply(&load, &Ctx::default(), &[]);
         let store2 = split.apply(&store, &Ctx::default(), &[]);
@@ -151,7 +157,7 @@ mod tests {
         // A reduction variable i1 after one outer variable i0 that splits.
         let ctx = Ctx::with_extents(&[64, 5]);
         let e = Expr::v(0).modulo(&Expr::c(16), &ctx).scale(100).add(&Expr::v(1));
-        let split = Split::find(&[64], std::slice::from_ref(&e), &Ctx::default());
+        let split = Split::find(&[64], std::slice::from_ref(&e), &Ctx::default(), true);
         assert_eq!(split.sizes, vec![4, 16]);
         let e2 = split.apply(&e, &Ctx::default(), &[5]);
         for i0 in 0..64 {
@@ -166,14 +172,17 @@ mod tests {
         // Nearest upsampling: `i // 2` along the tile is left to the lanes.
         let ctx = Ctx::with_extents(&[64]);
         let e = Expr::v(0).floordiv(&Expr::c(2), &ctx);
-        assert!(Split::find(&[64], &[e], &Ctx::default()).is_identity());
+        assert!(Split::find(&[64], std::slice::from_ref(&e), &Ctx::default(), true).is_identity());
+        // Unless every stage tiles its own range (the heads of attention's
+        // per-head copies).
+        assert_eq!(Split::find(&[64], &[e], &Ctx::default(), false).sizes, vec![32, 2]);
     }
 
     #[test]
     fn non_divisors_stay() {
         let ctx = Ctx::with_extents(&[10]);
         let e = Expr::v(0).floordiv(&Expr::c(3), &ctx);
-        let split = Split::find(&[10], &[e], &Ctx::default());
+        let split = Split::find(&[10], &[e], &Ctx::default(), true);
         assert!(split.is_identity());
     }
 }

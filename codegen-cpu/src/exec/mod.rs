@@ -17,6 +17,7 @@ use rdyn_ir::{DType, Kind};
 
 mod convert;
 mod reduce;
+mod rows;
 
 use convert::{cast, fill_f, fill_i, load, select, wrap, write_f64, write_i64};
 pub(crate) use reduce::FOLD_LANES;
@@ -208,32 +209,7 @@ fn run_items(kernel: &KernelPlan, mem: &Memory, scratch: &mut Scratch, items: st
         return;
     }
     match kernel.mode {
-        TileMode::Outer if m >= 2 && kernel.outer[m - 1] as usize <= kernel.tile && by_rows(kernel) => {
-            // A tile is a whole row: each stage runs over as many
-            // consecutive rows as the next-to-last dimension has left.
-            let prefix = &kernel.outer[..m - 1];
-            let rows_in_dim = kernel.outer[m - 2] as usize;
-            unravel(items.start, prefix, &mut scratch.env, 0);
-            scratch.env[m - 1] = 0;
-            let mut left = items.len();
-            let per_call = (ROW_BATCH_LANES / kernel.outer[m - 1].max(1) as usize).max(1);
-            while left > 0 {
-                let rows = left.min(rows_in_dim - scratch.env[m - 2] as usize).min(per_call);
-                for (s, stage) in kernel.stages.iter().enumerate() {
-                    if let Some(jit) = &stage.jit {
-                        let out = mem.ptrs[stage.out.0 as usize] as i64
-                            + stage.store.eval(&scratch.env) * DType::F32.itemsize() as i64;
-                        let last = kernel.outer[m - 1] as usize;
-                        // SAFETY: `rows` rows of the stage's float32 output
-                        // from this point, in bounds by the plan.
-                        unsafe { call_jit(jit, (stage, s, m - 1), (out as *mut f32, rows), last, mem, scratch) };
-                    }
-                }
-                left -= rows;
-                scratch.env[m - 2] += rows as i64 - 1;
-                advance(&mut scratch.env, 0, prefix);
-            }
-        }
+        _ if rows::by_rows(kernel) => rows::run_rows(kernel, mem, scratch, items),
         TileMode::Outer => {
             let last = kernel.outer[m - 1] as usize;
             let chunks = last.div_ceil(kernel.tile);
@@ -254,36 +230,6 @@ fn run_items(kernel: &KernelPlan, mem: &Memory, scratch: &mut Scratch, items: st
                 }
             }
         }
-        TileMode::Inner if m >= 1 && by_rows(kernel) => {
-            // Each stage runs over as many consecutive points of the last
-            // outer dimension as it has left (one reduction or one row of
-            // lanes per point).
-            unravel(items.start, &kernel.outer, &mut scratch.env, 0);
-            let rows_in_dim = kernel.outer[m - 1] as usize;
-            let mut left = items.len();
-            let per_call = (ROW_BATCH_LANES / kernel_lanes(kernel)).max(1);
-            while left > 0 {
-                let rows = left.min(rows_in_dim - scratch.env[m - 1] as usize).min(per_call);
-                for (s, stage) in kernel.stages.iter().enumerate() {
-                    let (Some(jit), Some(&lanes)) =
-                        (&stage.jit, stage.reduce.as_ref().map_or(stage.inner.last(), |(_, r)| r.last()))
-                    else {
-                        continue;
-                    };
-                    scratch.env[m..].iter_mut().for_each(|v| *v = 0);
-                    let tile_var = m + stage.inner.len() + stage.reduce.as_ref().map_or(0, |(_, r)| r.len()) - 1;
-                    let out = mem.ptrs[stage.out.0 as usize] as i64
-                        + stage.store.eval(&scratch.env) * DType::F32.itemsize() as i64;
-                    // SAFETY: `rows` points of the stage's float32 output
-                    // from this one, in bounds by the plan.
-                    let at = (stage, s, tile_var);
-                    unsafe { call_jit(jit, at, (out as *mut f32, rows), lanes as usize, mem, scratch) };
-                }
-                left -= rows;
-                scratch.env[m - 1] += rows as i64 - 1;
-                advance(&mut scratch.env, 0, &kernel.outer);
-            }
-        }
         TileMode::Inner => {
             unravel(items.start, &kernel.outer, &mut scratch.env, 0);
             for _ in items {
@@ -294,23 +240,6 @@ fn run_items(kernel: &KernelPlan, mem: &Memory, scratch: &mut Scratch, items: st
             }
         }
     }
-}
-
-/// Lanes one call by rows covers at most: a stage's rows stay in L1 for the
-/// next stage (all rows of a thread's share at once ran a two-stage softmax
-/// 12% slower than one row at a time).
-const ROW_BATCH_LANES: usize = 2048;
-
-/// The widest row of an inner-tiled kernel's stages.
-fn kernel_lanes(kernel: &KernelPlan) -> usize {
-    let row = |s: &StagePlan| s.reduce.as_ref().map_or(s.inner.last(), |(_, r)| r.last()).copied().unwrap_or(1);
-    kernel.stages.iter().map(row).max().unwrap_or(1).max(1) as usize
-}
-
-/// Whether every stage of the kernel is compiled to run over several rows
-/// per call ([`crate::jit::JitStage::rows`]).
-fn by_rows(kernel: &KernelPlan) -> bool {
-    kernel.stages.iter().all(|s| s.jit.as_ref().is_some_and(|j| j.rows))
 }
 
 /// Odometer over `sizes` starting at `env[first]`; returns false when done.
