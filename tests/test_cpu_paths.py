@@ -137,3 +137,21 @@ def test_profile_times_every_step() -> None:
     result = subprocess.run([sys.executable, "-c", PROFILE], env=env, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "ok" in result.stdout
+
+
+def test_library_inputs_are_reused_between_calls() -> None:
+    """A convolution's input that rdyn computes is a torch tensor kept for the
+    next call; results stay right call after call, and results the caller
+    still holds are never written again."""
+    conv = torch.nn.Conv2d(4, 6, 3, padding=1).double()
+    fn = lambda x: conv(torch.relu(x) * 2)  # noqa: E731
+    compiled = torch.compile(fn, backend="rdyn")
+    kept = []
+    with torch.no_grad():
+        xs = [torch.randn(2, 4, 9, 9, dtype=torch.float64) for _ in range(4)]
+        for x in xs:
+            kept.append(compiled(x))
+        for x, got in zip(xs, kept):
+            torch.testing.assert_close(got, fn(x))
+    plan = rdyn.explain(fn, xs[0])
+    assert any(k.name == "library" for k in plan.kernels)

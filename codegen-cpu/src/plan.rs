@@ -27,6 +27,9 @@ pub enum Storage {
     /// Allocated by the host as a torch tensor (graph outputs, and buffers
     /// that eager fallbacks read).
     Host,
+    /// A torch tensor only library calls read (a convolution's input): the
+    /// host may keep it for the next call instead of allocating again.
+    Pooled,
     /// Produced by an extern call.
     Extern,
     View(BufId),
@@ -290,7 +293,11 @@ const ARENA_ALIGN: usize = 64;
 
 /// Build the CPU plan of `program` with the symbol values in `syms`.
 pub fn plan(program: &Program, syms: &Ctx) -> Result<CpuProgram, CodegenError> {
+    // Torch tensors: what the caller gets or an eager call may keep
+    // (`host_visible`), and what only library calls read (`library_read`),
+    // which never alias their inputs into their results.
     let mut host_visible = vec![false; program.buffers.len()];
+    let mut library_read = vec![false; program.buffers.len()];
     for out in &program.outputs {
         if let ProgramOutput::Buffer(b) = out {
             host_visible[program.storage_of(*b).0 as usize] = true;
@@ -298,10 +305,13 @@ pub fn plan(program: &Program, syms: &Ctx) -> Result<CpuProgram, CodegenError> {
     }
     for step in &program.steps {
         if let Step::Extern(ext) = step {
-            if !matches!(ext.kind, ExternKind::Gemm { .. }) {
-                for b in &ext.inputs {
-                    host_visible[program.storage_of(*b).0 as usize] = true;
-                }
+            let seen = match ext.kind {
+                ExternKind::Gemm { .. } => continue,
+                ExternKind::Library { .. } => &mut library_read,
+                ExternKind::Fallback { .. } => &mut host_visible,
+            };
+            for b in &ext.inputs {
+                seen[program.storage_of(*b).0 as usize] = true;
             }
         }
     }
@@ -312,6 +322,7 @@ pub fn plan(program: &Program, syms: &Ctx) -> Result<CpuProgram, CodegenError> {
             BufRole::ExternOut => Storage::Extern,
             BufRole::View(base) => Storage::View(*base),
             BufRole::Temp if host_visible[k] => Storage::Host,
+            BufRole::Temp if library_read[k] => Storage::Pooled,
             BufRole::Temp => Storage::Arena(0),
         };
         buffers.push(BufPlan {

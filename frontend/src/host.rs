@@ -106,6 +106,22 @@ pub fn call_args(
     Ok((out, objects))
 }
 
+/// A tensor kept between calls for a [`rdyn_codegen_cpu::plan::Storage::Pooled`]
+/// buffer of this layout.
+pub struct Pooled {
+    dtype: DType,
+    sizes: Vec<i64>,
+    strides: Vec<i64>,
+    cuda: bool,
+    tensor: Py<PyAny>,
+}
+
+/// A compiled graph's kept tensors (at most [`POOL_LIMIT`]).
+pub type Pool = std::sync::Mutex<Vec<Pooled>>;
+
+/// Tensors a graph keeps between calls at most.
+const POOL_LIMIT: usize = 64;
+
 /// A call in progress: the torch tensors behind buffers.
 pub struct PyHost<'py, 'a> {
     pub py: Python<'py>,
@@ -122,9 +138,32 @@ pub struct PyHost<'py, 'a> {
     pub cuda: bool,
     /// Device scratch tensors kept alive for the call.
     pub scratch: Vec<Bound<'py, PyAny>>,
+    /// The graph's kept tensors, and the buffers this call took from it or
+    /// allocated for it (returned by [`PyHost::return_pooled`]).
+    pub pool: &'a Pool,
+    pub pooled: Vec<BufId>,
 }
 
 impl<'py> PyHost<'py, '_> {
+    /// Give the call's pooled tensors back to the graph's pool (libraries
+    /// only read them, so nothing else holds them now).
+    pub fn return_pooled(&mut self, bufs: &[BufPlan]) {
+        let Ok(mut pool) = self.pool.lock() else { return };
+        for b in self.pooled.drain(..) {
+            let Some((t, _)) = self.tensors[b.0 as usize].take() else { continue };
+            if pool.len() < POOL_LIMIT {
+                let plan = &bufs[b.0 as usize];
+                pool.push(Pooled {
+                    dtype: plan.dtype,
+                    sizes: plan.sizes.clone(),
+                    strides: plan.strides.clone(),
+                    cuda: self.cuda,
+                    tensor: t.unbind(),
+                });
+            }
+        }
+    }
+
     fn fail(&mut self, e: PyErr) -> RuntimeError {
         let msg = e.to_string();
         self.error = Some(e);
@@ -187,6 +226,22 @@ impl Host for PyHost<'_, '_> {
             }
             Err(e) => Err(self.fail(e)),
         }
+    }
+
+    fn alloc_pooled(&mut self, buf: BufId, plan: &BufPlan) -> Result<usize, RuntimeError> {
+        let kept = self.pool.lock().ok().and_then(|mut pool| {
+            let at = pool.iter().position(|p| {
+                p.dtype == plan.dtype && p.sizes == plan.sizes && p.strides == plan.strides && p.cuda == self.cuda
+            })?;
+            Some(pool.swap_remove(at).tensor)
+        });
+        self.pooled.push(buf);
+        let Some(tensor) = kept else { return self.alloc(buf, plan) };
+        let t = tensor.into_bound(self.py);
+        let ptr: usize = t.call_method0("data_ptr").and_then(|p| p.extract()).map_err(|e| self.fail(e))?;
+        self.tensors[buf.0 as usize] = Some((t, 0));
+        self.exact[buf.0 as usize] = plan.offset == 0;
+        Ok(ptr)
     }
 
     fn alloc(&mut self, buf: BufId, plan: &BufPlan) -> Result<usize, RuntimeError> {

@@ -68,6 +68,8 @@ fn log_enabled(topic: &str) -> bool {
 struct CompiledGraph {
     inner: RtGraph,
     runner: Py<PyAny>,
+    /// Library calls' input tensors kept between calls.
+    pool: host::Pool,
 }
 
 #[pymethods]
@@ -87,7 +89,7 @@ impl CompiledGraph {
                 }
             };
             let graph = import::graph(graph_data)?;
-            Ok(CompiledGraph { inner: RtGraph::new(graph, backend), runner })
+            Ok(CompiledGraph { inner: RtGraph::new(graph, backend), runner, pool: host::Pool::default() })
         })
     }
 
@@ -115,6 +117,8 @@ impl CompiledGraph {
                 error: None,
                 cuda: self.inner.backend == Backend::Cuda,
                 scratch: Vec::new(),
+                pool: &self.pool,
+                pooled: Vec::new(),
             };
             for (k, buf) in selected.plan().buffers.iter().enumerate() {
                 if let Storage::Input(n) = buf.storage {
@@ -124,6 +128,7 @@ impl CompiledGraph {
                 }
             }
             let result = execute(&selected, &call, &mut host);
+            host.return_pooled(&selected.plan().buffers);
             if let Some(err) = host.error.take() {
                 return Err(err);
             }

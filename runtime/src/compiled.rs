@@ -29,6 +29,12 @@ pub trait Host {
     /// Allocate a tensor with this layout; return the address of its storage
     /// element 0.
     fn alloc(&mut self, buf: BufId, plan: &BufPlan) -> Result<usize, RuntimeError>;
+    /// As `alloc`, for a buffer only library calls read ([`Storage::Pooled`]):
+    /// the host may hand out a tensor of this layout kept from an earlier
+    /// call.
+    fn alloc_pooled(&mut self, buf: BufId, plan: &BufPlan) -> Result<usize, RuntimeError> {
+        self.alloc(buf, plan)
+    }
     /// Run graph node `node` eagerly on the given buffers; fill `ptrs` for
     /// its outputs.
     fn run_node(
@@ -339,6 +345,7 @@ pub fn execute(selected: &Selected, args: &[CallArg], host: &mut dyn Host) -> Re
             },
             Storage::Arena(offset) => arena_base + offset,
             Storage::Host => host.alloc(BufId(k as u32), buf)?,
+            Storage::Pooled => host.alloc_pooled(BufId(k as u32), buf)?,
             Storage::Extern | Storage::View(_) => 0,
         };
     }
