@@ -3,8 +3,8 @@
 Max pooling is unrolled into strided slices of the padded input; values and
 indices must match ATen's kernel exactly, ties, NaN and -inf included, for
 every padding, stride, dilation and ceil_mode, and its gradient must too.
-1x1 convolutions become a matrix product; results and gradients are checked
-against float64 eager.
+1x1 and patch-embedding convolutions become a matrix product; results and
+gradients are checked against float64 eager.
 """
 
 from __future__ import annotations
@@ -96,6 +96,8 @@ CONVS = [
     ("pointwise", (1, 24, 40, 5), dict(kernel_size=1)),
     ("pointwise_batched_bias", (3, 16, 8, 6), dict(kernel_size=1, bias=True)),
     ("pointwise_one_pixel", (1, 96, 12, 1), dict(kernel_size=1, bias=True)),
+    ("patches", (1, 3, 16, 8), dict(kernel_size=4, stride=4, bias=True)),
+    ("patches_batched_rectangular", (3, 2, 5, 12), dict(kernel_size=(3, 2), stride=(3, 2))),
 ]
 
 

@@ -67,7 +67,8 @@ pub fn exp<const FMA: bool>(x: f32) -> f32 {
 fn exp_in_range<const FMA: bool>(x: f32) -> f32 {
     let n = (x * LOG2E + 12_582_912.0) - 12_582_912.0;
     let r = madd::<FMA>(-n, LN2_LO, madd::<FMA>(-n, LN2_HI, x));
-    let p = poly::<FMA, 6>(r, [1.987_569_1e-4, 1.398_2e-3, 8.333_452e-3, 4.166_579_6e-2, 1.666_666_5e-1, 5.000_000_1e-1]);
+    let p =
+        poly::<FMA, 6>(r, [1.987_569_1e-4, 1.398_2e-3, 8.333_452e-3, 4.166_579_6e-2, 1.666_666_5e-1, 5.000_000_1e-1]);
     let y = madd::<FMA>(p, r * r, r) + 1.0;
     // SAFETY: n is an integer in [-126, 127] for x in range (finite, in
     // i32 range); see `exp`.

@@ -390,7 +390,55 @@ impl Expr {
 
     /// Simplify with the ranges and symbol values in `ctx`.
     pub fn simplify(&self, ctx: &Ctx) -> Expr {
-        self.subst(&|_| None, ctx)
+        self.subst(&|_| None, ctx).recombine()
+    }
+
+    /// Undo a split into quotient and remainder: `c·k·(y // k) + c·(y % k)`
+    /// is `c·y` for every integer `y` (floor division, `k > 0`), also when
+    /// the quotient is written `y' // (m·k)` for `y = y' // m`. Views of
+    /// views (a weight reshaped, then transposed) leave such pairs, which
+    /// hide that the index is affine.
+    fn recombine(self) -> Expr {
+        let mut e = self;
+        loop {
+            let Some((i, j, y, c)) = e.split_pair() else { return e };
+            let rest: BTreeMap<Atom, i64> = e
+                .terms
+                .iter()
+                .enumerate()
+                .filter(|(t, _)| *t != i && *t != j)
+                .map(|(_, (a, c))| (a.clone(), *c))
+                .collect();
+            e = Expr::from_map(rest, e.constant).add(&y.scale(c));
+        }
+    }
+
+    /// Terms `i` (`c·(y % k)`) and `j` (`c·k·(y // k)`), `y` and `c`.
+    fn split_pair(&self) -> Option<(usize, usize, Expr, i64)> {
+        for (i, (atom, c)) in self.terms.iter().enumerate() {
+            let Atom::Mod(y, k) = atom else { continue };
+            let Some(k) = k.as_const().filter(|k| *k > 0) else { continue };
+            let quotient_of_y = |z: &Expr, d: i64| {
+                if **y == *z && d == k {
+                    return true;
+                }
+                // y = z // m and the quotient z // (m·k).
+                match (y.terms(), y.constant()) {
+                    ([(Atom::FloorDiv(inner, m), 1)], 0) => {
+                        **inner == *z && m.as_const().filter(|m| *m > 0).and_then(|m| m.checked_mul(k)) == Some(d)
+                    }
+                    _ => false,
+                }
+            };
+            for (j, (other, c2)) in self.terms.iter().enumerate() {
+                let Atom::FloorDiv(z, d) = other else { continue };
+                let Some(d) = d.as_const() else { continue };
+                if Some(*c2) == c.checked_mul(k) && quotient_of_y(z, d) {
+                    return Some((i, j, (**y).clone(), *c));
+                }
+            }
+        }
+        None
     }
 
     /// Replace variables by expressions given positionally.
@@ -695,6 +743,28 @@ mod tests {
         ctx.sym_values.insert(Sym(0), 5);
         assert_eq!(e.simplify(&ctx), Expr::v(0).scale(5).add(&Expr::v(1)));
         assert_eq!(e.eval(&[2, 1], &[5]), 11);
+    }
+
+    #[test]
+    fn quotient_and_remainder_recombine() {
+        // 768·i1 + 256·(i0 // 256) + 16·((i0 // 16) % 16) + i0 % 16 is
+        // 768·i1 + i0: a [64, 3, 16, 16] weight viewed as [64, 768], then
+        // transposed.
+        let ctx = Ctx::default();
+        let i0 = Expr::v(0);
+        let e = Expr::v(1)
+            .scale(768)
+            .add(&i0.floordiv(&Expr::c(256), &ctx).scale(256))
+            .add(&i0.floordiv(&Expr::c(16), &ctx).modulo(&Expr::c(16), &ctx).scale(16))
+            .add(&i0.modulo(&Expr::c(16), &ctx));
+        let s = e.simplify(&ctx);
+        assert_eq!(s, Expr::v(1).scale(768).add(&i0));
+        for (a, b) in [(0, 0), (5, 700), (63, 767)] {
+            assert_eq!(e.eval(&[b, a], &[]), s.eval(&[b, a], &[]));
+        }
+        // A remainder without its quotient stays.
+        let lone = i0.modulo(&Expr::c(16), &ctx).add(&i0.floordiv(&Expr::c(16), &ctx).scale(8));
+        assert_eq!(lone.simplify(&ctx), lone);
     }
 
     #[test]
