@@ -148,7 +148,9 @@ impl Expr {
     }
 
     /// `k·(e // k)·c + (e % k)·c` → `e·c`: the rule that turns a reshape of a
-    /// contiguous buffer back into a plain index.
+    /// contiguous buffer back into a plain index. The quotient may also be
+    /// written `z // (m·k)` for `e = z // m` (nested divisions combine), as
+    /// a view of a view leaves it (a weight reshaped, then transposed).
     fn fold_div_mod_pairs(&mut self) {
         loop {
             let mut found = None;
@@ -159,7 +161,9 @@ impl Expr {
                     };
                     for (other, other_coef) in &self.terms {
                         if let Atom::FloorDiv(inner2, divisor2) = other {
-                            if inner2 == inner && divisor2 == divisor && *other_coef == coef * k {
+                            let quotient = (inner2 == inner && divisor2 == divisor)
+                                || nested_quotient(inner, k, inner2, divisor2.as_const());
+                            if quotient && *other_coef == coef * k {
                                 found = Some((atom.clone(), other.clone(), *coef, (**inner).clone()));
                                 break 'search;
                             }
@@ -390,55 +394,7 @@ impl Expr {
 
     /// Simplify with the ranges and symbol values in `ctx`.
     pub fn simplify(&self, ctx: &Ctx) -> Expr {
-        self.subst(&|_| None, ctx).recombine()
-    }
-
-    /// Undo a split into quotient and remainder: `c·k·(y // k) + c·(y % k)`
-    /// is `c·y` for every integer `y` (floor division, `k > 0`), also when
-    /// the quotient is written `y' // (m·k)` for `y = y' // m`. Views of
-    /// views (a weight reshaped, then transposed) leave such pairs, which
-    /// hide that the index is affine.
-    fn recombine(self) -> Expr {
-        let mut e = self;
-        loop {
-            let Some((i, j, y, c)) = e.split_pair() else { return e };
-            let rest: BTreeMap<Atom, i64> = e
-                .terms
-                .iter()
-                .enumerate()
-                .filter(|(t, _)| *t != i && *t != j)
-                .map(|(_, (a, c))| (a.clone(), *c))
-                .collect();
-            e = Expr::from_map(rest, e.constant).add(&y.scale(c));
-        }
-    }
-
-    /// Terms `i` (`c·(y % k)`) and `j` (`c·k·(y // k)`), `y` and `c`.
-    fn split_pair(&self) -> Option<(usize, usize, Expr, i64)> {
-        for (i, (atom, c)) in self.terms.iter().enumerate() {
-            let Atom::Mod(y, k) = atom else { continue };
-            let Some(k) = k.as_const().filter(|k| *k > 0) else { continue };
-            let quotient_of_y = |z: &Expr, d: i64| {
-                if **y == *z && d == k {
-                    return true;
-                }
-                // y = z // m and the quotient z // (m·k).
-                match (y.terms(), y.constant()) {
-                    ([(Atom::FloorDiv(inner, m), 1)], 0) => {
-                        **inner == *z && m.as_const().filter(|m| *m > 0).and_then(|m| m.checked_mul(k)) == Some(d)
-                    }
-                    _ => false,
-                }
-            };
-            for (j, (other, c2)) in self.terms.iter().enumerate() {
-                let Atom::FloorDiv(z, d) = other else { continue };
-                let Some(d) = d.as_const() else { continue };
-                if Some(*c2) == c.checked_mul(k) && quotient_of_y(z, d) {
-                    return Some((i, j, (**y).clone(), *c));
-                }
-            }
-        }
-        None
+        self.subst(&|_| None, ctx)
     }
 
     /// Replace variables by expressions given positionally.
@@ -479,6 +435,18 @@ impl Expr {
     /// Largest variable index mentioned, if any.
     pub fn max_var(&self) -> Option<u32> {
         self.terms.iter().filter_map(|(a, _)| a.max_var()).max()
+    }
+}
+
+/// Whether `z // d` is `e // k` for `e = z // m` (floor divisions by
+/// positive constants, `d = m·k`).
+fn nested_quotient(e: &Expr, k: i64, z: &Expr, d: Option<i64>) -> bool {
+    match (e.terms(), e.constant()) {
+        ([(Atom::FloorDiv(inner, m), 1)], 0) => {
+            let m = m.as_const().filter(|m| *m > 0 && k > 0);
+            **inner == *z && m.and_then(|m| m.checked_mul(k)).is_some_and(|mk| Some(mk) == d)
+        }
+        _ => false,
     }
 }
 

@@ -123,9 +123,6 @@ impl Lowerer<'_> {
         if !indirect.is_empty() || mask.is_some() || self.prog.buffer(*buf).dtype != lazy.dtype {
             return None;
         }
-        // Views over views (a reshaped weight, transposed) leave divisions
-        // that the variables' ranges cancel.
-        let index = index.simplify(&self.ctx_for(&lazy.sizes));
         let mut strides = Vec::with_capacity(lazy.ndim());
         for k in 0..lazy.ndim() {
             let var = Var(k as u32);
