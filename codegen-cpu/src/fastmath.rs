@@ -38,20 +38,7 @@ const LN2_LO: f32 = -2.121_944_4e-4;
 
 #[inline(always)]
 pub fn exp<const FMA: bool>(x: f32) -> f32 {
-    let xc = x.clamp(-87.3, 88.72);
-    // Round to nearest by the 1.5·2^23 trick: `floor` is a libm call on
-    // baseline x86-64 (no SSE4.1) and would stop the loop vectorising.
-    let n = (xc * LOG2E + 12_582_912.0) - 12_582_912.0;
-    let r = madd::<FMA>(-n, LN2_LO, madd::<FMA>(-n, LN2_HI, xc));
-    let p =
-        poly::<FMA, 6>(r, [1.987_569_1e-4, 1.398_2e-3, 8.333_452e-3, 4.166_579_6e-2, 1.666_666_5e-1, 5.000_000_1e-1]);
-    let y = madd::<FMA>(p, r * r, r) + 1.0;
-    // SAFETY: n is an integer in [-126, 128] after the clamp (finite, in
-    // i32 range). The unchecked conversion is a plain cvttps2dq; `as i32`
-    // saturates, which does not vectorise on baseline x86-64.
-    let ni: i32 = unsafe { n.to_int_unchecked() };
-    let scale = f32::from_bits(((ni + 127) << 23) as u32);
-    let v = y * scale;
+    let v = exp_in_range::<FMA>(x.clamp(-87.3, 88.72));
     let v = if x > 88.72 { f32::INFINITY } else { v };
     let v = if x < -87.3 { 0.0 } else { v };
     if x.is_nan() {
@@ -61,17 +48,21 @@ pub fn exp<const FMA: bool>(x: f32) -> f32 {
     }
 }
 
-/// `exp` of a finite `x` in [-87, 88] (no clamping, no special cases): for
-/// callers that bound their argument (erf's tail).
+/// `exp` of a finite `x` in [-87.3, 88.72] (no clamping, no special
+/// cases): `exp`'s core, and what callers that bound their argument use
+/// (erf's tail).
 #[inline(always)]
 fn exp_in_range<const FMA: bool>(x: f32) -> f32 {
+    // Round to nearest by the 1.5·2^23 trick: `floor` is a libm call on
+    // baseline x86-64 (no SSE4.1) and would stop the loop vectorising.
     let n = (x * LOG2E + 12_582_912.0) - 12_582_912.0;
     let r = madd::<FMA>(-n, LN2_LO, madd::<FMA>(-n, LN2_HI, x));
     let p =
         poly::<FMA, 6>(r, [1.987_569_1e-4, 1.398_2e-3, 8.333_452e-3, 4.166_579_6e-2, 1.666_666_5e-1, 5.000_000_1e-1]);
     let y = madd::<FMA>(p, r * r, r) + 1.0;
-    // SAFETY: n is an integer in [-126, 127] for x in range (finite, in
-    // i32 range); see `exp`.
+    // SAFETY: n is an integer in [-126, 128] for x in range (finite, in
+    // i32 range). The unchecked conversion is a plain cvttps2dq; `as i32`
+    // saturates, which does not vectorise on baseline x86-64.
     let ni: i32 = unsafe { n.to_int_unchecked() };
     y * f32::from_bits(((ni + 127) << 23) as u32)
 }
