@@ -107,12 +107,11 @@ pub fn call_args(
 }
 
 /// A tensor kept between calls for a [`rdyn_codegen_cpu::plan::Storage::Pooled`]
-/// buffer of this layout.
+/// buffer of this layout (on the graph's device).
 pub struct Pooled {
     dtype: DType,
     sizes: Vec<i64>,
     strides: Vec<i64>,
-    cuda: bool,
     tensor: Py<PyAny>,
 }
 
@@ -148,6 +147,9 @@ impl<'py> PyHost<'py, '_> {
     /// Give the call's pooled tensors back to the graph's pool (libraries
     /// only read them, so nothing else holds them now).
     pub fn return_pooled(&mut self, bufs: &[BufPlan]) {
+        if self.pooled.is_empty() {
+            return;
+        }
         let Ok(mut pool) = self.pool.lock() else { return };
         for b in self.pooled.drain(..) {
             let Some((t, _)) = self.tensors[b.0 as usize].take() else { continue };
@@ -157,7 +159,6 @@ impl<'py> PyHost<'py, '_> {
                     dtype: plan.dtype,
                     sizes: plan.sizes.clone(),
                     strides: plan.strides.clone(),
-                    cuda: self.cuda,
                     tensor: t.unbind(),
                 });
             }
@@ -230,9 +231,9 @@ impl Host for PyHost<'_, '_> {
 
     fn alloc_pooled(&mut self, buf: BufId, plan: &BufPlan) -> Result<usize, RuntimeError> {
         let kept = self.pool.lock().ok().and_then(|mut pool| {
-            let at = pool.iter().position(|p| {
-                p.dtype == plan.dtype && p.sizes == plan.sizes && p.strides == plan.strides && p.cuda == self.cuda
-            })?;
+            let at = pool
+                .iter()
+                .position(|p| p.dtype == plan.dtype && p.sizes == plan.sizes && p.strides == plan.strides)?;
             Some(pool.swap_remove(at).tensor)
         });
         self.pooled.push(buf);
