@@ -338,8 +338,7 @@ fn run_stage_inner(stage: &StagePlan, s: usize, m: usize, tile: usize, mem: &Mem
                 // The compiled function reduces, folds and stores each point.
                 sc.env[tile_var] = 0;
                 loop {
-                    let at = stage.store.eval(&sc.env) * DType::F32.itemsize() as i64;
-                    let out = (mem.ptrs[stage.out.0 as usize] as i64 + at) as *mut f32;
+                    let out = f32_output(stage, mem, &sc.env);
                     // SAFETY: the reduction is one tile (`jit::one_call`) and
                     // `out` is this point's float32 output element.
                     unsafe { call_jit(jit, (stage, s, tile_var), (out, 1), last, mem, sc) };
@@ -526,14 +525,19 @@ fn eval(stage: &StagePlan, s: usize, tile_var: usize, len: usize, mem: &Memory, 
 /// A pointwise stage's tile: evaluated and stored.
 fn eval_store(stage: &StagePlan, s: usize, tile_var: usize, len: usize, mem: &Memory, sc: &mut Scratch) {
     if let Some(jit) = stage.jit.as_ref().filter(|j| matches!(j.output, Output::Store(_)) && j.walks(tile_var)) {
-        let out = mem.ptrs[stage.out.0 as usize] as i64 + stage.store.eval(&sc.env) * DType::F32.itemsize() as i64;
+        let out = f32_output(stage, mem, &sc.env);
         // SAFETY: the output lanes are this tile's elements of the stage's
         // float32 output, in bounds by the plan.
-        unsafe { call_jit(jit, (stage, s, tile_var), (out as *mut f32, 1), len, mem, sc) };
+        unsafe { call_jit(jit, (stage, s, tile_var), (out, 1), len, mem, sc) };
         return;
     }
     eval(stage, s, tile_var, len, mem, sc);
     store(stage, s, tile_var, len, stage.value, mem, sc);
+}
+
+/// The address of a float32 stage's output at the point `env`.
+fn f32_output(stage: &StagePlan, mem: &Memory, env: &[i64]) -> *mut f32 {
+    (mem.ptrs[stage.out.0 as usize] as i64 + stage.store.eval(env) * DType::F32.itemsize() as i64) as *mut f32
 }
 
 /// Combine `len` lanes of a compiled reduction stage into the accumulator;
@@ -583,7 +587,7 @@ unsafe fn call_jit(
         for &k in &jit.pre[ran..load.pre_before] {
             exec_inst(&stage.insts[k], s, tile_var, 1, mem, sc);
         }
-        ran = ran.max(load.pre_before);
+        ran = load.pre_before;
         let mut at = load.index.eval(&sc.env);
         for (reg, stride) in &load.indirect {
             if let Tile::I64(v) = &sc.regs[s][*reg as usize] {

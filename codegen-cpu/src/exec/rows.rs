@@ -7,9 +7,7 @@
 //! range. The JIT only allows this when no stage reads another's output
 //! outside the row it wrote, so the order change is invisible.
 
-use rdyn_ir::DType;
-
-use super::{advance, call_jit, unravel, Memory, Scratch};
+use super::{advance, call_jit, f32_output, unravel, Memory, Scratch};
 use crate::plan::{KernelPlan, StagePlan, TileMode};
 
 /// Lanes one call covers at most: a stage's rows stay in L1 for the next
@@ -17,15 +15,10 @@ use crate::plan::{KernelPlan, StagePlan, TileMode};
 /// slower than one row at a time).
 const ROW_BATCH_LANES: usize = 2048;
 
-/// Whether the kernel runs by rows: every stage compiled for it, and (outer
-/// tiles) the last dimension one tile.
+/// Whether the kernel runs by rows: every stage compiled for it (which
+/// `jit::row_steps` allows only for kernels of that shape).
 pub(super) fn by_rows(kernel: &KernelPlan) -> bool {
-    let m = kernel.outer.len();
-    let shape_ok = match kernel.mode {
-        TileMode::Outer => m >= 2 && kernel.outer[m - 1] as usize <= kernel.tile,
-        TileMode::Inner => m >= 1,
-    };
-    shape_ok && kernel.stages.iter().all(|s| s.jit.as_ref().is_some_and(|j| j.rows))
+    kernel.stages.iter().all(|s| s.jit.as_ref().is_some_and(|j| j.rows))
 }
 
 /// A stage's lanes per row and the variable they walk.
@@ -62,10 +55,10 @@ pub(super) fn run_rows(kernel: &KernelPlan, mem: &Memory, sc: &mut Scratch, item
             let Some(jit) = &stage.jit else { continue };
             let (lanes, tile_var) = row_lanes(kernel, stage);
             sc.env[dims.len()..].iter_mut().for_each(|v| *v = 0);
-            let out = mem.ptrs[stage.out.0 as usize] as i64 + stage.store.eval(&sc.env) * DType::F32.itemsize() as i64;
+            let out = f32_output(stage, mem, &sc.env);
             // SAFETY: `rows` rows of the stage's float32 output from this
             // point, in bounds by the plan (`jit::row_steps`).
-            unsafe { call_jit(jit, (stage, s, tile_var), (out as *mut f32, rows), lanes, mem, sc) };
+            unsafe { call_jit(jit, (stage, s, tile_var), (out, rows), lanes, mem, sc) };
         }
         left -= rows;
         sc.env[row_var] += rows as i64 - 1;

@@ -44,13 +44,18 @@ pub(super) struct Analysis {
     pub invariant: Vec<bool>,
     /// Per instruction: the load's (or index's) step along the tile.
     pub step: Vec<i64>,
-    /// The [`Class::Pre`] instructions, in order.
-    pub pre: Vec<usize>,
     /// Per instruction: the [`super::call_code`] of a transcendental, run
     /// through the interpreter's routine (over the whole tile between two
     /// loops, or once on one lane when invariant) rather than inline.
     pub call: Vec<Option<u32>>,
     pub value: Def,
+}
+
+impl Analysis {
+    /// The [`Class::Pre`] instructions, in order.
+    pub fn pre(&self) -> Vec<usize> {
+        (0..self.class.len()).filter(|&i| self.class[i] == Class::Pre).collect()
+    }
 }
 
 fn operand_regs(op: &InstOp) -> Vec<Reg> {
@@ -81,7 +86,6 @@ fn analyse(stage: &StagePlan, tile_var: Option<usize>, extents: &[i64]) -> Optio
         operands: Vec::with_capacity(n),
         class: Vec::with_capacity(n),
         invariant: stage.uniform_insts(tile_var),
-        pre: Vec::new(),
         step: vec![0; n],
         call: vec![None; n],
         value: Def::Const(0),
@@ -99,7 +103,6 @@ fn analyse(stage: &StagePlan, tile_var: Option<usize>, extents: &[i64]) -> Optio
         let mask_inst = inst.kind == Kind::I64 && matches!(inst.narrow, None | Some(DType::Bool));
         let is_pre = |r: &Reg| matches!(current[*r as usize], Some(Def::Inst(j)) if a.class[j] == Class::Pre);
         if a.invariant[i] && inst.kind == Kind::I64 && pre_inst(stage, &inst.op, &is_pre) {
-            a.pre.push(i);
             a.operands.push(ops);
             a.class.push(Class::Pre);
             current[inst.dst as usize] = Some(Def::Inst(i));
@@ -220,7 +223,7 @@ pub(super) fn supported(stage: &StagePlan, tile_var: Option<usize>, extents: &[i
         .enumerate()
         .filter(|(i, _)| analysis.class[*i] != Class::Pre)
         .filter_map(|(i, inst)| {
-            let pre_before = analysis.pre.iter().take_while(|&&k| k < i).count();
+            let pre_before = analysis.class[..i].iter().filter(|c| **c == Class::Pre).count();
             match &inst.op {
                 InstOp::Load { buf, index, dtype, indirect, .. } => Some(JitLoad {
                     buf: Some(*buf),

@@ -78,12 +78,12 @@ pub(super) fn compile_stage(
     }
     // Rows: everything below runs once per row, row `r` at its addresses
     // plus `r` row steps (invariants of the tile may vary between rows).
-    let row = rows.map(|_| {
+    let row = rows.map(|steps| {
         let block = b.create_block();
         b.append_block_param(block, types::I64);
         b.ins().jump(block, &[zero.into()]);
         b.switch_to_block(block);
-        (block, b.block_params(block)[0])
+        (block, b.block_params(block)[0], steps)
     });
     // Load addresses, in load order.
     let mut load_addr = vec![None; stage.insts.len()];
@@ -91,14 +91,14 @@ pub(super) fn compile_stage(
     for (i, inst) in stage.insts.iter().enumerate() {
         if matches!(inst.op, InstOp::Load { .. } | InstOp::Index(_)) && a.class[i] != Class::Pre {
             let mut addr = b.ins().load(ptr, MemFlagsData::trusted(), addrs, 8 * slot);
-            if let (Some((_, r)), Some(steps)) = (row, rows) {
+            if let Some((_, r, steps)) = row {
                 addr = offset_by(&mut b, addr, r, steps.loads[slot as usize]);
             }
             load_addr[i] = Some(addr);
             slot += 1;
         }
     }
-    if let (Some((_, r)), Some(steps)) = (row, rows) {
+    if let Some((_, r, steps)) = row {
         out = offset_by(&mut b, out, r, steps.out);
     }
     // Invariants: once, as scalars, then splatted for the 4-lane loops.
@@ -286,7 +286,7 @@ pub(super) fn compile_stage(
         }
         _ => {}
     }
-    if let Some((block, r)) = row {
+    if let Some((block, r, _)) = row {
         let next = b.ins().iadd_imm_s(r, 1);
         let more = b.ins().icmp(IntCC::SignedLessThan, next, row_count);
         let done = b.create_block();

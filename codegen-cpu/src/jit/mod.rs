@@ -249,9 +249,10 @@ pub fn compile_program(steps: &mut [CpuStep], bufs: &[BufPlan]) {
             let name = format!("{}_s{s}", kernel.name);
             let compiled = lower::compile_stage(&mut module, stage, &supported, output, rows.as_ref(), &name);
             if let Ok((id, constants)) = compiled {
-                let pre = supported.analysis.pre.clone();
-                let shape = (tv, output, rows.is_some(), constants.into());
-                pending.push((k, s, id, shape, (supported.loads, pre)));
+                let pre = supported.analysis.pre();
+                let (tile_var, rows) = (tv, rows.is_some());
+                let loads = supported.loads;
+                pending.push(Pending { kernel: k, stage: s, id, tile_var, output, rows, constants, loads, pre });
             }
         }
     }
@@ -259,10 +260,10 @@ pub fn compile_program(steps: &mut [CpuStep], bufs: &[BufPlan]) {
     // can, and no stage reads what another writes at another point.
     for (k, step) in steps.iter().enumerate() {
         let CpuStep::Kernel(kernel) = step else { continue };
-        let mine: Vec<_> = pending.iter_mut().filter(|p| p.0 == k).collect();
-        let all_rows = mine.len() == kernel.stages.len() && mine.iter().all(|p| (p.3).2);
+        let mine: Vec<_> = pending.iter_mut().filter(|p| p.kernel == k).collect();
+        let all_rows = mine.len() == kernel.stages.len() && mine.iter().all(|p| p.rows);
         if !all_rows || !same_point_reads(kernel, bufs) {
-            mine.into_iter().for_each(|p| (p.3).2 = false);
+            mine.into_iter().for_each(|p| p.rows = false);
         }
     }
     if pending.is_empty() || module.finalize_definitions().is_err() {
@@ -270,20 +271,41 @@ pub fn compile_program(steps: &mut [CpuStep], bufs: &[BufPlan]) {
     }
     let funcs: Vec<StageFn> = pending
         .iter()
-        .map(|(_, _, id, _, _)| {
-            let ptr = module.get_finalized_function(*id);
+        .map(|p| {
+            let ptr = module.get_finalized_function(p.id);
             // SAFETY: the function was built with `StageFn`'s signature in
             // `lower::compile_stage`.
             unsafe { std::mem::transmute::<*const u8, StageFn>(ptr) }
         })
         .collect();
     let code = Arc::new(Code(Mutex::new(Some(module))));
-    for ((k, s, _, (tile_var, output, rows, constants), (loads, pre)), func) in pending.into_iter().zip(funcs) {
-        if let CpuStep::Kernel(kernel) = &mut steps[k] {
-            let jit = JitStage { func, tile_var, loads, pre, output, rows, constants, _code: code.clone() };
-            kernel.stages[s].jit = Some(jit);
+    for (p, func) in pending.into_iter().zip(funcs) {
+        if let CpuStep::Kernel(kernel) = &mut steps[p.kernel] {
+            kernel.stages[p.stage].jit = Some(JitStage {
+                func,
+                tile_var: p.tile_var,
+                loads: p.loads,
+                pre: p.pre,
+                output: p.output,
+                rows: p.rows,
+                constants: p.constants.into(),
+                _code: code.clone(),
+            });
         }
     }
+}
+
+/// A compiled stage waiting for its module to be finalized.
+struct Pending {
+    kernel: usize,
+    stage: usize,
+    id: cranelift_module::FuncId,
+    tile_var: Option<usize>,
+    output: Output,
+    rows: bool,
+    constants: Vec<u32>,
+    loads: Vec<analysis::JitLoad>,
+    pre: Vec<usize>,
 }
 
 /// The row steps of a stage one call may run for several rows (see
@@ -293,11 +315,15 @@ pub fn compile_program(steps: &mut [CpuStep], bufs: &[BufPlan]) {
 /// fits a tile, or a reduction that is one call ([`Output::FoldStore`]).
 fn row_steps(kernel: &KernelPlan, stage: &StagePlan, supported: &Supported, output: Output) -> Option<RowSteps> {
     let m = kernel.outer.len();
-    if !supported.analysis.pre.is_empty() {
+    if !supported.analysis.pre().is_empty() {
         return None;
     }
     let row = match (kernel.mode, output) {
-        (TileMode::Outer, Output::Store(_)) if m >= 2 && stage.inner.is_empty() => m - 2,
+        (TileMode::Outer, Output::Store(_))
+            if m >= 2 && stage.inner.is_empty() && kernel.outer[m - 1] as usize <= kernel.tile =>
+        {
+            m - 2
+        }
         (TileMode::Inner, Output::Store(_))
             if m >= 1 && matches!(stage.inner[..], [n] if n as usize <= kernel.tile) && stage.reduce.is_none() =>
         {
