@@ -111,6 +111,31 @@ fn one_stage(outer: Vec<i64>, mode: TileMode, stage: StagePlan, tile: usize) -> 
     KernelPlan { name: "k".into(), outer, mode, stages: vec![stage], serial: false, tile }
 }
 
+/// `kernel` as `compile_program` leaves it for these buffers.
+fn compile(kernel: &KernelPlan, bufs: &[BufPlan]) -> KernelPlan {
+    let mut steps = vec![CpuStep::Kernel(kernel.clone())];
+    super::compile_program(&mut steps, bufs);
+    match steps.pop() {
+        Some(CpuStep::Kernel(k)) => k,
+        _ => unreachable!(),
+    }
+}
+
+/// The bits of float results, every NaN as one (see the module comment).
+fn bits<'a>(values: impl IntoIterator<Item = &'a f32>) -> Vec<u32> {
+    values.into_iter().map(|x| if x.is_nan() { f32::NAN.to_bits() } else { x.to_bits() }).collect()
+}
+
+/// Run `kernel` with `inputs()` in buffers 0 and 1 and zeroed outputs of
+/// `lens` elements in buffers 2 and 3; return the outputs' bits.
+fn run_on_inputs(kernel: &KernelPlan, bufs: &[BufPlan], lens: [usize; 2]) -> [Vec<u32>; 2] {
+    let (a, b) = inputs();
+    let mut outs = lens.map(|n| vec![0f32; n]);
+    let ptrs = [a.as_ptr() as usize, b.as_ptr() as usize, outs[0].as_mut_ptr() as usize, outs[1].as_mut_ptr() as usize];
+    assert!(run_kernel(kernel, &Memory { ptrs: &ptrs, bufs }));
+    outs.map(|o| bits(&o))
+}
+
 /// Run `kernel` as compiled and as interpreted; return both outputs' bits.
 fn both(kernel: KernelPlan, out: usize, out_len: usize) -> (Vec<u32>, Vec<u32>, bool) {
     let bufs = vec![
@@ -119,19 +144,12 @@ fn both(kernel: KernelPlan, out: usize, out_len: usize) -> (Vec<u32>, Vec<u32>, 
         buf(&[4, 37], &[37, 1], DType::F32),
         buf(&[4], &[1], DType::F32),
     ];
-    let mut steps = vec![CpuStep::Kernel(kernel.clone())];
-    super::compile_program(&mut steps, &bufs);
-    let CpuStep::Kernel(compiled) = &steps[0] else { unreachable!() };
+    let compiled = compile(&kernel, &bufs);
     let jitted = compiled.stages.iter().all(|s| s.jit.is_some());
     let mut results = Vec::new();
-    for k in [compiled, &kernel] {
-        let (a, b) = inputs();
-        let mut outs = [vec![0f32; 4 * 37], vec![0f32; 4]];
-        let ptrs =
-            [a.as_ptr() as usize, b.as_ptr() as usize, outs[0].as_mut_ptr() as usize, outs[1].as_mut_ptr() as usize];
-        assert!(run_kernel(k, &Memory { ptrs: &ptrs, bufs: &bufs }));
-        let bits = |x: &f32| if x.is_nan() { f32::NAN.to_bits() } else { x.to_bits() };
-        results.push(outs[out - 2][..out_len].iter().map(bits).collect::<Vec<_>>());
+    for k in [&compiled, &kernel] {
+        let outs = run_on_inputs(k, &bufs, [4 * 37, 4]);
+        results.push(outs[out - 2][..out_len].to_vec());
     }
     let interp = results.pop().unwrap_or_default();
     (results.pop().unwrap_or_default(), interp, jitted)
@@ -399,20 +417,18 @@ fn gathers_of_invariant_rows_compile() {
         buf(&[4, 37], &[37, 1], DType::F32),
         buf(&[4], &[1], DType::I64),
     ];
-    let mut steps = vec![CpuStep::Kernel(kernel.clone())];
-    super::compile_program(&mut steps, &bufs);
-    let CpuStep::Kernel(compiled) = &steps[0] else { unreachable!() };
+    let compiled = compile(&kernel, &bufs);
     let jit = compiled.stages[0].jit.as_ref().expect("the gather stage compiles");
     assert_eq!(jit.pre, vec![0, 1, 3, 4]);
     let (a, _) = inputs();
     let table: Vec<f32> = a.iter().chain(&a).take(6 * 37).copied().collect();
     for (ids, ok) in [([5i64, 0, 3, 5], true), ([1, 6, 0, 2], false)] {
         let mut results = Vec::new();
-        for k in [compiled, &kernel] {
+        for k in [&compiled, &kernel] {
             let mut out = vec![0f32; 4 * 37];
             let ptrs = [table.as_ptr() as usize, 0, out.as_mut_ptr() as usize, ids.as_ptr() as usize];
             assert_eq!(run_kernel(k, &Memory { ptrs: &ptrs, bufs: &bufs }), ok);
-            results.push(out.iter().map(|x| if x.is_nan() { u32::MAX } else { x.to_bits() }).collect::<Vec<_>>());
+            results.push(bits(&out));
         }
         if ok {
             assert_eq!(results[0], results[1]);
@@ -464,26 +480,17 @@ fn stages_run_by_rows_bitwise() {
         serial: false,
         tile: 256,
     };
-    let mut steps = vec![CpuStep::Kernel(kernel.clone())];
     let bufs = vec![
         buf(&[4, 37], &[37, 1], DType::F32),
         buf(&[37], &[1], DType::F32),
         buf(&[4, 37], &[37, 1], DType::F32),
         buf(&[4, 37], &[37, 1], DType::F32),
     ];
-    super::compile_program(&mut steps, &bufs);
-    let CpuStep::Kernel(compiled) = &steps[0] else { unreachable!() };
+    let compiled = compile(&kernel, &bufs);
     assert!(compiled.stages.iter().all(|s| s.jit.as_ref().is_some_and(|j| j.rows)), "not compiled by rows");
-    let (a, b) = inputs();
-    let mut results = Vec::new();
-    for k in [compiled, &kernel] {
-        let mut tmp = vec![0f32; 4 * 37];
-        let mut out = vec![0f32; 4 * 37];
-        let ptrs = [a.as_ptr() as usize, b.as_ptr() as usize, tmp.as_mut_ptr() as usize, out.as_mut_ptr() as usize];
-        assert!(run_kernel(k, &Memory { ptrs: &ptrs, bufs: &bufs }));
-        results.push(out.iter().map(|x| if x.is_nan() { u32::MAX } else { x.to_bits() }).collect::<Vec<_>>());
-    }
-    assert_eq!(results[0], results[1]);
+    let [_, jit] = run_on_inputs(&compiled, &bufs, [4 * 37, 4 * 37]);
+    let [_, interp] = run_on_inputs(&kernel, &bufs, [4 * 37, 4 * 37]);
+    assert_eq!(jit, interp);
 }
 
 /// Constant padding as `constant_pad_nd` lowers it: `out[i0, i1] = a[i0,
@@ -560,25 +567,13 @@ fn inner_stages_run_by_rows_bitwise() {
         serial: false,
         tile: 256,
     };
-    let mut steps = vec![CpuStep::Kernel(kernel.clone())];
     let bufs = vec![
         buf(&[4, 37], &[37, 1], DType::F32),
         buf(&[37], &[1], DType::F32),
         buf(&[4, 37], &[37, 1], DType::F32),
         buf(&[4], &[1], DType::F32),
     ];
-    super::compile_program(&mut steps, &bufs);
-    let CpuStep::Kernel(compiled) = &steps[0] else { unreachable!() };
+    let compiled = compile(&kernel, &bufs);
     assert!(compiled.stages.iter().all(|s| s.jit.as_ref().is_some_and(|j| j.rows)), "not compiled by rows");
-    let (a, b) = inputs();
-    let mut results = Vec::new();
-    for k in [compiled, &kernel] {
-        let mut sums = vec![0f32; 4];
-        let mut out = vec![0f32; 4 * 37];
-        let ptrs = [a.as_ptr() as usize, b.as_ptr() as usize, out.as_mut_ptr() as usize, sums.as_mut_ptr() as usize];
-        assert!(run_kernel(k, &Memory { ptrs: &ptrs, bufs: &bufs }));
-        let bits = |x: &f32| if x.is_nan() { u32::MAX } else { x.to_bits() };
-        results.push(out.iter().chain(&sums).map(bits).collect::<Vec<_>>());
-    }
-    assert_eq!(results[0], results[1]);
+    assert_eq!(run_on_inputs(&compiled, &bufs, [4 * 37, 4]), run_on_inputs(&kernel, &bufs, [4 * 37, 4]));
 }
