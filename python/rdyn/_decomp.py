@@ -116,11 +116,10 @@ def convolution(x, weight, bias, stride, padding, dilation, transposed, output_p
     if (kh, kw) == (1, 1):
         # Channels by pixels: plain views of a contiguous tensor (reshape's
         # symbolic strides would bring Max() into dynamic sizes).
-        pixels = aten.view(x, [n, cin, h * w])
         if n == 1:
-            out = aten.mm(w2, aten.view(pixels, [cin, h * w]))
+            out = aten.mm(w2, aten.view(x, [cin, h * w]))
         else:
-            out = aten.bmm(w2.expand(n, cout, cin), pixels)
+            out = aten.bmm(w2.expand(n, cout, cin), aten.view(x, [n, cin, h * w]))
         out = aten.view(out, [n, cout, oh, ow])
     else:
         # One row per patch, (c, i, j) along it: each row copies kw-long
