@@ -385,6 +385,36 @@ impl Scalars {
         out
     }
 
+    /// Rebuild `root` with the nodes in `with` replaced by their values
+    /// there (shared subtrees stay shared).
+    pub fn replace(&mut self, root: ScalarId, with: &HashMap<ScalarId, ScalarId>) -> ScalarId {
+        let mut memo = with.clone();
+        for id in self.topo(&[root]) {
+            if memo.contains_key(&id) {
+                continue;
+            }
+            let node = self.get(id).clone();
+            let get = |x: &ScalarId| memo.get(x).copied().unwrap_or(*x);
+            let op = match node.op {
+                ScalarOp::Load { buf, index, indirect, mask } => ScalarOp::Load {
+                    buf,
+                    index,
+                    indirect: indirect.iter().map(|(s, stride)| (get(s), stride.clone())).collect(),
+                    mask: mask.as_ref().map(get),
+                },
+                ScalarOp::Const { .. } | ScalarOp::Index(_) => node.op,
+                ScalarOp::Unary(op, x) => ScalarOp::Unary(op, get(&x)),
+                ScalarOp::Binary(op, a, b) => ScalarOp::Binary(op, get(&a), get(&b)),
+                ScalarOp::Where(c, a, b) => ScalarOp::Where(get(&c), get(&a), get(&b)),
+                ScalarOp::Cast(x) => ScalarOp::Cast(get(&x)),
+                ScalarOp::Bounded(x, size) => ScalarOp::Bounded(get(&x), size),
+            };
+            let out = self.add(op, node.dtype);
+            memo.insert(id, out);
+        }
+        memo.get(&root).copied().unwrap_or(root)
+    }
+
     /// Rebuild `root` so that every load under it is masked by `mask`
     /// (combined with any mask it already has).
     /// `0 ≤ index < size` for every `(index, size)` pair, as one bool

@@ -13,6 +13,7 @@
 
 mod dce;
 mod diagonal;
+mod forward;
 mod lazy;
 mod lower;
 mod pointwise;

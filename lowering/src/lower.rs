@@ -138,6 +138,8 @@ pub fn lower(graph: &Graph, inputs: &[Option<InputLayout>], syms: &Ctx) -> Resul
     check(&program, "dce")?;
     schedule::run(&mut program);
     check(&program, "schedule")?;
+    crate::forward::run(&mut program);
+    check(&program, "forward")?;
     Ok(Lowered { program, counts: lw.counts })
 }
 

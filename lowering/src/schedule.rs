@@ -12,7 +12,7 @@
 //! multi-output pointwise kernels.
 
 use crate::ir::loops::{BufId, Kernel, Program, ScalarOp, Stage, Step};
-use crate::ir::{Ctx, Expr, Var};
+use crate::ir::{Ctx, Expr};
 
 /// Outer spaces smaller than this are not worth losing parallelism for.
 const MIN_PARALLEL_OUTER: i64 = 16;
@@ -138,31 +138,45 @@ fn reads_are_local(program: &Program, group: &Kernel, stage: &Stage, outer_len: 
 }
 
 /// Whether `index`, read by `stage`, is the element `producer` (pointwise)
-/// wrote at the same point of their tails: the tails' ranges of size > 1
-/// must match one to one (e.g. a row written along an inner range and read
-/// along a reduction range of the same size), and the producer's store,
-/// with its tail variables renamed to the reader's, must equal `index`.
+/// wrote at the same point of their tails (see [`renaming`]).
 fn same_element(producer: &Stage, stage: &Stage, index: &Expr, outer_len: usize) -> bool {
-    let tail = |s: &Stage| -> Vec<(u32, Expr)> {
+    renaming(producer, stage, outer_len)
+        .is_some_and(|vars| producer.store.substitute_vars(&vars, &Ctx::default()) == *index)
+}
+
+/// The producer's variables in terms of the reader's, when the two stages
+/// walk the same points: the tails' ranges of size > 1 must match one to
+/// one (e.g. a row written along an inner range and read along a reduction
+/// range of the same size). Outer variables stay; a variable over a size-1
+/// range is 0.
+pub(crate) fn renaming(producer: &Stage, stage: &Stage, outer_len: usize) -> Option<Vec<Expr>> {
+    let tail = |s: &Stage| -> Vec<(usize, Expr)> {
         tail_ranges(s, outer_len)
             .into_iter()
             .enumerate()
             .filter(|(_, r)| !r.is_const(1))
-            .map(|(k, r)| ((outer_len + k) as u32, r))
+            .map(|(k, r)| (outer_len + k, r))
             .collect()
     };
     let (written, read) = (tail(producer), tail(stage));
     if written.len() != read.len() || written.iter().zip(&read).any(|((_, a), (_, b))| a != b) {
-        return false;
+        return None;
     }
-    let rename = |v: Var| -> Option<Expr> {
-        if (v.0 as usize) < outer_len {
-            return None;
-        }
-        // A variable over a size-1 range is 0; the others map in order.
-        Some(written.iter().zip(&read).find(|((w, _), _)| *w == v.0).map_or(Expr::zero(), |(_, (r, _))| Expr::v(*r)))
-    };
-    producer.store.subst(&rename, &Ctx::default()) == *index
+    let count = outer_len + tail_ranges(producer, outer_len).len();
+    Some(
+        (0..count)
+            .map(|v| {
+                if v < outer_len {
+                    return Expr::v(v as u32);
+                }
+                written
+                    .iter()
+                    .zip(&read)
+                    .find(|((w, _), _)| *w == v)
+                    .map_or(Expr::zero(), |(_, (r, _))| Expr::v(*r as u32))
+            })
+            .collect(),
+    )
 }
 
 #[cfg(test)]
