@@ -101,9 +101,22 @@ fn try_merge(program: &Program, group: &mut Kernel, next: &Kernel) -> bool {
     if !reads_are_local(program, group, stage, outer.len()) {
         return false;
     }
+    // Narrowing the outer space costs every stage its tiling (rows become
+    // short inner loops): worth it for a reduction and what it feeds, not to
+    // put unrelated pointwise stages side by side.
+    let reduces = stage.reduce.is_some() || group.stages.iter().any(|s| s.reduce.is_some());
+    if shrinks && !reduces && !reads_group(program, group, stage) {
+        return false;
+    }
     group.outer = outer;
     group.stages.push(stage.clone());
     true
+}
+
+/// Whether `stage` reads a buffer that `group` writes.
+fn reads_group(program: &Program, group: &Kernel, stage: &Stage) -> bool {
+    let written: Vec<BufId> = group.stages.iter().map(|s| program.storage_of(s.out)).collect();
+    program.scalars.loaded_buffers(&[stage.value]).into_iter().any(|b| written.contains(&program.storage_of(b)))
 }
 
 /// Whether every load `stage` makes of a buffer written in `group` reads the
@@ -275,6 +288,29 @@ mod tests {
             run(&mut p);
             assert_eq!(p.kernels().count() == 1, fused, "{p}");
         }
+    }
+
+    /// Two unrelated copies out of one buffer (attention's q and k^T) with
+    /// different inner shapes stay two kernels: sharing only the [4, 4]
+    /// prefix would cost both their row tiling.
+    #[test]
+    fn unrelated_pointwise_stages_do_not_narrow_the_outer_space() {
+        let mut p = Program::default();
+        let x = buffer(&mut p, &[4, 4, 64, 32], BufRole::Input(0));
+        let q = buffer(&mut p, &[4, 4, 64, 32], BufRole::Temp);
+        let kt = buffer(&mut p, &[4, 4, 32, 64], BufRole::Temp);
+        let at = |a: u32, b: u32| {
+            Expr::v(0).scale(8192).add(&Expr::v(1).scale(2048)).add(&Expr::v(a).scale(32)).add(&Expr::v(b))
+        };
+        let qv = load(&mut p, x, at(2, 3));
+        let kv = load(&mut p, x, at(3, 2));
+        let sizes = |a: i64, b: i64| vec![Expr::c(4), Expr::c(4), Expr::c(a), Expr::c(b)];
+        let q_store = at(2, 3);
+        let k_store = Expr::v(0).scale(8192).add(&Expr::v(1).scale(2048)).add(&Expr::v(2).scale(64)).add(&Expr::v(3));
+        p.steps.push(single_stage(sizes(64, 32), q, sizes(64, 32), None, qv, q_store));
+        p.steps.push(single_stage(sizes(32, 64), kt, sizes(32, 64), None, kv, k_store));
+        run(&mut p);
+        assert_eq!(p.kernels().count(), 2, "{p}");
     }
 
     /// A consumer reading a neighbour's element must not fuse.

@@ -18,6 +18,7 @@ use rdyn_ir::{DType, Kind};
 mod convert;
 mod reduce;
 mod rows;
+mod spare;
 
 use convert::{cast, fill_f, fill_i, load, select, wrap, write_f64, write_i64};
 pub(crate) use reduce::FOLD_LANES;
@@ -50,11 +51,7 @@ impl Tile {
     }
 
     fn new(kind: Kind, len: usize) -> Tile {
-        match kind {
-            Kind::F32 => Tile::F32(vec![0.0; len]),
-            Kind::F64 => Tile::F64(vec![0.0; len]),
-            Kind::I64 => Tile::I64(vec![0; len]),
-        }
+        spare::take(kind, len)
     }
 }
 
@@ -92,12 +89,23 @@ impl Scratch {
                 })
                 .collect(),
             env: vec![0; vars + 1],
-            lane_index: vec![0; lanes],
-            acc: Tile::F64(vec![0.0; lanes]),
-            acc_index: vec![0; lanes],
+            lane_index: spare::take_i64(lanes),
+            acc: Tile::new(Kind::F64, lanes),
+            acc_index: spare::take_i64(lanes),
             error: false,
             addrs: Vec::new(),
         }
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        for tile in self.regs.drain(..).flatten() {
+            spare::give(tile);
+        }
+        spare::give(std::mem::replace(&mut self.acc, Tile::F32(Vec::new())));
+        spare::give(Tile::I64(std::mem::take(&mut self.lane_index)));
+        spare::give(Tile::I64(std::mem::take(&mut self.acc_index)));
     }
 }
 

@@ -573,18 +573,18 @@ fn masked_load(em: &mut Em, p: Value, group: i64, step: i64, mask: Value) -> Val
 }
 
 /// The interpreter's lane combine `acc ⊕ x` (max/min keep `acc` on ties
-/// and propagate NaN, the first one seen winning).
+/// and propagate NaN; which NaN, when both are, is unspecified).
 fn combine(em: &mut Em, op: ReduceOp, acc: Value, x: Value) -> Value {
     match op {
         ReduceOp::Prod => em.mul(acc, x),
         ReduceOp::Max | ReduceOp::Min => {
-            let cc = if op == ReduceOp::Max { FloatCC::GreaterThan } else { FloatCC::LessThan };
-            let (acc_nan, x_nan) = (em.is_nan(acc), em.is_nan(x));
-            let (acc_better, x_better) = (em.cmp(cc, acc, x), em.cmp(cc, x, acc));
-            let keep = em.b.ins().bor(acc_nan, acc_better);
-            let take = em.b.ins().bor(x_nan, x_better);
-            let take = em.b.ins().band_not(take, keep);
-            em.sel(take, x, acc)
+            // `x` if strictly better, else `acc` (also when either is NaN):
+            // one maxps/minps in the vector loops.
+            let better =
+                if op == ReduceOp::Max { em.cmp(FloatCC::LessThan, acc, x) } else { em.cmp(FloatCC::LessThan, x, acc) };
+            let r = em.sel(better, x, acc);
+            let x_nan = em.is_nan(x);
+            em.sel(x_nan, x, r)
         }
         // `Sum` (`output` accumulates nothing else).
         _ => em.add(acc, x),
@@ -627,13 +627,15 @@ fn binary(em: &mut Em, op: BinaryOp, x: Value, y: Value) -> Value {
         BinaryOp::Sub => return em.sub(x, y),
         BinaryOp::Mul | BinaryOp::Pow => return if op == BinaryOp::Mul { em.mul(x, y) } else { em.mul(x, x) },
         BinaryOp::Div => return em.div(x, y),
-        // NaN-propagating, and `y` on ties, as the interpreter.
+        // NaN-propagating, and `y` on ties, as the interpreter: `x` if NaN,
+        // else `x` if strictly better, else `y` (one maxps/minps and a blend
+        // in the vector loops).
         BinaryOp::Max | BinaryOp::Min => {
-            let cc = if op == BinaryOp::Max { FloatCC::GreaterThan } else { FloatCC::LessThan };
+            let better =
+                if op == BinaryOp::Max { em.cmp(FloatCC::LessThan, y, x) } else { em.cmp(FloatCC::LessThan, x, y) };
+            let r = em.sel(better, x, y);
             let nan = em.is_nan(x);
-            let better = em.cmp(cc, x, y);
-            let m = em.b.ins().bor(nan, better);
-            return em.sel(m, x, y);
+            return em.sel(nan, x, r);
         }
         BinaryOp::Eq => FloatCC::Equal,
         BinaryOp::Ne => FloatCC::NotEqual,
