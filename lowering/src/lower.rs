@@ -134,6 +134,8 @@ pub fn lower(graph: &Graph, inputs: &[Option<InputLayout>], syms: &Ctx) -> Resul
     lw.lower_outputs()?;
     let mut program = lw.prog;
     check(&program, "lowering")?;
+    crate::cse::run(&mut program);
+    check(&program, "cse")?;
     crate::dce::run(&mut program);
     check(&program, "dce")?;
     schedule::run(&mut program);

@@ -1,0 +1,221 @@
+//! Common stages: a stage that computes the same values into a buffer of
+//! the same layout as an earlier one is dropped, and its readers read the
+//! earlier buffer.
+//!
+//! Scalar expressions are hash-consed, so equal computations are equal
+//! `ScalarId`s; what repeats is the *store*: a graph that builds the same
+//! tensor twice (GPT-2's causal mask, once per layer, from the same inputs)
+//! gets two identical kernels. Runs before [`crate::dce`], which then drops
+//! the stage nothing reads any more.
+
+use std::collections::{HashMap, HashSet};
+
+use crate::ir::loops::{BufId, BufRole, Buffer, Program, ProgramOutput, Reduce, ScalarId, ScalarOp, Step};
+use crate::ir::Expr;
+
+/// What makes two stages interchangeable: the same values stored at the same
+/// places of buffers with the same layout.
+#[derive(PartialEq, Eq, Hash)]
+struct Key {
+    value: ScalarId,
+    ranges: Vec<Expr>,
+    reduce: Option<Reduce>,
+    store: Expr,
+    layout: Buffer,
+}
+
+/// Run the pass over `program` (lowering's single-stage kernels).
+pub fn run(program: &mut Program) {
+    let fixed = fixed(program);
+    let once = written_once(program);
+    let mut first: HashMap<Key, BufId> = HashMap::new();
+    // Duplicate buffer -> the buffer that already holds its values.
+    let mut same: HashMap<BufId, BufId> = HashMap::new();
+    let mut memo: HashMap<ScalarId, ScalarId> = HashMap::new();
+    for s in 0..program.steps.len() {
+        match &program.steps[s] {
+            Step::Extern(_) => {
+                if let Step::Extern(ext) = &mut program.steps[s] {
+                    ext.inputs.iter_mut().for_each(|b| *b = *same.get(b).unwrap_or(b));
+                }
+            }
+            Step::Kernel(kernel) => {
+                let stages = kernel.stages.clone();
+                for (k, mut stage) in stages.into_iter().enumerate() {
+                    stage.value = redirect(program, stage.value, &same, &mut memo);
+                    for (v, _) in &mut stage.store_indirect {
+                        *v = redirect(program, *v, &same, &mut memo);
+                    }
+                    if stage.store_indirect.is_empty() && once.contains(&stage.out) {
+                        let key = Key {
+                            value: stage.value,
+                            ranges: stage.ranges.clone(),
+                            reduce: stage.reduce.clone(),
+                            store: stage.store.clone(),
+                            layout: program.buffer(stage.out).clone(),
+                        };
+                        match first.get(&key) {
+                            Some(&earlier) if !fixed.contains(&stage.out) => {
+                                same.insert(stage.out, earlier);
+                            }
+                            Some(_) => {}
+                            None => {
+                                first.insert(key, stage.out);
+                            }
+                        }
+                    }
+                    if let Step::Kernel(kernel) = &mut program.steps[s] {
+                        kernel.stages[k] = stage;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Buffers that must keep their own storage: outputs (two outputs must not
+/// alias), buffers something views, scatter targets, non-temporaries.
+fn fixed(program: &Program) -> HashSet<BufId> {
+    let mut fixed: HashSet<BufId> = program
+        .outputs
+        .iter()
+        .filter_map(|o| match o {
+            ProgramOutput::Buffer(b) => Some(program.storage_of(*b)),
+            _ => None,
+        })
+        .collect();
+    for (k, buffer) in program.buffers.iter().enumerate() {
+        match buffer.role {
+            BufRole::Temp => {}
+            BufRole::View(_) => {
+                fixed.insert(program.storage_of(BufId(k as u32)));
+            }
+            _ => {
+                fixed.insert(BufId(k as u32));
+            }
+        }
+    }
+    for kernel in program.kernels() {
+        for stage in kernel.stages.iter().filter(|s| !s.store_indirect.is_empty()) {
+            fixed.insert(program.storage_of(stage.out));
+        }
+    }
+    fixed
+}
+
+/// Temporaries exactly one stage writes (and nothing writes through a view):
+/// their values, once stored, stay.
+fn written_once(program: &Program) -> HashSet<BufId> {
+    let mut writes: HashMap<BufId, usize> = HashMap::new();
+    for kernel in program.kernels() {
+        for stage in &kernel.stages {
+            *writes.entry(program.storage_of(stage.out)).or_default() += 1;
+        }
+    }
+    for step in &program.steps {
+        if let Step::Extern(ext) = step {
+            for b in &ext.outputs {
+                *writes.entry(program.storage_of(*b)).or_default() += 1;
+            }
+        }
+    }
+    writes.into_iter().filter(|(b, n)| *n == 1 && program.buffer(*b).role == BufRole::Temp).map(|(b, _)| b).collect()
+}
+
+/// `root` with its loads of duplicate buffers reading the originals.
+fn redirect(
+    program: &mut Program,
+    root: ScalarId,
+    same: &HashMap<BufId, BufId>,
+    memo: &mut HashMap<ScalarId, ScalarId>,
+) -> ScalarId {
+    if same.is_empty() {
+        return root;
+    }
+    let mut with = HashMap::new();
+    for id in program.scalars.topo(&[root]) {
+        if let ScalarOp::Load { buf, index, indirect, mask } = &program.scalars.get(id).op {
+            let Some(&to) = same.get(buf) else { continue };
+            let moved = match memo.get(&id) {
+                Some(&m) => m,
+                None => {
+                    let op = ScalarOp::Load { buf: to, index: index.clone(), indirect: indirect.clone(), mask: *mask };
+                    let dtype = program.scalars.dtype(id);
+                    let m = program.scalars.add(op, dtype);
+                    memo.insert(id, m);
+                    m
+                }
+            };
+            with.insert(id, moved);
+        }
+    }
+    if with.is_empty() {
+        root
+    } else {
+        program.scalars.replace(root, &with)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ir::loops::{contiguous_strides, Kernel, Stage, UnaryOp};
+    use crate::ir::DType;
+
+    fn buffer(program: &mut Program, role: BufRole) -> BufId {
+        let sizes = vec![Expr::c(64)];
+        program.add_buffer(Buffer {
+            dtype: DType::F32,
+            strides: contiguous_strides(&sizes),
+            sizes,
+            offset: Expr::zero(),
+            role,
+        })
+    }
+
+    fn kernel(out: BufId, value: ScalarId) -> Step {
+        Step::Kernel(Kernel {
+            outer: vec![Expr::c(64)],
+            stages: vec![Stage {
+                out,
+                ranges: vec![Expr::c(64)],
+                reduce: None,
+                value,
+                store: Expr::v(0),
+                store_indirect: vec![],
+            }],
+        })
+    }
+
+    fn load(program: &mut Program, buf: BufId) -> ScalarId {
+        program.scalars.add(ScalarOp::Load { buf, index: Expr::v(0), indirect: vec![], mask: None }, DType::F32)
+    }
+
+    /// `a = exp(x)`, `b = exp(x)`, `y = -b`: `y` reads `a`, and only the
+    /// first exp is left after DCE; an output computed twice keeps both.
+    #[test]
+    fn a_stage_computed_twice_is_stored_once() {
+        for b_is_output in [false, true] {
+            let mut p = Program::default();
+            let x = buffer(&mut p, BufRole::Input(0));
+            let (a, b, y) =
+                (buffer(&mut p, BufRole::Temp), buffer(&mut p, BufRole::Temp), buffer(&mut p, BufRole::Temp));
+            let xv = load(&mut p, x);
+            let e = p.scalars.unary(UnaryOp::Exp, xv, DType::F32);
+            let bv = load(&mut p, b);
+            let neg = p.scalars.unary(UnaryOp::Neg, bv, DType::F32);
+            p.steps.extend([kernel(a, e), kernel(b, e), kernel(y, neg)]);
+            p.outputs.push(ProgramOutput::Buffer(a));
+            p.outputs.push(ProgramOutput::Buffer(y));
+            if b_is_output {
+                p.outputs.push(ProgramOutput::Buffer(b));
+            }
+            run(&mut p);
+            crate::dce::run(&mut p);
+            assert_eq!(p.kernels().count(), if b_is_output { 3 } else { 2 }, "{p}");
+            let last = p.kernels().last().map(|k| k.stages[0].value);
+            let reads = last.map(|v| p.scalars.loaded_buffers(&[v])).unwrap_or_default();
+            assert_eq!(reads, vec![if b_is_output { b } else { a }], "{p}");
+        }
+    }
+}
