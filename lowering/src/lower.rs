@@ -94,6 +94,11 @@ fn op_cost(op: &ScalarOp) -> usize {
             B::Pow | B::Atan2 | B::Hypot | B::Nextafter | B::Polygamma | B::Zeta | B::Igamma | B::Igammac,
             ..,
         ) => RECOMPUTE_LIMIT,
+        // A checked data-dependent index (a gather's row): besides the check,
+        // it keeps the row's address out of compiled loops' row steps, so
+        // every reader would pay it per row. Gathered values with several
+        // users are stored once.
+        ScalarOp::Bounded(..) => RECOMPUTE_LIMIT,
         _ => 1,
     }
 }

@@ -35,6 +35,12 @@ impl Builder {
         v
     }
 
+    fn int_input(&mut self, sizes: &[i64]) -> ValueId {
+        let v = self.input(sizes);
+        self.graph.values[v.0 as usize].dtype = DType::I64;
+        v
+    }
+
     fn node(&mut self, target: &str, args: Vec<Arg>, out: &[i64]) -> ValueId {
         let v = self.value(out);
         let index = self.graph.nodes.len() as u32;
@@ -149,4 +155,24 @@ fn reduction_with_epilogue_is_one_kernel() {
     let (text, _) = b.lower(&[d]);
     assert_eq!(text.matches("kernel k").count(), 1, "{text}");
     check(&text, &["sum over [16]", "load buf1[i0]", "div"]);
+}
+
+/// An embedding row that three stages read (x, x - mean, (x - mean)^2) is
+/// gathered once into a buffer: recomputed, each reader would redo the
+/// bounds-checked gather on every row.
+#[test]
+fn gathered_rows_with_several_readers_are_stored_once() {
+    let mut b = Builder::new();
+    let table = b.input(&[100, 16]);
+    let ids = b.int_input(&[8]);
+    let e = b.node("aten.embedding.default", vec![t(table), t(ids)], &[8, 16]);
+    let dim = || Arg::List(vec![Arg::Int(Expr::c(1))]);
+    let mean = b.node("aten.mean.dim", vec![t(e), dim(), Arg::Bool(true)], &[8, 1]);
+    let centred = b.node("aten.sub.Tensor", vec![t(e), t(mean)], &[8, 16]);
+    let sq = b.node("aten.mul.Tensor", vec![t(centred), t(centred)], &[8, 16]);
+    let var = b.node("aten.mean.dim", vec![t(sq), dim(), Arg::Bool(true)], &[8, 1]);
+    let out = b.node("aten.div.Tensor", vec![t(centred), t(var)], &[8, 16]);
+    let (text, counts) = b.lower(&[out]);
+    assert_eq!(counts.fallback, 0, "{text}");
+    assert_eq!(text.matches("bounded").count(), 1, "{text}");
 }
