@@ -324,7 +324,35 @@ impl Scalars {
     }
 
     pub fn select(&mut self, cond: ScalarId, a: ScalarId, b: ScalarId, dtype: DType) -> ScalarId {
+        if let Some(op) = self.clamp_form(cond, a, b) {
+            // `max(c, x)`: c if c > x, else x (also for NaN x, and ±0 ties).
+            return self.add(ScalarOp::Binary(op, b, a), dtype);
+        }
         self.add(ScalarOp::Where(cond, a, b), dtype)
+    }
+
+    /// PyTorch's decomposition of `hardtanh` (ReLU6) and `clamp` writes
+    /// `where(x >= c | isnan(x), x, c)`: for a constant `c` that is not NaN,
+    /// that is exactly `max(c, x)` in [`BinaryOp::Max`]'s semantics (`min`
+    /// for `<=`), one operation instead of four.
+    fn clamp_form(&self, cond: ScalarId, x: ScalarId, c: ScalarId) -> Option<BinaryOp> {
+        let ScalarOp::Const { bits } = self.get(c).op else { return None };
+        let dtype = self.dtype(c);
+        if !dtype.is_float() || self.dtype(x) != dtype || f64::from_bits(bits).is_nan() {
+            return None;
+        }
+        let ScalarOp::Binary(BinaryOp::Or, p, q) = self.get(cond).op else { return None };
+        let is_nan_x = |id: ScalarId| self.get(id).op == ScalarOp::Unary(UnaryOp::IsNan, x);
+        let compare = |id: ScalarId| match self.get(id).op {
+            ScalarOp::Binary(BinaryOp::Ge, l, r) if l == x && r == c => Some(BinaryOp::Max),
+            ScalarOp::Binary(BinaryOp::Le, l, r) if l == x && r == c => Some(BinaryOp::Min),
+            _ => None,
+        };
+        match (compare(p), compare(q)) {
+            (Some(op), None) if is_nan_x(q) => Some(op),
+            (None, Some(op)) if is_nan_x(p) => Some(op),
+            _ => None,
+        }
     }
 
     pub fn index(&mut self, expr: Expr) -> ScalarId {

@@ -176,3 +176,30 @@ fn gathered_rows_with_several_readers_are_stored_once() {
     assert_eq!(counts.fallback, 0, "{text}");
     assert_eq!(text.matches("bounded").count(), 1, "{text}");
 }
+
+/// ReLU6 as PyTorch decomposes it, `where(x >= 0 | isnan(x), x, 0)` then
+/// `where(y <= 6 | isnan(y), y, 6)`, lowers to one max and one min.
+#[test]
+fn decomposed_relu6_is_max_and_min() {
+    let mut b = Builder::new();
+    let x = b.input(&[8]);
+    let boolean = |b: &mut Builder, v: ValueId| {
+        b.graph.values[v.0 as usize].dtype = DType::Bool;
+        v
+    };
+    let mut y = x;
+    for (cmp, c) in [("aten.ge.Scalar", 0.0), ("aten.le.Scalar", 6.0)] {
+        let nan = b.node("aten.isnan.default", vec![t(y)], &[8]);
+        let nan = boolean(&mut b, nan);
+        let inside = b.node(cmp, vec![t(y), Arg::Float(c)], &[8]);
+        let inside = boolean(&mut b, inside);
+        let keep = b.node("aten.bitwise_or.Tensor", vec![t(inside), t(nan)], &[8]);
+        let keep = boolean(&mut b, keep);
+        let bound = b.node("aten.scalar_tensor.default", vec![Arg::Float(c)], &[]);
+        y = b.node("aten.where.self", vec![t(keep), t(y), t(bound)], &[8]);
+    }
+    let (text, counts) = b.lower(&[y]);
+    assert_eq!(counts.fallback, 0, "{text}");
+    check(&text, &["max", "min", "return"]);
+    assert!(!text.contains("where") && !text.contains("isnan"), "{text}");
+}
