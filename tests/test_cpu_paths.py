@@ -155,3 +155,43 @@ def test_library_inputs_are_reused_between_calls() -> None:
             torch.testing.assert_close(got, fn(x))
     plan = rdyn.explain(fn, xs[0])
     assert any(k.name == "library" for k in plan.kernels)
+
+
+INPUT_FREE = textwrap.dedent(
+    """
+    import torch, rdyn
+
+    def fn(x):
+        # A packed-sequence causal mask as GPT-2 builds it: from arange only.
+        pos = torch.arange(x.shape[1]).expand(x.shape[0], -1)
+        seq = (torch.diff(pos, prepend=pos[:, :1] - 1, dim=-1) != 1).cumsum(-1)
+        keep = (seq[:, :, None] == seq[:, None, :]) & torch.ones(x.shape[1], x.shape[1], dtype=torch.bool).tril()
+        bias = torch.where(keep, 0.0, -1e4)
+        return torch.softmax(x @ x.transpose(1, 2) + bias, -1) * (x.sum(-1, keepdim=True) + 1)
+
+    compiled = torch.compile(fn, backend="rdyn")
+    with torch.no_grad():
+        for k in range(4):
+            x = torch.randn(3, 16, 8, dtype=torch.float64)
+            rdyn.reset_stats()
+            got = compiled(x)
+            torch.testing.assert_close(got, fn(x))
+            labels = [label for label, _, _ in rdyn.stats()["profile"]]
+            kernels = sum(label.startswith("kernel") for label in labels)
+            if k == 0:
+                first = kernels
+    # The mask's kernels run on the first call only.
+    assert kernels < first, (first, kernels)
+    print("ok")
+    """
+)
+
+
+def test_input_free_kernels_run_once_per_arena() -> None:
+    """Kernels that read no input (a mask built from arange) run on an arena's
+    first call; later calls reuse what they wrote, and results stay right
+    while the rest of the graph changes with the input."""
+    env = dict(os.environ, RDYN_PROFILE="1")
+    result = subprocess.run([sys.executable, "-c", INPUT_FREE], env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "ok" in result.stdout

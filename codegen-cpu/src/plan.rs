@@ -277,6 +277,9 @@ pub enum OutputPlan {
 pub struct CpuProgram {
     pub buffers: Vec<BufPlan>,
     pub steps: Vec<CpuStep>,
+    /// Per step: whether it depends on no input (a causal mask built from
+    /// `arange`), so an arena that already holds its results may skip it.
+    pub once: Vec<bool>,
     pub arena_bytes: usize,
     pub outputs: Vec<OutputPlan>,
 }
@@ -361,7 +364,8 @@ pub fn plan(program: &Program, syms: &Ctx) -> Result<CpuProgram, CodegenError> {
         });
     }
     crate::jit::compile_program(&mut steps, &buffers);
-    let arena_bytes = assign_arena(&mut buffers, &steps);
+    let once = input_free(&buffers, &steps);
+    let arena_bytes = assign_arena(&mut buffers, &steps, &once);
     let outputs = program
         .outputs
         .iter()
@@ -371,16 +375,51 @@ pub fn plan(program: &Program, syms: &Ctx) -> Result<CpuProgram, CodegenError> {
             ProgramOutput::None => Ok(OutputPlan::None),
         })
         .collect::<Result<_, CodegenError>>()?;
-    Ok(CpuProgram { buffers, steps, arena_bytes, outputs })
+    Ok(CpuProgram { buffers, steps, once, arena_bytes, outputs })
 }
 
-/// Give arena buffers offsets, reusing space whose buffer is dead.
-fn assign_arena(buffers: &mut [BufPlan], steps: &[CpuStep]) -> usize {
+/// The kernels whose results depend on no input: they read only what such
+/// kernels wrote (or nothing: `arange`, `full`), and write arena buffers no
+/// other step writes. Their values are the same on every call of the plan.
+fn input_free(buffers: &[BufPlan], steps: &[CpuStep]) -> Vec<bool> {
+    let n = buffers.len();
+    let mut writers = vec![0usize; n];
+    for step in steps {
+        let (_, mut writes) = step.io(buffers);
+        writes.sort_unstable();
+        writes.dedup();
+        writes.into_iter().for_each(|w| writers[w] += 1);
+    }
+    let mut constant = vec![false; n];
+    let mut once = vec![false; steps.len()];
+    for (i, step) in steps.iter().enumerate() {
+        if !matches!(step, CpuStep::Kernel(_)) {
+            continue;
+        }
+        let (reads, writes) = step.io(buffers);
+        let own = writes.iter().all(|&w| writers[w] == 1 && matches!(buffers[w].storage, Storage::Arena(_)));
+        if own && reads.iter().all(|r| constant[*r] || writes.contains(r)) {
+            once[i] = true;
+            writes.into_iter().for_each(|w| constant[w] = true);
+        }
+    }
+    once
+}
+
+/// Give arena buffers offsets, reusing space whose buffer is dead. What
+/// input-free steps (`once`) write stays for the arena's next call: live
+/// throughout, its space never reused.
+fn assign_arena(buffers: &mut [BufPlan], steps: &[CpuStep], once: &[bool]) -> usize {
     let n = buffers.len();
     let mut first = vec![usize::MAX; n];
     let mut last = vec![0usize; n];
     for (at, step) in steps.iter().enumerate() {
         let (reads, writes) = step.io(buffers);
+        if once[at] {
+            for &b in &writes {
+                (first[b], last[b]) = (0, usize::MAX);
+            }
+        }
         for b in reads.into_iter().chain(writes) {
             first[b] = first[b].min(at);
             last[b] = last[b].max(at);

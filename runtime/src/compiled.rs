@@ -73,7 +73,9 @@ pub struct Specialization {
     /// The CUDA plan, for graphs compiled for CUDA.
     pub cuda: Option<crate::cuda::CudaPlan>,
     pub counts: NodeCounts,
-    arena_pool: Mutex<Vec<Vec<u64>>>,
+    /// Arenas between calls, each with whether it holds the results of the
+    /// plan's input-free steps (`CpuProgram::once`).
+    arena_pool: Mutex<Vec<(Vec<u64>, bool)>>,
     inputs: crate::gpu::InputCache,
 }
 
@@ -324,14 +326,14 @@ pub fn execute(selected: &Selected, args: &[CallArg], host: &mut dyn Host) -> Re
     let plan = selected.plan();
     let bufs = &plan.buffers;
     let mut ptrs = vec![0usize; bufs.len()];
-    let mut arena = match selected {
+    let (mut arena, mut ready) = match selected {
         Selected::Spec(s) => s.arena_pool.lock().ok().and_then(|mut p| p.pop()).unwrap_or_default(),
-        Selected::Generic(_) => Vec::new(),
+        Selected::Generic(_) => (Vec::new(), false),
     };
     // CUDA programs keep their scratch on the device.
     let words = if cuda_plan.is_some() { 0 } else { plan.arena_bytes.div_ceil(8) + 8 };
     if arena.len() < words {
-        arena = vec![0u64; words];
+        (arena, ready) = (vec![0u64; words], false);
     }
     let arena_base = (arena.as_mut_ptr() as usize).div_ceil(64) * 64;
     for (k, buf) in bufs.iter().enumerate() {
@@ -358,13 +360,16 @@ pub fn execute(selected: &Selected, args: &[CallArg], host: &mut dyn Host) -> Re
         if let Some(wgpu_plan) = &spec.wgpu {
             crate::gpu::execute_wgpu(wgpu_plan, args, host, &mut ptrs, &spec.inputs)?;
             if let Ok(mut pool) = spec.arena_pool.lock() {
-                pool.push(arena);
+                pool.push((arena, false));
             }
             return Ok(ptrs);
         }
     }
     let profile = crate::stats::profiling();
-    for step in &plan.steps {
+    for (step, &once) in plan.steps.iter().zip(&plan.once) {
+        if once && ready {
+            continue;
+        }
         let start = profile.then(Instant::now);
         match step {
             CpuStep::Kernel(kernel) => {
@@ -391,7 +396,7 @@ pub fn execute(selected: &Selected, args: &[CallArg], host: &mut dyn Host) -> Re
     }
     if let Selected::Spec(s) = selected {
         if let Ok(mut pool) = s.arena_pool.lock() {
-            pool.push(arena);
+            pool.push((arena, true));
         }
     }
     Ok(ptrs)

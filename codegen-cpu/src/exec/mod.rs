@@ -156,7 +156,7 @@ pub fn run_kernel(kernel: &KernelPlan, mem: &Memory) -> bool {
         .map(|s| {
             let inner: i64 =
                 s.inner.iter().product::<i64>() * s.reduce.as_ref().map_or(1, |(_, r)| r.iter().product::<i64>());
-            inner.max(1) as usize
+            inner.max(1) as usize * interpreted_weight(s)
         })
         .sum();
     let (items, lanes_per_item) = match kernel.mode {
@@ -191,6 +191,18 @@ pub fn run_kernel(kernel: &KernelPlan, mem: &Memory) -> bool {
         });
     }
     !failed.load(Ordering::Relaxed)
+}
+
+/// How many compiled-element equivalents one element of `stage` costs when
+/// deciding whether to split the kernel across threads: 1 when compiled
+/// (mostly memory-bound), else its instruction count (the interpreter pays
+/// a pass over the tile per instruction).
+fn interpreted_weight(stage: &StagePlan) -> usize {
+    if stage.jit.is_some() {
+        1
+    } else {
+        stage.insts.len().max(1)
+    }
 }
 
 fn splat_lane<T: Copy>(v: &mut [T], len: usize) {
