@@ -25,11 +25,15 @@ pub fn run(program: &mut Program) {
                 s += 1;
                 continue;
             };
+            let Some((producer, reader, produced)) = fold(program, g, s, t) else {
+                s += 1;
+                continue;
+            };
             // The producer's reads become the reader's.
-            if let Some((reader, produced)) = fold(program, g, s, t) {
-                for b in program.scalars.loaded_buffers(&[produced]) {
-                    readers.entry(program.storage_of(b)).or_default().insert((g, reader));
-                }
+            for b in program.scalars.loaded_buffers(&[produced]) {
+                let set = readers.entry(program.storage_of(b)).or_default();
+                set.remove(&(g, producer));
+                set.insert((g, reader));
             }
         }
     }
@@ -143,9 +147,9 @@ fn loads_of(program: &Program, stage: &Stage, buf: BufId) -> Vec<ScalarId> {
         .collect()
 }
 
-/// Fold stage `s` of step `g` into stage `t` and drop it; the reader's
-/// buffer and the producer's value.
-fn fold(program: &mut Program, g: usize, s: usize, t: usize) -> Option<(BufId, ScalarId)> {
+/// Fold stage `s` of step `g` into stage `t` and drop it; the producer's
+/// and the reader's buffers, and the producer's value.
+fn fold(program: &mut Program, g: usize, s: usize, t: usize) -> Option<(BufId, BufId, ScalarId)> {
     let Step::Kernel(kernel) = &program.steps[g] else { return None };
     let (producer, reader) = (kernel.stages[s].clone(), kernel.stages[t].clone());
     let vars = renaming(&producer, &reader, kernel.outer.len())?;
@@ -156,7 +160,7 @@ fn fold(program: &mut Program, g: usize, s: usize, t: usize) -> Option<(BufId, S
     let Step::Kernel(kernel) = &mut program.steps[g] else { return None };
     kernel.stages[t].value = folded;
     kernel.stages.remove(s);
-    Some((reader.out, producer.value))
+    Some((producer.out, reader.out, producer.value))
 }
 
 #[cfg(test)]
