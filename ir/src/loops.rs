@@ -10,7 +10,7 @@
 //! run in order for each outer point: pointwise fusion, reductions with their
 //! prologue and epilogue, and horizontal fusion are all this one shape.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fmt;
 
 use crate::dtype::DType;
@@ -681,6 +681,30 @@ impl Program {
             id = base;
         }
         id
+    }
+
+    /// The storages of the program's output buffers.
+    pub fn output_storages(&self) -> HashSet<BufId> {
+        self.outputs
+            .iter()
+            .filter_map(|o| match o {
+                ProgramOutput::Buffer(b) => Some(self.storage_of(*b)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Storages a pass must leave stored as they are, whoever reads them:
+    /// outputs (the caller gets them, and two must not alias) and storages
+    /// some view buffer reads.
+    pub fn pinned_storages(&self) -> HashSet<BufId> {
+        let mut pinned = self.output_storages();
+        for (k, buffer) in self.buffers.iter().enumerate() {
+            if let BufRole::View(_) = buffer.role {
+                pinned.insert(self.storage_of(BufId(k as u32)));
+            }
+        }
+        pinned
     }
 
     pub fn kernels(&self) -> impl Iterator<Item = &Kernel> {

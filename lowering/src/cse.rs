@@ -8,9 +8,10 @@
 //! gets two identical kernels. Runs before [`crate::dce`], which then drops
 //! the stage nothing reads any more.
 
+use std::collections::hash_map::Entry;
 use std::collections::{HashMap, HashSet};
 
-use crate::ir::loops::{BufId, BufRole, Buffer, Program, ProgramOutput, Reduce, ScalarId, ScalarOp, Step};
+use crate::ir::loops::{BufId, BufRole, Buffer, Program, Reduce, ScalarId, ScalarOp, Step};
 use crate::ir::Expr;
 
 /// What makes two stages interchangeable: the same values stored at the same
@@ -26,81 +27,50 @@ struct Key {
 
 /// Run the pass over `program` (lowering's single-stage kernels).
 pub fn run(program: &mut Program) {
-    let fixed = fixed(program);
+    // Outputs and viewed storages keep their own buffer; scatter targets and
+    // non-temporaries are not written once, so never keys.
+    let pinned = program.pinned_storages();
     let once = written_once(program);
     let mut first: HashMap<Key, BufId> = HashMap::new();
     // Duplicate buffer -> the buffer that already holds its values.
     let mut same: HashMap<BufId, BufId> = HashMap::new();
     let mut memo: HashMap<ScalarId, ScalarId> = HashMap::new();
     for s in 0..program.steps.len() {
-        match &program.steps[s] {
-            Step::Extern(_) => {
-                if let Step::Extern(ext) = &mut program.steps[s] {
-                    ext.inputs.iter_mut().for_each(|b| *b = *same.get(b).unwrap_or(b));
-                }
+        let stages = match &mut program.steps[s] {
+            Step::Extern(ext) => {
+                ext.inputs.iter_mut().for_each(|b| *b = *same.get(b).unwrap_or(b));
+                continue;
             }
-            Step::Kernel(kernel) => {
-                let stages = kernel.stages.clone();
-                for (k, mut stage) in stages.into_iter().enumerate() {
-                    stage.value = redirect(program, stage.value, &same, &mut memo);
-                    for (v, _) in &mut stage.store_indirect {
-                        *v = redirect(program, *v, &same, &mut memo);
+            Step::Kernel(kernel) => kernel.stages.clone(),
+        };
+        for (k, mut stage) in stages.into_iter().enumerate() {
+            stage.value = redirect(program, stage.value, &same, &mut memo);
+            for (v, _) in &mut stage.store_indirect {
+                *v = redirect(program, *v, &same, &mut memo);
+            }
+            if stage.store_indirect.is_empty() && once.contains(&stage.out) {
+                let key = Key {
+                    value: stage.value,
+                    ranges: stage.ranges.clone(),
+                    reduce: stage.reduce.clone(),
+                    store: stage.store.clone(),
+                    layout: program.buffer(stage.out).clone(),
+                };
+                match first.entry(key) {
+                    Entry::Occupied(earlier) if !pinned.contains(&stage.out) => {
+                        same.insert(stage.out, *earlier.get());
                     }
-                    if stage.store_indirect.is_empty() && once.contains(&stage.out) {
-                        let key = Key {
-                            value: stage.value,
-                            ranges: stage.ranges.clone(),
-                            reduce: stage.reduce.clone(),
-                            store: stage.store.clone(),
-                            layout: program.buffer(stage.out).clone(),
-                        };
-                        match first.get(&key) {
-                            Some(&earlier) if !fixed.contains(&stage.out) => {
-                                same.insert(stage.out, earlier);
-                            }
-                            Some(_) => {}
-                            None => {
-                                first.insert(key, stage.out);
-                            }
-                        }
-                    }
-                    if let Step::Kernel(kernel) = &mut program.steps[s] {
-                        kernel.stages[k] = stage;
+                    Entry::Occupied(_) => {}
+                    Entry::Vacant(slot) => {
+                        slot.insert(stage.out);
                     }
                 }
             }
-        }
-    }
-}
-
-/// Buffers that must keep their own storage: outputs (two outputs must not
-/// alias), buffers something views, scatter targets, non-temporaries.
-fn fixed(program: &Program) -> HashSet<BufId> {
-    let mut fixed: HashSet<BufId> = program
-        .outputs
-        .iter()
-        .filter_map(|o| match o {
-            ProgramOutput::Buffer(b) => Some(program.storage_of(*b)),
-            _ => None,
-        })
-        .collect();
-    for (k, buffer) in program.buffers.iter().enumerate() {
-        match buffer.role {
-            BufRole::Temp => {}
-            BufRole::View(_) => {
-                fixed.insert(program.storage_of(BufId(k as u32)));
-            }
-            _ => {
-                fixed.insert(BufId(k as u32));
+            if let Step::Kernel(kernel) = &mut program.steps[s] {
+                kernel.stages[k] = stage;
             }
         }
     }
-    for kernel in program.kernels() {
-        for stage in kernel.stages.iter().filter(|s| !s.store_indirect.is_empty()) {
-            fixed.insert(program.storage_of(stage.out));
-        }
-    }
-    fixed
 }
 
 /// Temporaries exactly one stage writes (and nothing writes through a view):
@@ -159,36 +129,12 @@ fn redirect(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ir::loops::{contiguous_strides, Kernel, Stage, UnaryOp};
+    use crate::ir::loops::{ProgramOutput, UnaryOp};
     use crate::ir::DType;
-
-    fn buffer(program: &mut Program, role: BufRole) -> BufId {
-        let sizes = vec![Expr::c(64)];
-        program.add_buffer(Buffer {
-            dtype: DType::F32,
-            strides: contiguous_strides(&sizes),
-            sizes,
-            offset: Expr::zero(),
-            role,
-        })
-    }
+    use crate::testing::{buffer, load, single_stage};
 
     fn kernel(out: BufId, value: ScalarId) -> Step {
-        Step::Kernel(Kernel {
-            outer: vec![Expr::c(64)],
-            stages: vec![Stage {
-                out,
-                ranges: vec![Expr::c(64)],
-                reduce: None,
-                value,
-                store: Expr::v(0),
-                store_indirect: vec![],
-            }],
-        })
-    }
-
-    fn load(program: &mut Program, buf: BufId) -> ScalarId {
-        program.scalars.add(ScalarOp::Load { buf, index: Expr::v(0), indirect: vec![], mask: None }, DType::F32)
+        single_stage(vec![Expr::c(64)], out, vec![Expr::c(64)], None, value, Expr::v(0))
     }
 
     /// `a = exp(x)`, `b = exp(x)`, `y = -b`: `y` reads `a`, and only the
@@ -197,12 +143,15 @@ mod tests {
     fn a_stage_computed_twice_is_stored_once() {
         for b_is_output in [false, true] {
             let mut p = Program::default();
-            let x = buffer(&mut p, BufRole::Input(0));
-            let (a, b, y) =
-                (buffer(&mut p, BufRole::Temp), buffer(&mut p, BufRole::Temp), buffer(&mut p, BufRole::Temp));
-            let xv = load(&mut p, x);
+            let x = buffer(&mut p, &[64], BufRole::Input(0));
+            let (a, b, y) = (
+                buffer(&mut p, &[64], BufRole::Temp),
+                buffer(&mut p, &[64], BufRole::Temp),
+                buffer(&mut p, &[64], BufRole::Temp),
+            );
+            let xv = load(&mut p, x, Expr::v(0));
             let e = p.scalars.unary(UnaryOp::Exp, xv, DType::F32);
-            let bv = load(&mut p, b);
+            let bv = load(&mut p, b, Expr::v(0));
             let neg = p.scalars.unary(UnaryOp::Neg, bv, DType::F32);
             p.steps.extend([kernel(a, e), kernel(b, e), kernel(y, neg)]);
             p.outputs.push(ProgramOutput::Buffer(a));

@@ -5,18 +5,11 @@
 
 use std::collections::HashSet;
 
-use crate::ir::loops::{BufId, ExternKind, Program, ProgramOutput, Step};
+use crate::ir::loops::{BufId, ExternKind, Program, Step};
 
 /// Run the pass over `program`.
 pub fn run(program: &mut Program) {
-    let mut live: HashSet<BufId> = program
-        .outputs
-        .iter()
-        .filter_map(|o| match o {
-            ProgramOutput::Buffer(b) => Some(program.storage_of(*b)),
-            _ => None,
-        })
-        .collect();
+    let mut live: HashSet<BufId> = program.output_storages();
     let steps = std::mem::take(&mut program.steps);
     let mut kept = Vec::with_capacity(steps.len());
     for mut step in steps.into_iter().rev() {

@@ -10,8 +10,8 @@
 
 use std::collections::{HashMap, HashSet};
 
-use crate::ir::loops::{BufId, BufRole, Program, ProgramOutput, ScalarId, ScalarOp, Stage, Step};
-use crate::ir::Ctx;
+use crate::ir::loops::{BufId, BufRole, Program, ScalarId, ScalarOp, Stage, Step};
+use crate::ir::{Ctx, Expr};
 use crate::schedule::renaming;
 
 /// Run the pass over `program` (after [`crate::schedule`]).
@@ -21,11 +21,11 @@ pub fn run(program: &mut Program) {
     for g in 0..program.steps.len() {
         let mut s = 0;
         while s < stage_count(program, g) {
-            let Some(t) = candidate(program, g, s, &pinned, &readers) else {
+            let Some(plan) = candidate(program, g, s, &pinned, &readers) else {
                 s += 1;
                 continue;
             };
-            let Some((producer, reader, produced)) = fold(program, g, s, t) else {
+            let Some((producer, reader, produced)) = fold(program, g, s, plan) else {
                 s += 1;
                 continue;
             };
@@ -46,30 +46,16 @@ fn stage_count(program: &Program, g: usize) -> usize {
     }
 }
 
-/// Storages that must stay in memory whoever reads them: outputs, extern
-/// inputs, buffers read through a view or scattered into, non-temporaries.
+/// Storages that must stay in memory whoever reads them: outputs and
+/// viewed storages, what extern calls read or write, scatter targets.
 fn pinned(program: &Program) -> HashSet<BufId> {
-    let mut pinned: HashSet<BufId> = program
-        .outputs
-        .iter()
-        .filter_map(|o| match o {
-            ProgramOutput::Buffer(b) => Some(program.storage_of(*b)),
-            _ => None,
-        })
-        .collect();
-    for (k, buffer) in program.buffers.iter().enumerate() {
-        if let BufRole::View(_) = buffer.role {
-            pinned.insert(program.storage_of(BufId(k as u32)));
-        }
-    }
+    let mut pinned = program.pinned_storages();
     for step in &program.steps {
         match step {
             Step::Extern(ext) => pinned.extend(ext.inputs.iter().chain(&ext.outputs).map(|b| program.storage_of(*b))),
             Step::Kernel(kernel) => {
-                for stage in &kernel.stages {
-                    if !stage.store_indirect.is_empty() {
-                        pinned.insert(program.storage_of(stage.out));
-                    }
+                for stage in kernel.stages.iter().filter(|st| !st.store_indirect.is_empty()) {
+                    pinned.insert(program.storage_of(stage.out));
                 }
             }
         }
@@ -93,14 +79,24 @@ fn readers(program: &Program) -> HashMap<BufId, HashSet<(usize, BufId)>> {
     readers
 }
 
-/// The index of the stage stage `s` of step `g` folds into, if it may.
+/// How stage `s` folds into a later stage of its kernel.
+struct Fold {
+    /// The reader's index in the kernel.
+    reader: usize,
+    /// The producer's variables in the reader's terms.
+    vars: Vec<Expr>,
+    /// The reader's loads of the producer's buffer.
+    loads: Vec<ScalarId>,
+}
+
+/// How stage `s` of step `g` folds into its only reader, if it may.
 fn candidate(
     program: &Program,
     g: usize,
     s: usize,
     pinned: &HashSet<BufId>,
     readers: &HashMap<BufId, HashSet<(usize, BufId)>>,
-) -> Option<usize> {
+) -> Option<Fold> {
     let Step::Kernel(kernel) = &program.steps[g] else { return None };
     let producer = &kernel.stages[s];
     let out = producer.out;
@@ -122,19 +118,15 @@ fn candidate(
     if t <= s || !reader.store_indirect.is_empty() {
         return None;
     }
-    let outer_len = kernel.outer.len();
+    let vars = renaming(producer, reader, kernel.outer.len())?;
+    let written = producer.store.substitute_vars(&vars, &Ctx::default());
     let loads = loads_of(program, reader, out);
     let fits = !loads.is_empty()
-        && loads.iter().all(|id| match &program.scalars.get(*id).op {
-            ScalarOp::Load { index, indirect, mask, .. } => {
-                indirect.is_empty()
-                    && mask.is_none()
-                    && renaming(producer, reader, outer_len)
-                        .is_some_and(|vars| producer.store.substitute_vars(&vars, &Ctx::default()) == *index)
-            }
-            _ => false,
+        && loads.iter().all(|id| {
+            matches!(&program.scalars.get(*id).op, ScalarOp::Load { index, indirect, mask: None, .. }
+                if indirect.is_empty() && *index == written)
         });
-    fits.then_some(t)
+    fits.then_some(Fold { reader: t, vars, loads })
 }
 
 /// The loads of `buf` under `stage`'s value.
@@ -147,18 +139,16 @@ fn loads_of(program: &Program, stage: &Stage, buf: BufId) -> Vec<ScalarId> {
         .collect()
 }
 
-/// Fold stage `s` of step `g` into stage `t` and drop it; the producer's
+/// Fold stage `s` of step `g` into its reader and drop it; the producer's
 /// and the reader's buffers, and the producer's value.
-fn fold(program: &mut Program, g: usize, s: usize, t: usize) -> Option<(BufId, BufId, ScalarId)> {
+fn fold(program: &mut Program, g: usize, s: usize, plan: Fold) -> Option<(BufId, BufId, ScalarId)> {
     let Step::Kernel(kernel) = &program.steps[g] else { return None };
-    let (producer, reader) = (kernel.stages[s].clone(), kernel.stages[t].clone());
-    let vars = renaming(&producer, &reader, kernel.outer.len())?;
-    let value = program.scalars.substitute(producer.value, &vars, &Ctx::default());
-    let with: HashMap<ScalarId, ScalarId> =
-        loads_of(program, &reader, producer.out).into_iter().map(|id| (id, value)).collect();
+    let (producer, reader) = (kernel.stages[s].clone(), kernel.stages[plan.reader].clone());
+    let value = program.scalars.substitute(producer.value, &plan.vars, &Ctx::default());
+    let with: HashMap<ScalarId, ScalarId> = plan.loads.into_iter().map(|id| (id, value)).collect();
     let folded = program.scalars.replace(reader.value, &with);
     let Step::Kernel(kernel) = &mut program.steps[g] else { return None };
-    kernel.stages[t].value = folded;
+    kernel.stages[plan.reader].value = folded;
     kernel.stages.remove(s);
     Some((producer.out, reader.out, producer.value))
 }
@@ -166,23 +156,9 @@ fn fold(program: &mut Program, g: usize, s: usize, t: usize) -> Option<(BufId, B
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ir::loops::{contiguous_strides, BinaryOp, Buffer, Kernel, UnaryOp};
-    use crate::ir::{DType, Expr};
-
-    fn buffer(program: &mut Program, sizes: &[i64], role: BufRole) -> BufId {
-        let sizes: Vec<Expr> = sizes.iter().map(|s| Expr::c(*s)).collect();
-        program.add_buffer(Buffer {
-            dtype: DType::F32,
-            strides: contiguous_strides(&sizes),
-            sizes,
-            offset: Expr::zero(),
-            role,
-        })
-    }
-
-    fn load(program: &mut Program, buf: BufId, index: Expr) -> ScalarId {
-        program.scalars.add(ScalarOp::Load { buf, index, indirect: vec![], mask: None }, DType::F32)
-    }
+    use crate::ir::loops::{BinaryOp, Kernel, ProgramOutput, UnaryOp};
+    use crate::ir::DType;
+    use crate::testing::{buffer, load};
 
     fn stage(out: BufId, value: ScalarId, store: Expr) -> Stage {
         Stage { out, ranges: vec![Expr::c(8), Expr::c(32)], reduce: None, value, store, store_indirect: vec![] }

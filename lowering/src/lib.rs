@@ -22,6 +22,8 @@ mod pool;
 mod reduce;
 pub mod schedule;
 mod shape;
+#[cfg(test)]
+mod testing;
 
 pub use lower::{lower, InputLayout, Lowered, NodeCounts};
 

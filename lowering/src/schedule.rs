@@ -195,38 +195,9 @@ pub(crate) fn renaming(producer: &Stage, stage: &Stage, outer_len: usize) -> Opt
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ir::loops::{contiguous_strides, BufRole, Buffer, Reduce, ReduceOp};
+    use crate::ir::loops::{BufRole, Reduce, ReduceOp};
     use crate::ir::DType;
-
-    fn buffer(program: &mut Program, sizes: &[i64], role: BufRole) -> BufId {
-        let sizes: Vec<Expr> = sizes.iter().map(|s| Expr::c(*s)).collect();
-        program.add_buffer(Buffer {
-            dtype: DType::F32,
-            strides: contiguous_strides(&sizes),
-            sizes,
-            offset: Expr::zero(),
-            role,
-        })
-    }
-
-    /// A kernel of one stage (as lowering emits them).
-    fn single_stage(
-        outer: Vec<Expr>,
-        out: BufId,
-        ranges: Vec<Expr>,
-        reduce: Option<Reduce>,
-        value: crate::ir::loops::ScalarId,
-        store: Expr,
-    ) -> Step {
-        Step::Kernel(Kernel {
-            outer,
-            stages: vec![Stage { out, ranges, reduce, value, store, store_indirect: vec![] }],
-        })
-    }
-
-    fn load(program: &mut Program, buf: BufId, index: Expr) -> crate::ir::loops::ScalarId {
-        program.scalars.add(ScalarOp::Load { buf, index, indirect: vec![], mask: None }, DType::F32)
-    }
+    use crate::testing::{buffer, load, single_stage};
 
     /// sum over rows, then x / sum: one kernel with two stages.
     #[test]

@@ -17,6 +17,11 @@ fn f32_inst(dst: u16, op: InstOp) -> Inst {
     Inst { dst, kind: Kind::F32, narrow: None, op }
 }
 
+/// An integer instruction whose value is a boolean (a mask).
+fn mask_inst(dst: u16, op: InstOp) -> Inst {
+    Inst { dst, kind: Kind::I64, narrow: Some(DType::Bool), op }
+}
+
 fn load(dst: u16, buf: u32, index: Expr) -> Inst {
     f32_inst(
         dst,
@@ -273,13 +278,12 @@ fn index_masks_compile_bitwise() {
     }
     use BinaryOp as B;
     let (i0, i1) = (Expr::v(0), Expr::v(1));
-    let int = |dst: u16, op: InstOp| Inst { dst, kind: Kind::I64, narrow: Some(DType::Bool), op };
     for tile in [16, 256] {
         let insts = vec![
             Inst { dst: 0, kind: Kind::I64, narrow: None, op: InstOp::Index(IndexFn::new(&i1.sub(&i0))) },
-            int(1, InstOp::Binary(B::Le, 0, 7)),
-            int(0, InstOp::Binary(B::And, 1, 8)),
-            int(1, InstOp::Unary(UnaryOp::Not, 0)),
+            mask_inst(1, InstOp::Binary(B::Le, 0, 7)),
+            mask_inst(0, InstOp::Binary(B::And, 1, 8)),
+            mask_inst(1, InstOp::Unary(UnaryOp::Not, 0)),
             load(2, 0, i0.scale(37).add(&i1)),
             f32_inst(3, InstOp::Where(1, 9, 2)),
             load(2, 1, i1.clone()),
@@ -503,11 +507,10 @@ fn masked_loads_compile_bitwise() {
     }
     use BinaryOp as B;
     let (i0, i1) = (Expr::v(0), Expr::v(1));
-    let int = |dst: u16, op: InstOp| Inst { dst, kind: Kind::I64, narrow: Some(DType::Bool), op };
     for tile in [16, 256] {
         let insts = vec![
             Inst { dst: 0, kind: Kind::I64, narrow: None, op: InstOp::Index(IndexFn::new(&i1.sub(&Expr::c(1)))) },
-            int(1, InstOp::Binary(B::Ge, 0, 7)),
+            mask_inst(1, InstOp::Binary(B::Ge, 0, 7)),
             f32_inst(
                 2,
                 InstOp::Load {
