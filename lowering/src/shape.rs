@@ -674,33 +674,34 @@ impl Lowerer<'_> {
         let b_buf = self.buffer_for_extern(&b);
         let out_v = node.outputs.first().copied().ok_or_else(|| crate::invalid(op, "no output"))?;
         let strides = self.meta_strides(out_v);
-        let accumulate = node.op == Op::Addmm;
-        let out_buf = if accumulate {
+        // addmm's bias is added after the product, as a lazy pointwise value
+        // that fuses into the product's consumers (a GELU, a residual add)
+        // instead of being written into the output before the product.
+        let out_buf = self.prog.add_buffer(Buffer {
+            dtype: acc,
+            sizes: sizes.clone(),
+            strides,
+            offset: Expr::zero(),
+            role: BufRole::Temp,
+        });
+        self.prog.steps.push(Step::Extern(crate::ir::loops::Extern {
+            kind: ExternKind::Gemm { accumulate: false, scale_bits: alpha.to_bits() },
+            inputs: vec![a_buf, b_buf],
+            outputs: vec![out_buf],
+        }));
+        let mut result = self.load_buffer(out_buf);
+        if node.op == Op::Addmm && beta != 0.0 {
             let bias = self.tensor_arg(node, 0, "self")?;
             let bias = self.broadcast_to(&bias, &sizes);
             let bias = self.cast_lazy(bias, acc);
-            let value = if beta != 1.0 {
+            let scaled = if beta != 1.0 {
                 let k = self.prog.scalars.constant(beta, acc);
                 self.prog.scalars.binary(BinaryOp::Mul, bias.value, k, acc)
             } else {
                 bias.value
             };
-            self.realize(&Lazy { value, ..bias }, Some(strides))
-        } else {
-            self.prog.add_buffer(Buffer {
-                dtype: acc,
-                sizes: sizes.clone(),
-                strides,
-                offset: Expr::zero(),
-                role: BufRole::Temp,
-            })
-        };
-        self.prog.steps.push(Step::Extern(crate::ir::loops::Extern {
-            kind: ExternKind::Gemm { accumulate, scale_bits: alpha.to_bits() },
-            inputs: vec![a_buf, b_buf],
-            outputs: vec![out_buf],
-        }));
-        let result = self.load_buffer(out_buf);
+            result.value = self.prog.scalars.binary(BinaryOp::Add, scaled, result.value, acc);
+        }
         Ok(Handled::Extern(vec![self.cast_lazy(result, out)]))
     }
 
