@@ -121,6 +121,78 @@ def test_ninth_shape_uses_the_generic_program() -> None:
 
 
 # --------------------------------------------------------------------------
+# The repeat-call fast path: a call with the previous call's metadata skips
+# reading it, and must still see everything that differs.
+
+
+def test_repeat_calls_read_each_calls_data_and_offset() -> None:
+    example = torch.randn(4, 8)
+    compiled = compile_aten(pointwise_and_reduction, [example])
+    base = torch.randn(7, 8)
+    with no_rust_panic():
+        compiled(example)
+        before = rdyn.stats()
+        # Same sizes and strides each time; new data, then new storage offsets.
+        for x in (torch.randn(4, 8), base[1:5], base[3:7], base[0:4]):
+            assert_same(tuple(compiled(x)), pointwise_and_reduction(x))
+    delta = stats_delta(before, rdyn.stats())
+    assert (delta["specializations"], delta["guard_misses"], delta["guard_hits"]) == (0, 0, 4), delta
+
+
+def test_a_new_dtype_after_repeat_calls_is_rejected() -> None:
+    example = torch.randn(4, 8)
+    compiled = compile_aten(pointwise_and_reduction, [example])
+    with no_rust_panic():
+        compiled(example)
+        compiled(example)
+    with pytest.raises(ValueError, match="dtype"):
+        with no_rust_panic():
+            compiled(example.double())
+
+
+def test_new_strides_after_repeat_calls_miss() -> None:
+    example = torch.randn(4, 8)
+    compiled = compile_aten(pointwise_and_reduction, [example])
+    with no_rust_panic():
+        compiled(example)
+        compiled(example)
+        x = torch.randn(8, 4).t()
+        actual = tuple(compiled(x))
+        again = tuple(compiled(example))
+    assert_same(actual, pointwise_and_reduction(x))
+    assert_same(again, pointwise_and_reduction(example))
+    assert rdyn.stats()["specializations"] == 2
+
+
+def test_an_output_aliasing_an_input_follows_each_calls_view() -> None:
+    def fn(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return x.view(2, 4), x * 2
+
+    base = torch.randn(3, 8)
+    compiled = compile_aten(fn, [base[0]])
+    with no_rust_panic():
+        for row in (0, 1, 2, 1):
+            x = base[row]
+            view, doubled = compiled(x)
+            assert_same((view, doubled), fn(x))
+            assert view.data_ptr() == x.data_ptr(), f"row {row}: the view must alias this call's input"
+
+
+def test_as_strided_graphs_guard_storage_offsets_on_repeat() -> None:
+    def fn(x: torch.Tensor) -> torch.Tensor:
+        # Addresses x's storage directly, from storage element 2 whatever
+        # x's own offset: a graph whose guards include storage offsets.
+        return torch.as_strided(x, (2, 3), (3, 1), 2) * 2
+
+    base = torch.randn(32)
+    compiled = compile_aten(fn, [base[0:12]])
+    with no_rust_panic():
+        for start in (0, 0, 5, 5, 0):
+            x = base[start : start + 12]
+            assert_same(compiled(x), fn(x), what=f"output for storage offset {start}")
+
+
+# --------------------------------------------------------------------------
 # Through torch.compile
 
 

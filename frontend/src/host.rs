@@ -1,6 +1,7 @@
 //! The Python side of a call: reading torch tensors, allocating outputs and
 //! running eager nodes through the Python runner object.
 
+use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyList, PyTuple};
 
@@ -20,6 +21,13 @@ pub struct Torch {
     pub empty: Py<PyAny>,
     /// `torch.cuda.current_stream` (the module exists without CUDA too).
     pub current_stream: Py<PyAny>,
+    /// `torch._C._dynamo.guards.assert_size_stride_grouped`, which checks
+    /// many tensors' sizes and strides in one call (when this torch has it).
+    pub assert_size_stride_grouped: Option<Py<PyAny>>,
+    /// `torch._C._dynamo.guards._empty_strided_cpu(sizes, strides, dtype)`,
+    /// Inductor's allocator for CPU outputs: half the cost of
+    /// `torch.empty_strided`'s argument parsing.
+    pub empty_strided_cpu: Option<Py<PyAny>>,
 }
 
 impl Torch {
@@ -33,6 +41,8 @@ impl Torch {
             empty_strided: torch.getattr("empty_strided")?.unbind(),
             empty: torch.getattr("empty")?.unbind(),
             current_stream: torch.getattr("cuda")?.getattr("current_stream")?.unbind(),
+            assert_size_stride_grouped: guards_function(&torch, "assert_size_stride_grouped"),
+            empty_strided_cpu: guards_function(&torch, "_empty_strided_cpu"),
         })
     }
 
@@ -43,6 +53,12 @@ impl Torch {
     pub fn dtype_object<'py>(&self, py: Python<'py>, dtype: DType) -> Option<Bound<'py, PyAny>> {
         self.dtypes.iter().find(|(_, d)| *d == dtype).map(|(o, _)| o.bind(py).clone())
     }
+}
+
+/// A callable of `torch._C._dynamo.guards`, if this torch has it.
+fn guards_function(torch: &Bound<'_, PyModule>, name: &str) -> Option<Py<PyAny>> {
+    let f = torch.getattr("_C").ok()?.getattr("_dynamo").ok()?.getattr("guards").ok()?.getattr(name).ok()?;
+    f.is_callable().then(|| f.unbind())
 }
 
 /// Read the metadata of each call argument. `with_ptr` is false for fake
@@ -60,15 +76,18 @@ pub fn call_args(
     for item in args.try_iter()? {
         let item = item?;
         if item.is_instance(tensor_type)? {
-            let dtype_obj = item.getattr("dtype")?;
+            let dtype_obj = item.getattr(intern!(py, "dtype"))?;
             let dtype = torch.dtype_of(&dtype_obj).ok_or_else(|| {
                 pyo3::exceptions::PyTypeError::new_err(format!(
                     "rdyn: input tensor has dtype {dtype_obj}, which rdyn does not support; use a real floating, integer or bool dtype"
                 ))
             })?;
-            let is_cpu: bool = item.getattr("is_cpu")?.extract()?;
-            let device_name: String =
-                if is_cpu { String::from("cpu") } else { item.getattr("device")?.getattr("type")?.extract()? };
+            let is_cpu: bool = item.getattr(intern!(py, "is_cpu"))?.extract()?;
+            let device_name: String = if is_cpu {
+                String::from("cpu")
+            } else {
+                item.getattr(intern!(py, "device"))?.getattr(intern!(py, "type"))?.extract()?
+            };
             let device = match device_name.as_str() {
                 "cpu" => Device::Cpu,
                 "cuda" => Device::Cuda(0),
@@ -79,12 +98,15 @@ pub fn call_args(
                     )))
                 }
             };
-            let sizes: Vec<i64> = item.call_method0("size")?.extract()?;
-            let strides: Vec<i64> = item.call_method0("stride")?.extract()?;
-            let storage_offset: i64 = item.call_method0("storage_offset")?.extract()?;
-            let ptr: usize = if with_ptr { item.call_method0("data_ptr")?.extract()? } else { 0 };
-            let version: u64 =
-                if with_version { item.getattr("_version")?.extract().unwrap_or(u64::MAX) } else { u64::MAX };
+            let sizes: Vec<i64> = item.call_method0(intern!(py, "size"))?.extract()?;
+            let strides: Vec<i64> = item.call_method0(intern!(py, "stride"))?.extract()?;
+            let storage_offset: i64 = item.call_method0(intern!(py, "storage_offset"))?.extract()?;
+            let ptr: usize = if with_ptr { item.call_method0(intern!(py, "data_ptr"))?.extract()? } else { 0 };
+            let version: u64 = if with_version {
+                item.getattr(intern!(py, "_version"))?.extract().unwrap_or(u64::MAX)
+            } else {
+                u64::MAX
+            };
             let identity = item.as_ptr() as usize;
             out.push(CallArg::Tensor(TensorArg {
                 ptr,
@@ -127,8 +149,10 @@ pub struct PyHost<'py, 'a> {
     pub torch: &'a Torch,
     pub runner: &'a Bound<'py, PyAny>,
     /// The tensor that owns each storage root, and the storage offset of
-    /// that root's element 0.
-    pub tensors: Vec<Option<(Bound<'py, PyAny>, i64)>>,
+    /// that root's element 0 (`None` for an input tensor: its
+    /// `storage_offset()` less the input buffer's offset, read only when a
+    /// view of it is needed).
+    pub tensors: Vec<Option<(Bound<'py, PyAny>, Option<i64>)>>,
     /// Whether that tensor was allocated here with exactly the buffer's
     /// layout (so it can be returned without checking).
     pub exact: Vec<bool>,
@@ -180,6 +204,10 @@ impl<'py> PyHost<'py, '_> {
             )));
         };
         let plan = &bufs[b.0 as usize];
+        let base = match base {
+            Some(base) => *base,
+            None => tensor.call_method0(intern!(self.py, "storage_offset"))?.extract::<i64>()? - bufs[root].offset,
+        };
         if root == b.0 as usize && self.exact[root] {
             return Ok(tensor.clone());
         }
@@ -240,7 +268,7 @@ impl Host for PyHost<'_, '_> {
         let Some(tensor) = kept else { return self.alloc(buf, plan) };
         let t = tensor.into_bound(self.py);
         let ptr: usize = t.call_method0("data_ptr").and_then(|p| p.extract()).map_err(|e| self.fail(e))?;
-        self.tensors[buf.0 as usize] = Some((t, 0));
+        self.tensors[buf.0 as usize] = Some((t, Some(0)));
         self.exact[buf.0 as usize] = plan.offset == 0;
         Ok(ptr)
     }
@@ -251,22 +279,24 @@ impl Host for PyHost<'_, '_> {
                 .torch
                 .dtype_object(self.py, plan.dtype)
                 .ok_or_else(|| pyo3::exceptions::PyTypeError::new_err("dtype"))?;
-            let kwargs = pyo3::types::PyDict::new(self.py);
-            kwargs.set_item("dtype", dtype)?;
-            if self.cuda {
-                kwargs.set_item("device", "cuda")?;
-            }
-            let t = self
-                .torch
-                .empty_strided
-                .bind(self.py)
-                .call((PyTuple::new(self.py, &plan.sizes)?, PyTuple::new(self.py, &plan.strides)?), Some(&kwargs))?;
-            let ptr: usize = t.call_method0("data_ptr")?.extract()?;
+            let (sizes, strides) = (PyTuple::new(self.py, &plan.sizes)?, PyTuple::new(self.py, &plan.strides)?);
+            let t = match &self.torch.empty_strided_cpu {
+                Some(empty) if !self.cuda => empty.bind(self.py).call1((sizes, strides, dtype))?,
+                _ => {
+                    let kwargs = pyo3::types::PyDict::new(self.py);
+                    kwargs.set_item("dtype", dtype)?;
+                    if self.cuda {
+                        kwargs.set_item("device", "cuda")?;
+                    }
+                    self.torch.empty_strided.bind(self.py).call((sizes, strides), Some(&kwargs))?
+                }
+            };
+            let ptr: usize = t.call_method0(intern!(self.py, "data_ptr"))?.extract()?;
             Ok((t, ptr))
         })();
         match result {
             Ok((t, ptr)) => {
-                self.tensors[buf.0 as usize] = Some((t, 0));
+                self.tensors[buf.0 as usize] = Some((t, Some(0)));
                 self.exact[buf.0 as usize] = plan.offset == 0;
                 Ok(ptr)
             }
@@ -310,7 +340,7 @@ impl Host for PyHost<'_, '_> {
                 }
                 for (b, (t, ptr, so)) in outputs.iter().zip(results) {
                     ptrs[b.0 as usize] = ptr;
-                    self.tensors[b.0 as usize] = Some((t, so));
+                    self.tensors[b.0 as usize] = Some((t, Some(so)));
                 }
                 Ok(())
             }

@@ -97,6 +97,7 @@ pub struct CompiledGraph {
 }
 
 /// What one call ran.
+#[derive(Clone)]
 pub enum Selected {
     Spec(Arc<Specialization>),
     Generic(Arc<CpuProgram>),
@@ -192,6 +193,12 @@ impl CompiledGraph {
                 _ => None,
             })
             .collect()
+    }
+
+    /// Whether guards include storage offsets (the graph addresses input
+    /// storage directly, through `as_strided`).
+    pub fn guard_offsets(&self) -> bool {
+        self.guard_offsets
     }
 
     /// Pick (or build) what runs this call; `key` is scratch for the guard key.
