@@ -580,3 +580,55 @@ fn inner_stages_run_by_rows_bitwise() {
     assert!(compiled.stages.iter().all(|s| s.jit.as_ref().is_some_and(|j| j.rows)), "not compiled by rows");
     assert_eq!(run_on_inputs(&compiled, &bufs, [4 * 37, 4]), run_on_inputs(&kernel, &bufs, [4 * 37, 4]));
 }
+
+/// `where(mask, a, -inf)` with the mask read from a row-major bool buffer
+/// (bytes 0, 1 and 2: any non-zero byte is true), four bytes per load in
+/// the 4-lane loops; tiles of 16 and 256 cover the 16-, 4- and 1-lane loops.
+#[test]
+fn bool_loads_compile_bitwise() {
+    if !super::enabled() {
+        return;
+    }
+    let (i0, i1) = (Expr::v(0), Expr::v(1));
+    let at = i0.scale(37).add(&i1);
+    let (a, _) = inputs();
+    let mask: Vec<u8> = (0..4 * 37).map(|k| [0u8, 1, 1, 0, 2, 0, 0][k % 7]).collect();
+    let bufs = vec![
+        buf(&[4, 37], &[37, 1], DType::F32),
+        buf(&[4, 37], &[37, 1], DType::Bool),
+        buf(&[4, 37], &[37, 1], DType::F32),
+    ];
+    for tile in [16, 256] {
+        let insts = vec![
+            load(0, 0, at.clone()),
+            mask_inst(
+                1,
+                InstOp::Load {
+                    buf: BufId(1),
+                    dtype: DType::Bool,
+                    index: IndexFn::new(&at),
+                    indirect: vec![],
+                    mask: None,
+                },
+            ),
+            f32_inst(2, InstOp::Where(1, 0, 9)),
+        ];
+        let mut stage = f32_stage(2, None, insts, 2, &at, 10);
+        stage.regs[1] = Kind::I64;
+        stage.consts = vec![(9, InstOp::ConstF(f64::NEG_INFINITY))];
+        let kernel = one_stage(vec![4, 37], TileMode::Outer, stage, tile);
+        let compiled = compile(&kernel, &bufs);
+        assert!(compiled.stages.iter().all(|s| s.jit.is_some()), "stage was not compiled");
+        let mut results = Vec::new();
+        for k in [&compiled, &kernel] {
+            let mut out = vec![0f32; 4 * 37];
+            let ptrs = [a.as_ptr() as usize, mask.as_ptr() as usize, out.as_mut_ptr() as usize];
+            assert!(run_kernel(k, &Memory { ptrs: &ptrs, bufs: &bufs }));
+            results.push(bits(&out));
+        }
+        assert_eq!(results[0], results[1], "tile {tile}");
+        let expected: Vec<u32> =
+            bits(&a.iter().zip(&mask).map(|(x, m)| if *m != 0 { *x } else { f32::NEG_INFINITY }).collect::<Vec<_>>());
+        assert_eq!(results[0], expected, "tile {tile}");
+    }
+}
