@@ -281,6 +281,19 @@ impl Scalars {
         if let Some(folded) = self.fold_index(op, a, b, dtype) {
             return folded;
         }
+        // `m & true` and `m | false` on booleans are `m` (a causal mask
+        // built as `ones(..).tril()` ands the comparison with a constant).
+        if dtype == DType::Bool && matches!(op, BinaryOp::And | BinaryOp::Or) {
+            let identity = u64::from(op == BinaryOp::And);
+            let is_identity =
+                |id: ScalarId| self.dtype(id) == DType::Bool && self.get(id).op == ScalarOp::Const { bits: identity };
+            if is_identity(b) {
+                return a;
+            }
+            if is_identity(a) {
+                return b;
+            }
+        }
         self.add(ScalarOp::Binary(op, a, b), dtype)
     }
 
@@ -327,6 +340,12 @@ impl Scalars {
         if let Some(op) = self.clamp_form(cond, a, b) {
             // `max(c, x)`: c if c > x, else x (also for NaN x, and ±0 ties).
             return self.add(ScalarOp::Binary(op, b, a), dtype);
+        }
+        // `where(not c, a, b)` is `where(c, b, a)` (`masked_fill(~mask, v)`).
+        if let ScalarOp::Unary(UnaryOp::Not, c) = self.get(cond).op {
+            if self.dtype(c) == DType::Bool {
+                return self.select(c, b, a, dtype);
+            }
         }
         self.add(ScalarOp::Where(cond, a, b), dtype)
     }

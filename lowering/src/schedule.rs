@@ -79,10 +79,60 @@ fn tail_ranges(stage: &Stage, outer_len: usize) -> Vec<Expr> {
     tail
 }
 
-fn try_merge(program: &Program, group: &mut Kernel, next: &Kernel) -> bool {
+fn try_merge(program: &mut Program, group: &mut Kernel, next: &Kernel) -> bool {
     let [stage] = next.stages.as_slice() else {
         return false;
     };
+    if merge_stage(program, group, stage) {
+        return true;
+    }
+    match split_first_range(program, stage, &group.outer) {
+        Some(split) => merge_stage(program, group, &split),
+        None => false,
+    }
+}
+
+/// `stage` with its first range split into the first ranges of `outer`
+/// when their product is that range: the same points, walked as the group
+/// walks them (a batched product reads a [4, 4, 64, 64] softmax as
+/// [16, 64, 64]). Variable 0 becomes `((v0·n1 + v1)·n2 + v2)…` over the
+/// split ranges n0, n1, …; the later variables shift up.
+fn split_first_range(program: &mut Program, stage: &Stage, outer: &[Expr]) -> Option<Stage> {
+    let first = stage.ranges.first()?;
+    let n = first.as_const()?;
+    if outer.first() == Some(first) || !stage.store_indirect.is_empty() {
+        return None;
+    }
+    let mut parts = Vec::new();
+    let mut product = 1i64;
+    for size in outer {
+        if product >= n {
+            break;
+        }
+        let k = size.as_const()?;
+        product = product.checked_mul(k)?;
+        parts.push(k);
+    }
+    if product != n || parts.len() < 2 {
+        return None;
+    }
+    let j = parts.len();
+    let v0 = (1..j).fold(Expr::v(0), |acc, i| acc.scale(parts[i]).add(&Expr::v(i as u32)));
+    let reduce_len = stage.reduce.as_ref().map_or(0, |r| r.ranges.len());
+    let vars: Vec<Expr> =
+        std::iter::once(v0).chain((1..stage.ranges.len() + reduce_len).map(|m| Expr::v((m + j - 1) as u32))).collect();
+    let ranges: Vec<Expr> = outer[..j].iter().chain(&stage.ranges[1..]).cloned().collect();
+    let extents: Option<Vec<i64>> =
+        ranges.iter().chain(stage.reduce.iter().flat_map(|r| &r.ranges)).map(Expr::as_const).collect();
+    let ctx = extents.map_or_else(Ctx::default, |e| Ctx::with_extents(&e));
+    let value = program.scalars.substitute(stage.value, &vars, &ctx);
+    let store = stage.store.substitute_vars(&vars, &ctx);
+    Some(Stage { ranges, value, store, ..stage.clone() })
+}
+
+/// Append `stage` to `group` when the two share an outer space and the
+/// stage reads what the group writes only where it was written.
+fn merge_stage(program: &Program, group: &mut Kernel, stage: &Stage) -> bool {
     if !stage.store_indirect.is_empty() || group.stages.iter().any(|s| !s.store_indirect.is_empty()) {
         return false;
     }
@@ -282,6 +332,39 @@ mod tests {
         p.steps.push(single_stage(sizes(32, 64), kt, sizes(32, 64), None, kv, k_store));
         run(&mut p);
         assert_eq!(p.kernels().count(), 2, "{p}");
+    }
+
+    /// A row sum over x as [4, 4, 32], then x / sum over x viewed as
+    /// [16, 32] (a batched product's reshape): the consumer's first range
+    /// splits into the group's [4, 4] and the two fuse; a consumer whose
+    /// first range is not a product of the group's leading ranges does not.
+    #[test]
+    fn reshaped_consumer_splits_into_the_group_outer_space() {
+        for (rows, fused) in [(16, true), (8, false)] {
+            let mut p = Program::default();
+            let x = buffer(&mut p, &[4, 4, 32], BufRole::Input(0));
+            let s = buffer(&mut p, &[4, 4], BufRole::Temp);
+            let y = buffer(&mut p, &[rows, 32], BufRole::Temp);
+            let at = Expr::v(0).scale(128).add(&Expr::v(1).scale(32)).add(&Expr::v(2));
+            let xs = load(&mut p, x, at);
+            let four = vec![Expr::c(4), Expr::c(4)];
+            let sum = Some(Reduce { op: ReduceOp::Sum, ranges: vec![Expr::c(32)] });
+            let sum_store = Expr::v(0).scale(4).add(&Expr::v(1));
+            p.steps.push(single_stage(four.clone(), s, four, sum, xs, sum_store));
+            let row = Expr::v(0).scale(32).add(&Expr::v(1));
+            let xv = load(&mut p, x, row.clone());
+            let sv = load(&mut p, s, Expr::v(0));
+            let div = p.scalars.binary(crate::ir::loops::BinaryOp::Div, xv, sv, DType::F32);
+            let sizes = vec![Expr::c(rows), Expr::c(32)];
+            p.steps.push(single_stage(sizes.clone(), y, sizes, None, div, row));
+            run(&mut p);
+            assert_eq!(p.kernels().count() == 1, fused, "{p}");
+            if fused {
+                let kernel = p.kernels().next().expect("one kernel");
+                assert_eq!(kernel.stages[1].ranges, vec![Expr::c(4), Expr::c(4), Expr::c(32)], "{p}");
+                assert_eq!(kernel.stages[1].store, Expr::v(0).scale(128).add(&Expr::v(1).scale(32)).add(&Expr::v(2)));
+            }
+        }
     }
 
     /// A consumer reading a neighbour's element must not fuse.

@@ -203,3 +203,26 @@ fn decomposed_relu6_is_max_and_min() {
     check(&text, &["max", "min", "return"]);
     assert!(!text.contains("where") && !text.contains("isnan"), "{text}");
 }
+
+/// A causal `masked_fill(~(m & ones), -inf)` as the decomposition writes
+/// it: `where(not(m & true), -inf, x)` lowers to `where(m, x, -inf)`,
+/// with neither the `and` with a constant nor the `not`.
+#[test]
+fn masked_fill_of_a_negated_mask_swaps_the_select() {
+    let mut b = Builder::new();
+    let x = b.input(&[8]);
+    let m = b.input(&[8]);
+    b.graph.values[m.0 as usize].dtype = DType::Bool;
+    let ones = b.node("aten.full.default", vec![Arg::List(vec![Arg::Int(Expr::c(8))]), Arg::Bool(true)], &[8]);
+    b.graph.values[ones.0 as usize].dtype = DType::Bool;
+    let both = b.node("aten.bitwise_and.Tensor", vec![t(m), t(ones)], &[8]);
+    b.graph.values[both.0 as usize].dtype = DType::Bool;
+    let not = b.node("aten.bitwise_not.default", vec![t(both)], &[8]);
+    b.graph.values[not.0 as usize].dtype = DType::Bool;
+    let fill = b.node("aten.scalar_tensor.default", vec![Arg::Float(f64::NEG_INFINITY)], &[]);
+    let y = b.node("aten.where.self", vec![t(not), t(fill), t(x)], &[8]);
+    let (text, counts) = b.lower(&[y]);
+    assert_eq!(counts.fallback, 0, "{text}");
+    check(&text, &["where", "return"]);
+    assert!(!text.contains(" not ") && !text.contains(" and "), "{text}");
+}
