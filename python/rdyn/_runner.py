@@ -79,7 +79,7 @@ class GraphRunner:
                 return False
             else:
                 args.append(a)
-        return node.target, tuple(args), slots
+        return _binding(node.target), tuple(args), slots
 
     def _outputs(self, index, result, layouts):
         outs = []
@@ -106,6 +106,23 @@ class GraphRunner:
         args = fx.node.map_aggregate(node.args, sub)
         kwargs = fx.node.map_aggregate(node.kwargs, sub)
         return self._outputs(index, node.target(*args, **kwargs), layouts)
+
+
+def _binding(op):
+    """The C++ binding `torch.<name>` (or `torch._C._nn.<name>`) behind the
+    default overload `op` when the op has no overload but `out`: with the
+    arguments of the default schema it calls the same kernel, and its
+    unboxed call costs about 4 µs less per call than the OpOverload's boxed
+    one (8 against 12 µs for a small convolution). Else `op`."""
+    namespace, _, name = op._schema.name.partition("::")
+    packet = getattr(torch.ops.aten, name, None) if namespace == "aten" else None
+    if op._overloadname != "default" or packet is None or not set(packet.overloads()) <= {"default", "out"}:
+        return op
+    for namespace in (torch._C._VariableFunctions, torch._C._nn):
+        binding = getattr(namespace, name, None)
+        if binding is not None:
+            return binding
+    return op
 
 
 def _with_layout(t, sizes, strides):
