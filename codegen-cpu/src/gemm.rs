@@ -10,15 +10,8 @@ use crate::blas;
 use crate::exec::Memory;
 use crate::CodegenError;
 
-/// `out (+)= a @ b`; 2-D, or 3-D batched with matching batch sizes.
-pub fn run_gemm(
-    a: BufId,
-    b: BufId,
-    out: BufId,
-    accumulate: bool,
-    scale: f64,
-    mem: &Memory,
-) -> Result<(), CodegenError> {
+/// `out = scale · (a @ b)`; 2-D, or 3-D batched with matching batch sizes.
+pub fn run_gemm(a: BufId, b: BufId, out: BufId, scale: f64, mem: &Memory) -> Result<(), CodegenError> {
     let (pa, pb, po) = (&mem.bufs[a.0 as usize], &mem.bufs[b.0 as usize], &mem.bufs[out.0 as usize]);
     let batched = po.sizes.len() == 3;
     let dims = |p: &crate::plan::BufPlan| -> (i64, i64, i64, i64, i64, i64) {
@@ -44,7 +37,6 @@ pub fn run_gemm(
             ($t:ty) => {{
                 let size = std::mem::size_of::<$t>() as i64;
                 let at = |ptr: usize, offset: i64, bs: i64, bi: i64| (ptr as i64 + (offset + bi * bs) * size) as usize;
-                let beta: $t = if accumulate { 1.0 } else { 0.0 };
                 for bi in 0..batch {
                     // SAFETY: pointers and strides describe live buffers of
                     // this call whose layouts the guards checked; `plan`
@@ -57,7 +49,7 @@ pub fn run_gemm(
                             at(ptr_b, pb.offset, b_bs, bi) as *const $t,
                             at(ptr_o, po.offset, o_bs, bi) as *mut $t,
                             scale as $t,
-                            beta,
+                            0.0,
                         )
                     };
                 }
@@ -79,7 +71,7 @@ pub fn run_gemm(
     let row_blocks = if on_team && batch < threads { threads.min(m.max(1)) } else { 1 };
     let rows_per = (m + row_blocks - 1) / row_blocks.max(1);
     macro_rules! go {
-        ($t:ty, $one:expr, $zero:expr) => {{
+        ($t:ty, $zero:expr) => {{
             let size = std::mem::size_of::<$t>() as i64;
             let unit = |u: usize| {
                 let (bi, block) = (u as i64 / row_blocks, u as i64 % row_blocks);
@@ -102,14 +94,14 @@ pub fn run_gemm(
                         (ptr_o as i64 + oo) as *mut $t,
                         o_cs as isize,
                         o_rs as isize,
-                        accumulate,
+                        false,
                         (ptr_a as i64 + oa) as *const $t,
                         a_cs as isize,
                         a_rs as isize,
                         (ptr_b as i64 + ob) as *const $t,
                         b_cs as isize,
                         b_rs as isize,
-                        if accumulate { $one } else { $zero },
+                        $zero,
                         scale as $t,
                         false,
                         false,
@@ -127,8 +119,8 @@ pub fn run_gemm(
         }};
     }
     match po.dtype {
-        DType::F32 => go!(f32, 1.0f32, 0.0f32),
-        DType::F64 => go!(f64, 1.0f64, 0.0f64),
+        DType::F32 => go!(f32, 0.0f32),
+        DType::F64 => go!(f64, 0.0f64),
         _ => return Err(CodegenError::Internal("gemm dtype")),
     }
     Ok(())

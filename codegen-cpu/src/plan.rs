@@ -251,7 +251,6 @@ pub enum CpuStep {
         a: BufId,
         b: BufId,
         out: BufId,
-        accumulate: bool,
         /// Multiplies the product (`addmm`'s alpha).
         scale: f64,
     },
@@ -346,11 +345,10 @@ pub fn plan(program: &Program, syms: &Ctx) -> Result<CpuProgram, CodegenError> {
                 CpuStep::Kernel(crate::lower_kernel::kernel_plan(program, &buffers, kernel, syms, name)?)
             }
             Step::Extern(ext) => match &ext.kind {
-                ExternKind::Gemm { accumulate, scale_bits } => CpuStep::Gemm {
+                ExternKind::Gemm { scale_bits } => CpuStep::Gemm {
                     a: ext.inputs[0],
                     b: ext.inputs[1],
                     out: ext.outputs[0],
-                    accumulate: *accumulate,
                     scale: f64::from_bits(*scale_bits),
                 },
                 ExternKind::Library { node, target } | ExternKind::Fallback { node, target } => CpuStep::Host {
@@ -489,7 +487,7 @@ impl CpuStep {
                 }
                 (reads, writes)
             }
-            CpuStep::Gemm { a, b, out, .. } => (vec![root(a), root(b), root(out)], vec![root(out)]),
+            CpuStep::Gemm { a, b, out, .. } => (vec![root(a), root(b)], vec![root(out)]),
             CpuStep::Host { inputs, outputs, .. } => {
                 (inputs.iter().map(root).collect(), outputs.iter().map(root).collect())
             }

@@ -377,14 +377,12 @@ pub fn kernel_wgsl(program: &Program, kernel: &Kernel, syms: &Ctx, name: String)
     Ok(WgslKernel { name, source, bindings, workgroups, grid: None, error_flag: emitter.error_flag })
 }
 
-/// A tiled GEMM: `out (+)= a @ b` for 2-D or batched 3-D strided buffers.
-#[allow(clippy::too_many_arguments)]
+/// A tiled GEMM: `out = scale · (a @ b)` for 2-D or batched 3-D strided buffers.
 pub fn gemm_wgsl(
     program: &Program,
     a: BufId,
     b: BufId,
     out: BufId,
-    accumulate: bool,
     scale: f64,
     syms: &Ctx,
 ) -> Result<WgslKernel, WgslError> {
@@ -462,11 +460,7 @@ pub fn gemm_wgsl(
     let _ = writeln!(src, "    if (row < {} && col < {}) {{", i(m), i(n));
     let _ = writeln!(src, "        let at = {} + bi * {} + row * {} + col * {};", i(oo), i(o_bs), i(o_rs), i(o_cs));
     let scaled = if scale == 1.0 { "acc".to_string() } else { format!("acc * {}", float_lit(scale)) };
-    if accumulate {
-        let _ = writeln!(src, "        go[at] = go[at] + {scaled};");
-    } else {
-        let _ = writeln!(src, "        go[at] = {scaled};");
-    }
+    let _ = writeln!(src, "        go[at] = {scaled};");
     let _ = writeln!(src, "    }}\n}}");
     let tiles = |v: i64| (v.max(1) as u32).div_ceil(16);
     Ok(WgslKernel {

@@ -192,12 +192,11 @@ impl CompiledGraph {
                 }
                 match step {
                     CpuStep::Kernel(k) => kernels.append((k.name.clone(), "cpu", CpuProgram::kernel_source(k)))?,
-                    CpuStep::Gemm { a, b, out: o, accumulate, scale } => kernels.append((
+                    CpuStep::Gemm { a, b, out: o, scale } => kernels.append((
                         "gemm",
                         "cpu",
                         format!(
-                            "gemm (torch's BLAS or the gemm crate): {o} {}= {}{a} @ {b}\n",
-                            if *accumulate { "+" } else { "" },
+                            "gemm (torch's BLAS or the gemm crate): {o} = {}{a} @ {b}\n",
                             if *scale == 1.0 { String::new() } else { format!("{scale} * ") }
                         ),
                     ))?,

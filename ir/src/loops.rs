@@ -643,10 +643,9 @@ pub struct Kernel {
 /// A call rdyn does not generate code for.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum ExternKind {
-    /// `out = s·(a @ b)`, or `out += s·(a @ b)` when `accumulate` (the
-    /// output was pre-filled with the bias); batched when the buffers are
-    /// 3-D. `scale_bits` is `s` as f64 bits.
-    Gemm { accumulate: bool, scale_bits: u64 },
+    /// `out = s·(a @ b)`; batched when the buffers are 3-D. `scale_bits`
+    /// is `s` as f64 bits (`addmm`'s bias is added by the consumers).
+    Gemm { scale_bits: u64 },
     /// A library kernel run through ATen (e.g. convolution).
     Library { node: u32, target: String },
     /// An op rdyn does not lower: the ATen node runs eagerly.

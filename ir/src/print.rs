@@ -63,10 +63,10 @@ impl fmt::Display for Program {
                 }
                 Step::Extern(ext) => {
                     let what = match &ext.kind {
-                        ExternKind::Gemm { accumulate, scale_bits } => {
+                        ExternKind::Gemm { scale_bits } => {
                             let scale = f64::from_bits(*scale_bits);
                             let scale = if scale == 1.0 { String::new() } else { format!(" scale {scale}") };
-                            format!("gemm{}{scale}", if *accumulate { " +=" } else { "" })
+                            format!("gemm{scale}")
                         }
                         ExternKind::Library { target, .. } => format!("library {target}"),
                         ExternKind::Fallback { target, .. } => format!("fallback {target}"),

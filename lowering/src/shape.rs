@@ -685,7 +685,7 @@ impl Lowerer<'_> {
             role: BufRole::Temp,
         });
         self.prog.steps.push(Step::Extern(crate::ir::loops::Extern {
-            kind: ExternKind::Gemm { accumulate: false, scale_bits: alpha.to_bits() },
+            kind: ExternKind::Gemm { scale_bits: alpha.to_bits() },
             inputs: vec![a_buf, b_buf],
             outputs: vec![out_buf],
         }));

@@ -388,9 +388,9 @@ pub fn execute(selected: &Selected, args: &[CallArg], host: &mut dyn Host) -> Re
                     )));
                 }
             }
-            CpuStep::Gemm { a, b, out, accumulate, scale } => {
+            CpuStep::Gemm { a, b, out, scale } => {
                 let mem = Memory { ptrs: &ptrs, bufs };
-                run_gemm(*a, *b, *out, *accumulate, *scale, &mem)?;
+                run_gemm(*a, *b, *out, *scale, &mem)?;
             }
             CpuStep::Host { node, inputs, outputs, .. } => {
                 host.run_node(*node, inputs, outputs, bufs, &mut ptrs)?;

@@ -145,12 +145,11 @@ pub fn plan_wgpu(
                 kernel_wgsl(program, k, syms, format!("k{}", kernel_index - 1))
             }
             Step::Extern(e) => match &e.kind {
-                rdyn_ir::loops::ExternKind::Gemm { accumulate, scale_bits } => gemm_wgsl(
+                rdyn_ir::loops::ExternKind::Gemm { scale_bits } => gemm_wgsl(
                     program,
                     e.inputs[0],
                     e.inputs[1],
                     e.outputs[0],
-                    *accumulate,
                     f64::from_bits(*scale_bits),
                     syms,
                 ),
@@ -451,9 +450,9 @@ pub fn execute_wgpu(
                             )));
                         }
                     }
-                    CpuStep::Gemm { a, b, out, accumulate, scale } => {
+                    CpuStep::Gemm { a, b, out, scale } => {
                         let mem = Memory { ptrs, bufs };
-                        run_gemm(*a, *b, *out, *accumulate, *scale, &mem)?;
+                        run_gemm(*a, *b, *out, *scale, &mem)?;
                     }
                     CpuStep::Host { node, inputs, outputs, .. } => {
                         host.run_node(*node, inputs, outputs, bufs, ptrs)?;
