@@ -54,32 +54,44 @@ class GraphRunner:
         if fast is None:
             fast = self._fast[index] = self._fast_call(index)
         if fast is not False:
-            target, args, slots = fast
+            target, args, kwargs, slots = fast
             args = list(args)
-            for pos, tensor in zip(slots, tensors):
-                args[pos] = tensor
-            return self._outputs(index, target(*args), layouts)
+            if kwargs:
+                kwargs = dict(kwargs)
+            for slot, tensor in zip(slots, tensors):
+                if isinstance(slot, int):
+                    args[slot] = tensor
+                else:
+                    kwargs[slot] = tensor
+            return self._outputs(index, target(*args, **kwargs), layouts)
         return self._run_node_general(index, tensors, layouts)
 
     def _fast_call(self, index):
-        """`(op, args, tensor positions)` when the node's arguments are
-        positional, with tensors only at the top level and no int-valued
-        nodes (most library calls: convolution, attention); else False."""
+        """`(op, args, kwargs, tensor slots)` when the node's tensors are
+        top-level arguments (a position or a keyword) and it reads no
+        int-valued node (most library calls: convolution, attention); else
+        False. Slots follow the order the node mentions its tensors in."""
         node = self.nodes[index]
-        if node.kwargs or not isinstance(node.target, torch._ops.OpOverload):
+        if not isinstance(node.target, torch._ops.OpOverload):
             return False
-        args, slots = [], []
-        for pos, a in enumerate(node.args):
+        slots = []
+        unsupported = object()
+
+        def constant(a, slot):
             if isinstance(a, fx.Node):
                 if (a, ()) not in self.tensor_of:
-                    return False
-                slots.append(pos)
-                args.append(None)
-            elif isinstance(a, (list, tuple)) and any(isinstance(x, fx.Node) for x in a):
-                return False
-            else:
-                args.append(a)
-        return _binding(node.target), tuple(args), slots
+                    return unsupported
+                slots.append(slot)
+                return None
+            if isinstance(a, (list, tuple)) and any(isinstance(x, fx.Node) for x in a):
+                return unsupported
+            return a
+
+        args = [constant(a, pos) for pos, a in enumerate(node.args)]
+        kwargs = {name: constant(a, name) for name, a in node.kwargs.items()}
+        if any(a is unsupported for a in args) or any(a is unsupported for a in kwargs.values()):
+            return False
+        return _binding(node.target), tuple(args), kwargs, slots
 
     def _outputs(self, index, result, layouts):
         outs = []
