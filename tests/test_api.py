@@ -308,6 +308,23 @@ def test_float_modulo_is_exact(op: Callable[..., Any], device: str) -> None:
     assert_same(actual, op(a, b), what=f"{op.__name__} on {device}")
 
 
+@pytest.mark.parametrize("device", ["cpu", "wgpu"])
+def test_inference_mode_inputs(device: str) -> None:
+    """Tensors made under ``torch.inference_mode`` have no version counter
+    (reading it raises); calls with them, repeated, still run."""
+    if device == "wgpu" and not wgpu_available():
+        pytest.skip("no wgpu adapter")
+    fn = lambda t, w: torch.relu(t @ w) + 1  # noqa: E731
+    compiled = torch.compile(fn, backend="rdyn", options={"device": device})
+    with torch.inference_mode():
+        x, w = torch.randn(8, 16), torch.randn(16, 4)
+        with no_rust_panic():
+            for _ in range(3):
+                actual = compiled(x, w)
+        expected = fn(x, w)
+    assert_same(actual, expected, what=f"output on {device}")
+
+
 # --------------------------------------------------------------------------
 # Installation
 

@@ -135,11 +135,7 @@ impl LastCall {
             if let CallArg::Tensor(t) = arg {
                 t.ptr = item.call_method0(intern!(py, "data_ptr"))?.extract()?;
                 t.identity = item.as_ptr() as usize;
-                t.version = if with_version {
-                    item.getattr(intern!(py, "_version"))?.extract().unwrap_or(u64::MAX)
-                } else {
-                    u64::MAX
-                };
+                t.version = if with_version { crate::host::version(item) } else { u64::MAX };
             }
         }
         Ok(Some(objects))

@@ -55,6 +55,12 @@ impl Torch {
     }
 }
 
+/// A tensor's version counter, `u64::MAX` when it has none (tensors
+/// made under `torch.inference_mode` raise on `_version`).
+pub fn version(item: &Bound<'_, PyAny>) -> u64 {
+    item.getattr(intern!(item.py(), "_version")).ok().and_then(|v| v.extract().ok()).unwrap_or(u64::MAX)
+}
+
 /// A callable of `torch._C._dynamo.guards`, if this torch has it.
 fn guards_function(torch: &Bound<'_, PyModule>, name: &str) -> Option<Py<PyAny>> {
     let f = torch.getattr("_C").ok()?.getattr("_dynamo").ok()?.getattr("guards").ok()?.getattr(name).ok()?;
@@ -102,11 +108,7 @@ pub fn call_args(
             let strides: Vec<i64> = item.call_method0(intern!(py, "stride"))?.extract()?;
             let storage_offset: i64 = item.call_method0(intern!(py, "storage_offset"))?.extract()?;
             let ptr: usize = if with_ptr { item.call_method0(intern!(py, "data_ptr"))?.extract()? } else { 0 };
-            let version: u64 = if with_version {
-                item.getattr(intern!(py, "_version"))?.extract().unwrap_or(u64::MAX)
-            } else {
-                u64::MAX
-            };
+            let version = if with_version { version(&item) } else { u64::MAX };
             let identity = item.as_ptr() as usize;
             out.push(CallArg::Tensor(TensorArg {
                 ptr,
