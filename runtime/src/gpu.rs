@@ -145,14 +145,9 @@ pub fn plan_wgpu(
                 kernel_wgsl(program, k, syms, format!("k{}", kernel_index - 1))
             }
             Step::Extern(e) => match &e.kind {
-                rdyn_ir::loops::ExternKind::Gemm { scale_bits } => gemm_wgsl(
-                    program,
-                    e.inputs[0],
-                    e.inputs[1],
-                    e.outputs[0],
-                    f64::from_bits(*scale_bits),
-                    syms,
-                ),
+                rdyn_ir::loops::ExternKind::Gemm { scale_bits } => {
+                    gemm_wgsl(program, e.inputs[0], e.inputs[1], e.outputs[0], f64::from_bits(*scale_bits), syms)
+                }
                 _ => Err(WgslError::Unsupported("library and eager calls run through ATen".into())),
             },
         };
