@@ -139,23 +139,27 @@ def test_repeat_calls_read_each_calls_data_and_offset() -> None:
     assert (delta["specializations"], delta["guard_misses"], delta["guard_hits"]) == (0, 0, 4), delta
 
 
-def test_a_new_dtype_after_repeat_calls_is_rejected() -> None:
+def called_twice() -> tuple[torch.Tensor, Any]:
+    """A compiled graph and its example input, after two calls with it (the
+    second through the fast path)."""
     example = torch.randn(4, 8)
     compiled = compile_aten(pointwise_and_reduction, [example])
     with no_rust_panic():
         compiled(example)
         compiled(example)
+    return example, compiled
+
+
+def test_a_new_dtype_after_repeat_calls_is_rejected() -> None:
+    example, compiled = called_twice()
     with pytest.raises(ValueError, match="dtype"):
         with no_rust_panic():
             compiled(example.double())
 
 
 def test_new_strides_after_repeat_calls_miss() -> None:
-    example = torch.randn(4, 8)
-    compiled = compile_aten(pointwise_and_reduction, [example])
+    example, compiled = called_twice()
     with no_rust_panic():
-        compiled(example)
-        compiled(example)
         x = torch.randn(8, 4).t()
         actual = tuple(compiled(x))
         again = tuple(compiled(example))
