@@ -8,7 +8,7 @@
 use std::collections::HashMap;
 
 use cranelift_codegen::ir::condcodes::FloatCC;
-use cranelift_codegen::ir::{types, InstBuilder, MemFlagsData, Type, Value};
+use cranelift_codegen::ir::{types, InstBuilder, MemFlagsData, Opcode, Type, Value, ValueDef};
 use cranelift_frontend::FunctionBuilder;
 
 /// The function's constants, loaded once on entry from a table the caller
@@ -140,7 +140,18 @@ impl Em<'_, '_> {
     /// `mask ? a : b` on floats, bit by bit.
     pub fn sel(&mut self, mask: Value, a: Value, b: Value) -> Value {
         if self.wide {
-            // A comparison mask: x86 lowers this to one blend.
+            // A comparison mask: x86 lowers this to one blend. Cranelift
+            // sees through a bitcast of a float comparison (and keeps its
+            // maxps/minps forms), not of an integer one (a bool load, an
+            // index test): those select on the integer bits instead.
+            let dfg = &self.b.func.dfg;
+            let int_compare =
+                matches!(dfg.value_def(mask), ValueDef::Result(inst, _) if dfg.insts[inst].opcode() == Opcode::Icmp);
+            if int_compare {
+                let (ai, bi) = (self.bits(a), self.bits(b));
+                let r = self.b.ins().bitselect(mask, ai, bi);
+                return self.float(r);
+            }
             let m = self.float(mask);
             return self.b.ins().bitselect(m, a, b);
         }
