@@ -8,9 +8,10 @@
 //! in one C++ call (`torch._C._dynamo.guards.assert_size_stride_grouped`,
 //! the check Inductor's generated code runs on its inputs), the dtype and
 //! device per tensor by identity and flag, and ints by value; then it reads
-//! only the data pointers. Any mismatch (or an error while checking) is a
-//! miss: the call takes the full path, which reads everything, selects a
-//! specialization by its guard key and records itself here for the next call.
+//! only the data pointers. Any mismatch (a size or stride check that
+//! raises included) is a miss: the call takes the full path, which reads
+//! everything, selects a specialization by its guard key and records itself
+//! here for the next call.
 
 use pyo3::intern;
 use pyo3::prelude::*;
