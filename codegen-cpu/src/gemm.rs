@@ -71,7 +71,7 @@ pub fn run_gemm(a: BufId, b: BufId, out: BufId, scale: f64, mem: &Memory) -> Res
     let row_blocks = if on_team && batch < threads { threads.min(m.max(1)) } else { 1 };
     let rows_per = (m + row_blocks - 1) / row_blocks.max(1);
     macro_rules! go {
-        ($t:ty, $zero:expr) => {{
+        ($t:ty) => {{
             let size = std::mem::size_of::<$t>() as i64;
             let unit = |u: usize| {
                 let (bi, block) = (u as i64 / row_blocks, u as i64 % row_blocks);
@@ -101,7 +101,7 @@ pub fn run_gemm(a: BufId, b: BufId, out: BufId, scale: f64, mem: &Memory) -> Res
                         (ptr_b as i64 + ob) as *const $t,
                         b_cs as isize,
                         b_rs as isize,
-                        $zero,
+                        0.0,
                         scale as $t,
                         false,
                         false,
@@ -119,8 +119,8 @@ pub fn run_gemm(a: BufId, b: BufId, out: BufId, scale: f64, mem: &Memory) -> Res
         }};
     }
     match po.dtype {
-        DType::F32 => go!(f32, 0.0f32),
-        DType::F64 => go!(f64, 0.0f64),
+        DType::F32 => go!(f32),
+        DType::F64 => go!(f64),
         _ => return Err(CodegenError::Internal("gemm dtype")),
     }
     Ok(())

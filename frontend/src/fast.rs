@@ -116,11 +116,10 @@ impl LastCall {
             }
             objects.push(item);
         }
-        if let Some(check) = &torch.assert_size_stride_grouped {
-            // Raises AssertionError on the first size or stride that differs.
-            if check.bind(py).call1((tensors, self.sizes.bind(py), self.strides.bind(py))).is_err() {
-                return Ok(None);
-            }
+        // Raises AssertionError on the first size or stride that differs.
+        let Some(check) = &torch.assert_size_stride_grouped else { return Ok(None) };
+        if check.bind(py).call1((tensors, self.sizes.bind(py), self.strides.bind(py))).is_err() {
+            return Ok(None);
         }
         if self.offsets {
             for (arg, item) in self.args.iter().zip(&objects) {

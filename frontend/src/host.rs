@@ -206,10 +206,6 @@ impl<'py> PyHost<'py, '_> {
             )));
         };
         let plan = &bufs[b.0 as usize];
-        let base = match base {
-            Some(base) => *base,
-            None => tensor.call_method0(intern!(self.py, "storage_offset"))?.extract::<i64>()? - bufs[root].offset,
-        };
         if root == b.0 as usize && self.exact[root] {
             return Ok(tensor.clone());
         }
@@ -220,6 +216,10 @@ impl<'py> PyHost<'py, '_> {
                 return Ok(tensor.clone());
             }
         }
+        let base = match base {
+            Some(base) => *base,
+            None => tensor.call_method0(intern!(self.py, "storage_offset"))?.extract::<i64>()? - bufs[root].offset,
+        };
         let args = PyTuple::new(
             self.py,
             [

@@ -35,6 +35,12 @@ impl Builder {
         v
     }
 
+    /// `v`, typed bool.
+    fn boolean(&mut self, v: ValueId) -> ValueId {
+        self.graph.values[v.0 as usize].dtype = DType::Bool;
+        v
+    }
+
     fn int_input(&mut self, sizes: &[i64]) -> ValueId {
         let v = self.input(sizes);
         self.graph.values[v.0 as usize].dtype = DType::I64;
@@ -183,18 +189,14 @@ fn gathered_rows_with_several_readers_are_stored_once() {
 fn decomposed_relu6_is_max_and_min() {
     let mut b = Builder::new();
     let x = b.input(&[8]);
-    let boolean = |b: &mut Builder, v: ValueId| {
-        b.graph.values[v.0 as usize].dtype = DType::Bool;
-        v
-    };
     let mut y = x;
     for (cmp, c) in [("aten.ge.Scalar", 0.0), ("aten.le.Scalar", 6.0)] {
         let nan = b.node("aten.isnan.default", vec![t(y)], &[8]);
-        let nan = boolean(&mut b, nan);
+        let nan = b.boolean(nan);
         let inside = b.node(cmp, vec![t(y), Arg::Float(c)], &[8]);
-        let inside = boolean(&mut b, inside);
+        let inside = b.boolean(inside);
         let keep = b.node("aten.bitwise_or.Tensor", vec![t(inside), t(nan)], &[8]);
-        let keep = boolean(&mut b, keep);
+        let keep = b.boolean(keep);
         let bound = b.node("aten.scalar_tensor.default", vec![Arg::Float(c)], &[]);
         y = b.node("aten.where.self", vec![t(keep), t(y), t(bound)], &[8]);
     }
@@ -212,13 +214,13 @@ fn masked_fill_of_a_negated_mask_swaps_the_select() {
     let mut b = Builder::new();
     let x = b.input(&[8]);
     let m = b.input(&[8]);
-    b.graph.values[m.0 as usize].dtype = DType::Bool;
+    let m = b.boolean(m);
     let ones = b.node("aten.full.default", vec![Arg::List(vec![Arg::Int(Expr::c(8))]), Arg::Bool(true)], &[8]);
-    b.graph.values[ones.0 as usize].dtype = DType::Bool;
+    let ones = b.boolean(ones);
     let both = b.node("aten.bitwise_and.Tensor", vec![t(m), t(ones)], &[8]);
-    b.graph.values[both.0 as usize].dtype = DType::Bool;
+    let both = b.boolean(both);
     let not = b.node("aten.bitwise_not.default", vec![t(both)], &[8]);
-    b.graph.values[not.0 as usize].dtype = DType::Bool;
+    let not = b.boolean(not);
     let fill = b.node("aten.scalar_tensor.default", vec![Arg::Float(f64::NEG_INFINITY)], &[]);
     let y = b.node("aten.where.self", vec![t(not), t(fill), t(x)], &[8]);
     let (text, counts) = b.lower(&[y]);

@@ -130,8 +130,8 @@ def _binding(op):
     packet = getattr(torch.ops.aten, name, None) if namespace == "aten" else None
     if op._overloadname != "default" or packet is None or not set(packet.overloads()) <= {"default", "out"}:
         return op
-    for namespace in (torch._C._VariableFunctions, torch._C._nn):
-        binding = getattr(namespace, name, None)
+    for module in (torch._C._VariableFunctions, torch._C._nn):
+        binding = getattr(module, name, None)
         if binding is not None:
             return binding
     return op
