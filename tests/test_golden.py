@@ -46,6 +46,10 @@ CASES = {
     "max_pool": (lambda x: F.max_pool2d(x, 3, 2, 1), (torch.randn(1, 2, 9, 9),)),
     "gather": (lambda x, i: torch.gather(x, 1, i), (torch.randn(5, 7), torch.randint(0, 7, (5, 3)))),
     "linear_gelu": (lambda x, w, b: F.gelu(F.linear(x, w, b)), (torch.randn(8, 16), torch.randn(32, 16), torch.randn(32))),
+    "depthwise_relu6": (
+        lambda x, w, s: F.relu6(F.conv2d(x, w, padding=1, groups=8) * s),
+        (torch.randn(1, 8, 6, 6), torch.randn(8, 1, 3, 3), torch.randn(1, 8, 1, 1)),
+    ),
 }
 
 

@@ -10,6 +10,7 @@
 //! ones it was built for (the runtime's guards ensure it).
 
 pub mod blas;
+pub mod depthwise;
 pub mod exec;
 mod fastmath;
 pub mod gemm;

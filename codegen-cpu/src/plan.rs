@@ -254,6 +254,13 @@ pub enum CpuStep {
         /// Multiplies the product (`addmm`'s alpha).
         scale: f64,
     },
+    /// rdyn's depthwise convolution kernel ([`crate::depthwise`]).
+    Depthwise {
+        x: BufId,
+        w: BufId,
+        out: BufId,
+        geometry: crate::depthwise::Geometry,
+    },
     /// Runs through the host (ATen): a library kernel or an eager fallback.
     Host {
         node: u32,
@@ -308,7 +315,7 @@ pub fn plan(program: &Program, syms: &Ctx) -> Result<CpuProgram, CodegenError> {
     for step in &program.steps {
         if let Step::Extern(ext) = step {
             let seen = match ext.kind {
-                ExternKind::Gemm { .. } => continue,
+                ExternKind::Gemm { .. } | ExternKind::DepthwiseConv2d { .. } => continue,
                 ExternKind::Library { .. } => &mut library_read,
                 ExternKind::Fallback { .. } => &mut host_visible,
             };
@@ -350,6 +357,12 @@ pub fn plan(program: &Program, syms: &Ctx) -> Result<CpuProgram, CodegenError> {
                     b: ext.inputs[1],
                     out: ext.outputs[0],
                     scale: f64::from_bits(*scale_bits),
+                },
+                ExternKind::DepthwiseConv2d { stride, padding, dilation } => CpuStep::Depthwise {
+                    x: ext.inputs[0],
+                    w: ext.inputs[1],
+                    out: ext.outputs[0],
+                    geometry: crate::depthwise::Geometry { stride: *stride, padding: *padding, dilation: *dilation },
                 },
                 ExternKind::Library { node, target } | ExternKind::Fallback { node, target } => CpuStep::Host {
                     node: *node,
@@ -488,6 +501,7 @@ impl CpuStep {
                 (reads, writes)
             }
             CpuStep::Gemm { a, b, out, .. } => (vec![root(a), root(b)], vec![root(out)]),
+            CpuStep::Depthwise { x, w, out, .. } => (vec![root(x), root(w)], vec![root(out)]),
             CpuStep::Host { inputs, outputs, .. } => {
                 (inputs.iter().map(root).collect(), outputs.iter().map(root).collect())
             }

@@ -200,6 +200,14 @@ impl CompiledGraph {
                             if *scale == 1.0 { String::new() } else { format!("{scale} * ") }
                         ),
                     ))?,
+                    CpuStep::Depthwise { x, w, out: o, geometry } => kernels.append((
+                        "depthwise_conv2d",
+                        "cpu",
+                        format!(
+                            "depthwise_conv2d (rdyn's kernel): {o} = conv({x}, {w}) stride {:?} padding {:?} dilation {:?}\n",
+                            geometry.stride, geometry.padding, geometry.dilation
+                        ),
+                    ))?,
                     CpuStep::Host { target, fallback, .. } => kernels.append((
                         if *fallback { "fallback" } else { "library" },
                         device,

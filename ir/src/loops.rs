@@ -646,6 +646,10 @@ pub enum ExternKind {
     /// `out = s·(a @ b)`; batched when the buffers are 3-D. `scale_bits`
     /// is `s` as f64 bits (`addmm`'s bias is added by the consumers).
     Gemm { scale_bits: u64 },
+    /// A depthwise 2-D convolution (one filter per channel: input
+    /// `[n, c, h, w]`, weight `[c, 1, kh, kw]`, output `[n, c, oh, ow]`),
+    /// rdyn's own CPU kernel; the bias is added by the consumers.
+    DepthwiseConv2d { stride: [i64; 2], padding: [i64; 2], dilation: [i64; 2] },
     /// A library kernel run through ATen (e.g. convolution).
     Library { node: u32, target: String },
     /// An op rdyn does not lower: the ATen node runs eagerly.

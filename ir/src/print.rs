@@ -68,6 +68,9 @@ impl fmt::Display for Program {
                             let scale = if scale == 1.0 { String::new() } else { format!(" scale {scale}") };
                             format!("gemm{scale}")
                         }
+                        ExternKind::DepthwiseConv2d { stride, padding, dilation } => {
+                            format!("depthwise_conv2d stride {stride:?} padding {padding:?} dilation {dilation:?}")
+                        }
                         ExternKind::Library { target, .. } => format!("library {target}"),
                         ExternKind::Fallback { target, .. } => format!("fallback {target}"),
                     };

@@ -26,7 +26,7 @@ pub fn run(program: &mut Program) {
                 !kernel.stages.is_empty()
             }
             Step::Extern(ext) => {
-                let needed = !matches!(ext.kind, ExternKind::Gemm { .. })
+                let needed = !matches!(ext.kind, ExternKind::Gemm { .. } | ExternKind::DepthwiseConv2d { .. })
                     || ext.outputs.iter().any(|b| live.contains(&program.storage_of(*b)));
                 if needed {
                     for b in &ext.inputs {

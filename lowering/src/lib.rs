@@ -11,6 +11,7 @@
 //! eagerly" and is handled here (the node becomes a fallback extern); any other
 //! error is a compiler bug and fails the whole graph.
 
+mod conv;
 mod cse;
 mod dce;
 mod diagonal;

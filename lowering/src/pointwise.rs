@@ -52,7 +52,8 @@ impl Lowerer<'_> {
             Angle => self.angle(node),
             Polygamma => self.polygamma(node),
             Mm | Bmm | Addmm => self.gemm(node),
-            Convolution | ConvolutionBackward => self.library(node),
+            Convolution => self.convolution(node),
+            ConvolutionBackward => self.library(node),
             BatchNormInference => self.batch_norm_inference(node),
             _ => Err(crate::unsupported(&node.target, "no lowering for this op")),
         }

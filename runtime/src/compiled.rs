@@ -4,6 +4,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
+use rdyn_codegen_cpu::depthwise::run_depthwise;
 use rdyn_codegen_cpu::exec::{run_kernel, Memory};
 use rdyn_codegen_cpu::gemm::run_gemm;
 use rdyn_codegen_cpu::plan::{plan, resolve_views, BufPlan, CpuProgram, CpuStep, Storage};
@@ -392,6 +393,10 @@ pub fn execute(selected: &Selected, args: &[CallArg], host: &mut dyn Host) -> Re
                 let mem = Memory { ptrs: &ptrs, bufs };
                 run_gemm(*a, *b, *out, *scale, &mem)?;
             }
+            CpuStep::Depthwise { x, w, out, geometry } => {
+                let mem = Memory { ptrs: &ptrs, bufs };
+                run_depthwise(*x, *w, *out, geometry, &mem)?;
+            }
             CpuStep::Host { node, inputs, outputs, .. } => {
                 host.run_node(*node, inputs, outputs, bufs, &mut ptrs)?;
                 resolve_views(bufs, &mut ptrs);
@@ -418,6 +423,9 @@ fn step_label(step: &CpuStep, bufs: &[BufPlan]) -> String {
         }
         CpuStep::Gemm { a, b, .. } => {
             format!("gemm {:?} @ {:?}", bufs[a.0 as usize].sizes, bufs[b.0 as usize].sizes)
+        }
+        CpuStep::Depthwise { x, w, .. } => {
+            format!("depthwise_conv2d {:?} * {:?}", bufs[x.0 as usize].sizes, bufs[w.0 as usize].sizes)
         }
         CpuStep::Host { target, inputs, .. } => {
             let sizes: Vec<_> = inputs.iter().map(|i| &bufs[i.0 as usize].sizes).collect();

@@ -13,6 +13,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
 use half::{bf16, f16};
+use rdyn_codegen_cpu::depthwise::run_depthwise;
 use rdyn_codegen_cpu::exec::{run_kernel, Memory};
 use rdyn_codegen_cpu::gemm::run_gemm;
 use rdyn_codegen_cpu::plan::{resolve_views, storage_root, BufPlan, CpuProgram, CpuStep, Storage};
@@ -448,6 +449,10 @@ pub fn execute_wgpu(
                     CpuStep::Gemm { a, b, out, scale } => {
                         let mem = Memory { ptrs, bufs };
                         run_gemm(*a, *b, *out, *scale, &mem)?;
+                    }
+                    CpuStep::Depthwise { x, w, out, geometry } => {
+                        let mem = Memory { ptrs, bufs };
+                        run_depthwise(*x, *w, *out, geometry, &mem)?;
                     }
                     CpuStep::Host { node, inputs, outputs, .. } => {
                         host.run_node(*node, inputs, outputs, bufs, ptrs)?;
