@@ -94,6 +94,7 @@ pub fn run_depthwise(x: BufId, w: BufId, out: BufId, g: &Geometry, mem: &Memory)
                 so: [po.strides[0], po.strides[1], po.strides[2], po.strides[3]],
                 channels: c,
                 plane,
+                avx2: avx2(),
                 _t: std::marker::PhantomData,
             };
             job.run(n * c, macs)
@@ -120,6 +121,8 @@ struct Job<T> {
     so: [i64; 4],
     channels: usize,
     plane: Plane,
+    /// Whether the rows run in the AVX2 build (detected once per call).
+    avx2: bool,
     _t: std::marker::PhantomData<T>,
 }
 
@@ -177,9 +180,9 @@ impl<T: Elem> Job<T> {
             if direct {
                 let pitch = self.so[2] as usize;
                 let block = unsafe { std::slice::from_raw_parts_mut(o, (rows - 1) * pitch + p.ow) };
-                convolve_rows(scratch, taps, &p, r, block, pitch);
+                convolve_rows(self.avx2, scratch, taps, &p, r, block, pitch);
             } else {
-                convolve_rows(scratch, taps, &p, r, &mut rows_buf[..rows * p.ow], p.ow);
+                convolve_rows(self.avx2, scratch, taps, &p, r, &mut rows_buf[..rows * p.ow], p.ow);
                 for (k, row) in rows_buf[..rows * p.ow].chunks(p.ow.max(1)).enumerate() {
                     let o = unsafe { o.offset((k as i64 * self.so[2]) as isize) };
                     for (q, v) in row.iter().enumerate() {
@@ -207,15 +210,25 @@ fn slack(p: &Plane) -> usize {
 }
 
 /// Output rows `r..` (1 or [`ROWS`] of them, as `dst` holds) of a plane
-/// from its zero-bordered scratch copy, into `dst`, rows `pitch` apart.
-fn convolve_rows<T: Elem>(scratch: &[T], taps: &[T], p: &Plane, r: usize, dst: &mut [T], pitch: usize) {
+/// from its zero-bordered scratch copy, into `dst`, rows `pitch` apart; in
+/// the AVX2 build when `avx2` (from [`avx2`]).
+fn convolve_rows<T: Elem>(avx2: bool, scratch: &[T], taps: &[T], p: &Plane, r: usize, dst: &mut [T], pitch: usize) {
     #[cfg(target_arch = "x86_64")]
-    if is_x86_feature_detected!("avx2") {
-        // SAFETY: the CPU supports AVX2 (checked just above).
+    if avx2 {
+        // SAFETY: `avx2` says the CPU supports AVX2.
         unsafe { convolve_rows_avx2(scratch, taps, p, r, dst, pitch) };
         return;
     }
+    let _ = avx2;
     convolve_rows_body(scratch, taps, p, r, dst, pitch);
+}
+
+/// Whether this CPU runs the AVX2 build of the row loops.
+fn avx2() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    return is_x86_feature_detected!("avx2");
+    #[cfg(not(target_arch = "x86_64"))]
+    false
 }
 
 #[cfg(target_arch = "x86_64")]

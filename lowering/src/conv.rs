@@ -9,7 +9,7 @@
 //! kernel reads NCHW as it is, one channel plane at a time.
 
 use crate::ir::graph::{Arg, Node};
-use crate::ir::loops::{BinaryOp, BufRole, Buffer, Extern, ExternKind, Step};
+use crate::ir::loops::{BinaryOp, Extern, ExternKind, Step};
 use crate::ir::{DType, Device, Expr};
 use crate::lower::{Handled, Lowerer};
 use crate::shape::int_list;
@@ -70,14 +70,7 @@ impl Lowerer<'_> {
         let w = self.tensor_arg(node, 1, "weight")?;
         let (x_buf, w_buf) = (self.buffer_for_extern(&x), self.buffer_for_extern(&w));
         let out_v = node.outputs.first().copied().ok_or_else(|| crate::invalid(&node.target, "no output"))?;
-        let strides = self.meta_strides(out_v);
-        let out_buf = self.prog.add_buffer(Buffer {
-            dtype,
-            sizes: sizes.clone(),
-            strides,
-            offset: Expr::zero(),
-            role: BufRole::Temp,
-        });
+        let out_buf = self.extern_output(out_v, sizes.clone(), dtype);
         self.prog.steps.push(Step::Extern(Extern { kind, inputs: vec![x_buf, w_buf], outputs: vec![out_buf] }));
         let mut result = self.load_buffer(out_buf);
         // The bias, per channel, is added by the consumers (it fuses into a

@@ -247,6 +247,13 @@ impl Lowerer<'_> {
         self.graph.meta(v).sizes.iter().map(|s| s.simplify(&self.syms)).collect()
     }
 
+    /// A temporary buffer for an extern call's output `v`, laid out as
+    /// PyTorch's metadata says (`sizes` as the caller computed them).
+    pub(crate) fn extern_output(&mut self, v: ValueId, sizes: Vec<Expr>, dtype: crate::ir::DType) -> BufId {
+        let strides = self.meta_strides(v);
+        self.prog.add_buffer(Buffer { dtype, sizes, strides, offset: Expr::zero(), role: BufRole::Temp })
+    }
+
     pub(crate) fn meta_strides(&self, v: ValueId) -> Vec<Expr> {
         self.graph.meta(v).strides.iter().map(|s| s.simplify(&self.syms)).collect()
     }

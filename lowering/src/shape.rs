@@ -673,17 +673,10 @@ impl Lowerer<'_> {
         let a_buf = self.buffer_for_extern(&a);
         let b_buf = self.buffer_for_extern(&b);
         let out_v = node.outputs.first().copied().ok_or_else(|| crate::invalid(op, "no output"))?;
-        let strides = self.meta_strides(out_v);
         // addmm's bias is added after the product, as a lazy pointwise value
         // that fuses into the product's consumers (a GELU, a residual add)
         // instead of being written into the output before the product.
-        let out_buf = self.prog.add_buffer(Buffer {
-            dtype: acc,
-            sizes: sizes.clone(),
-            strides,
-            offset: Expr::zero(),
-            role: BufRole::Temp,
-        });
+        let out_buf = self.extern_output(out_v, sizes.clone(), acc);
         self.prog.steps.push(Step::Extern(crate::ir::loops::Extern {
             kind: ExternKind::Gemm { scale_bits: alpha.to_bits() },
             inputs: vec![a_buf, b_buf],
