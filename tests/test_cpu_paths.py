@@ -113,6 +113,55 @@ def test_square_and_cube_are_products() -> None:
         assert_same(compile_aten(fn, [xd])(xd), fn(xd), fn(x))
 
 
+_SPECIAL = [float("inf"), float("-inf"), float("nan"), -0.0, 0.0, 1e-30, -1e-30, -5.0, -9.0, 30.0, -30.0]
+
+
+@pytest.mark.parametrize("approximate", ["none", "tanh"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16, torch.bfloat16])
+def test_gelu_is_one_op_and_matches_float64(approximate, dtype) -> None:
+    """aten.gelu is lowered as it is (not decomposed): the exact form is one
+    `gelu` instruction, the tanh form a tanh expression; both within
+    tolerance of eager and of float64 over [-8, 8] and at inf, NaN, ±0."""
+    fn = lambda x: torch.nn.functional.gelu(x, approximate=approximate)  # noqa: E731
+    x64 = torch.cat([torch.linspace(-8, 8, 4001, dtype=torch.float64), torch.tensor(_SPECIAL, dtype=torch.float64)])
+    x = x64.to(dtype)
+    source = "\n".join(k.source for k in _kernels(fn, x))
+    if approximate == "none":
+        assert "gelu r" in source and "erf" not in source, source
+    else:
+        assert "tanh r" in source and "gelu" not in source, source
+    (got,) = compile_aten(fn, [x])(x)
+    want = fn(x.to(torch.float64))
+    finite = torch.isfinite(x)
+    assert_same(got[finite], fn(x)[finite], want[finite])
+    # At ±inf and NaN, float64 eager's values (float32 eager's gelu(+inf)
+    # is NaN): +inf at +inf, NaN at -inf and NaN.
+    torch.testing.assert_close(got[~finite].double(), want[~finite], equal_nan=True)
+
+
+def test_layer_norm_gelu_residual_is_one_kernel() -> None:
+    """LayerNorm, GELU, scale/shift and a residual add: one kernel, whose
+    pointwise stage calls gelu once; matches float64, values and gradients."""
+    w, b = torch.randn(64, dtype=torch.float64), torch.randn(64, dtype=torch.float64)
+    s, t = torch.randn(64, dtype=torch.float64), torch.randn(64, dtype=torch.float64)
+
+    def block(x, w, b, s, t):
+        return x + torch.nn.functional.gelu(torch.nn.functional.layer_norm(x, (64,), w, b)) * s + t
+
+    x = torch.randn(4, 33, 64, dtype=torch.float64)
+    args32 = [v.float() for v in (x, w, b, s, t)]
+    kernels = _kernels(block, *args32)
+    assert len(kernels) == 1 and kernels[0].source.count("gelu r") == 1, [k.source for k in kernels]
+    assert_same(compile_aten(block, args32)(*args32), block(*args32), block(x, w, b, s, t))
+    grads = [v.clone().requires_grad_() for v in args32]
+    compiled = torch.compile(block, backend="rdyn")
+    compiled(*grads).square().sum().backward()
+    ref = [v.clone().requires_grad_() for v in (x, w, b, s, t)]
+    block(*ref).square().sum().backward()
+    for g, r in zip(grads, ref):
+        torch.testing.assert_close(g.grad, r.grad.float(), rtol=1e-4, atol=1e-4)
+
+
 PROFILE = textwrap.dedent(
     """
     import torch, rdyn

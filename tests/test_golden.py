@@ -115,4 +115,4 @@ def test_linear_bias_fuses_into_the_epilogue():
     assert names[0] == "gemm" and len(names) == 2, names
     assert "+=" not in report.kernels[0].source
     epilogue = report.kernels[1].source
-    assert "erf" in epilogue and "[i1]" in epilogue, epilogue
+    assert "gelu" in epilogue and "[i1]" in epilogue, epilogue

@@ -42,6 +42,7 @@ macro_rules! float_ops {
                 UnaryOp::Atanh => map!(|v: $t| v.atanh()),
                 UnaryOp::Sigmoid => map!(|v: $t| 1.0 / (1.0 + (-v).exp())),
                 UnaryOp::Erf => map!(|v: $t| $libm_erf(v)),
+                UnaryOp::Gelu => map!(|v: $t| 0.5 * v * (1.0 + $libm_erf(v * std::f64::consts::FRAC_1_SQRT_2 as $t))),
                 UnaryOp::Erfc => map!(|v: $t| $libm_erfc(v)),
                 UnaryOp::Erfinv => map!(|v: $t| $erfinv(v)),
                 UnaryOp::Floor => map!(|v: $t| v.floor()),
@@ -355,6 +356,7 @@ fn unary_f32_body<const FMA: bool>(op: UnaryOp, x: &[f32], out: &mut [f32]) {
         UnaryOp::Sigmoid => map!(fm::sigmoid::<FMA>),
         UnaryOp::Log => map!(fm::ln::<FMA>),
         UnaryOp::Erf => map!(fm::erf::<FMA>),
+        UnaryOp::Gelu => map!(fm::gelu::<FMA>),
         other => unary_f32_generic(other, x, out),
     }
 }

@@ -296,6 +296,18 @@ fn float32_unary(f: &mut Func, op: UnaryOp, x: &str) -> Result<String, PtxError>
             };
             keep_nan(f, x, &r)
         }
+        UnaryOp::Gelu => {
+            // x·Φ(x), Φ's tail erfc(|z|)/2 at z = x/√2 taken directly for
+            // x < 0 (no 1 − (1 − tail)): Φ(−inf) = 0, so gelu(−inf) is NaN.
+            let z = mul(f, x, &k(std::f64::consts::FRAC_1_SQRT_2));
+            let c = erfc_abs(f, &z);
+            let tail = mul(f, &c, &k(0.5));
+            let upper = sub(f, &k(1.0), &tail);
+            let neg = f.setp("lt", "f32", x, &k(0.0));
+            let phi = f.selp(Class::F32, &tail, &upper, &neg);
+            let r = mul(f, x, &phi);
+            keep_nan(f, x, &r)
+        }
         UnaryOp::Lgamma => crate::special::lgamma(f, x),
         UnaryOp::Digamma => crate::special::digamma(f, x),
         UnaryOp::Erfinv => crate::special::erfinv(f, x),

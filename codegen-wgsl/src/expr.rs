@@ -106,12 +106,16 @@ fn powi(a: i32, b: i32) -> i32 {
     loop { if (e == 0i) { break; } if ((e & 1i) == 1i) { r = r * base; } base = base * base; e = e >> 1u; }
     return r;
 }
-fn erff(x: f32) -> f32 {
-    let z = abs(x);
+fn erfc_abs(z: f32) -> f32 {
     let t = 1.0f / (1.0f + 0.5f * z);
     let p = -z * z - 1.26551223f + t * (1.00002368f + t * (0.37409196f + t * (0.09678418f + t * (-0.18628806f
         + t * (0.27886807f + t * (-1.13520398f + t * (1.48851587f + t * (-0.82215223f + t * 0.17087277f))))))));
-    return sign(x) * (1.0f - t * exp(p));
+    return t * exp(p);
+}
+fn erff(x: f32) -> f32 { return sign(x) * (1.0f - erfc_abs(abs(x))); }
+fn geluf(x: f32) -> f32 {
+    let tail = 0.5f * erfc_abs(abs(x) * 0.70710678f);
+    return x * select(1.0f - tail, tail, x < 0.0f);
 }
 fn expm1f(x: f32) -> f32 { return select(exp(x) - 1.0f, x + 0.5f * x * x + x * x * x / 6.0f, abs(x) < 1e-3f); }
 fn log1pf(x: f32) -> f32 { return select(log(1.0f + x), x - 0.5f * x * x + x * x * x / 3.0f, abs(x) < 1e-3f); }
@@ -388,6 +392,7 @@ impl BodyWriter<'_> {
             UnaryOp::Atanh => format!("atanh({x})"),
             UnaryOp::Sigmoid => format!("(1.0f / (1.0f + exp(-{x})))"),
             UnaryOp::Erf => format!("erff({x})"),
+            UnaryOp::Gelu => format!("geluf({x})"),
             UnaryOp::Erfc => format!("(1.0f - erff({x}))"),
             UnaryOp::Floor => format!("floor({x})"),
             UnaryOp::Ceil => format!("ceil({x})"),

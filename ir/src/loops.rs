@@ -107,6 +107,8 @@ simple_enum! {
         Asin => "asin", Acos => "acos", Atan => "atan", Sinh => "sinh", Cosh => "cosh",
         Tanh => "tanh", Asinh => "asinh", Acosh => "acosh", Atanh => "atanh",
         Sigmoid => "sigmoid", Erf => "erf", Erfc => "erfc", Erfinv => "erfinv",
+        // Exact GELU, x·Φ(x) = x·(1 + erf(x/√2))/2: one op, not its five.
+        Gelu => "gelu",
         Floor => "floor", Ceil => "ceil", Round => "round", Trunc => "trunc",
         Sign => "sign", Reciprocal => "reciprocal", Not => "not", BitNot => "bitnot",
         IsNan => "isnan", IsInf => "isinf", Signbit => "signbit", Lgamma => "lgamma",

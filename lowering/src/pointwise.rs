@@ -21,7 +21,7 @@ impl Lowerer<'_> {
             Abs | Neg | Exp | Exp2 | Expm1 | Log | Log2 | Log10 | Log1p | Sqrt | Rsqrt | Sin | Cos | Tan | Asin
             | Acos | Atan | Sinh | Cosh | Tanh | Asinh | Acosh | Atanh | Sigmoid | Erf | Erfc | Erfinv | Floor
             | Ceil | Trunc | Sign | Sgn | Reciprocal | LogicalNot | BitwiseNot | IsNan | IsInf | Signbit | Lgamma
-            | Digamma | Relu | Square | Frac | IsFinite | IsPosInf | IsNegInf | Positive | Deg2Rad | Rad2Deg
+            | Digamma | Gelu | Relu | Square | Frac | IsFinite | IsPosInf | IsNegInf | Positive | Deg2Rad | Rad2Deg
             | Round | Sinc | I0 | SpecialI0 | SpecialI0e | SpecialI1 | SpecialModI1 | SpecialI1e | SpecialK0
             | SpecialK1 | SpecialK0e | SpecialK1e | SpecialJ0 | SpecialJ1 | SpecialY0 | SpecialY1
             | SpecialSphericalJ0 | SpecialErfcx | SpecialNdtri => self.unary(node),
@@ -119,9 +119,11 @@ impl Lowerer<'_> {
         let compute =
             if matches!(node.op, IsNan | IsInf | IsFinite | IsPosInf | IsNegInf | Signbit) { x_dtype } else { out };
         let x = self.operand(node.arg(0, "self"), &sizes, compute, &node.target)?;
+        let gelu_tanh = node.op == Gelu && gelu_is_tanh(node)?;
         let s = &mut self.prog.scalars;
         let simple = |op| Some(op);
         let op = match node.op {
+            Gelu if !gelu_tanh => simple(UnaryOp::Gelu),
             Abs => simple(UnaryOp::Abs),
             Neg => simple(UnaryOp::Neg),
             Exp => simple(UnaryOp::Exp),
@@ -199,6 +201,23 @@ impl Lowerer<'_> {
                 s.binary(BinaryOp::Max, x, zero, out)
             }
             Square => s.binary(BinaryOp::Mul, x, x, out),
+            Gelu => {
+                // approximate="tanh", as ATen writes it:
+                // x/2 · (1 + tanh(√(2/π) · (x + 0.044715 x³))).
+                let cube = s.binary(BinaryOp::Mul, x, x, out);
+                let cube = s.binary(BinaryOp::Mul, cube, x, out);
+                let kappa = s.constant(0.044715, out);
+                let t = s.binary(BinaryOp::Mul, kappa, cube, out);
+                let t = s.binary(BinaryOp::Add, x, t, out);
+                let beta = s.constant((2.0 / std::f64::consts::PI).sqrt(), out);
+                let t = s.binary(BinaryOp::Mul, beta, t, out);
+                let t = s.unary(UnaryOp::Tanh, t, out);
+                let one = s.constant(1.0, out);
+                let t = s.binary(BinaryOp::Add, one, t, out);
+                let half = s.constant(0.5, out);
+                let h = s.binary(BinaryOp::Mul, half, x, out);
+                s.binary(BinaryOp::Mul, h, t, out)
+            }
             Frac => {
                 let t = s.unary(UnaryOp::Trunc, x, out);
                 s.binary(BinaryOp::Sub, x, t, out)
@@ -565,6 +584,16 @@ fn bool_or(dtype: DType, logical: BinaryOp, bitwise: BinaryOp) -> BinaryOp {
         logical
     } else {
         bitwise
+    }
+}
+
+/// Whether a GELU node asks for the tanh approximation (else the exact one).
+fn gelu_is_tanh(node: &Node) -> Result<bool, LowerError> {
+    match node.arg(1, "approximate") {
+        Arg::None => Ok(false),
+        Arg::Str(mode) if mode == "none" => Ok(false),
+        Arg::Str(mode) if mode == "tanh" => Ok(true),
+        other => Err(crate::unsupported(&node.target, format!("approximate={other:?}"))),
     }
 }
 

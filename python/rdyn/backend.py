@@ -34,7 +34,6 @@ DECOMPOSITIONS = {
             aten.native_layer_norm,
             aten._native_batch_norm_legit_functional,
             aten.native_group_norm,
-            aten.gelu,
             aten.silu,
             aten.max_pool2d_with_indices,
             aten._adaptive_avg_pool2d,

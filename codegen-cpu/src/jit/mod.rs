@@ -163,7 +163,7 @@ pub(crate) const UNARY_TILE: &str = "rdyn_unary_tile";
 
 /// The float32 unary ops compiled stages run through [`unary_tile`]; an
 /// op's code is its position here.
-const TILE_OPS: [UnaryOp; 25] = [
+const TILE_OPS: [UnaryOp; 26] = [
     UnaryOp::Exp,
     UnaryOp::Exp2,
     UnaryOp::Expm1,
@@ -185,6 +185,7 @@ const TILE_OPS: [UnaryOp; 25] = [
     UnaryOp::Atanh,
     UnaryOp::Sigmoid,
     UnaryOp::Erf,
+    UnaryOp::Gelu,
     UnaryOp::Erfc,
     UnaryOp::Erfinv,
     UnaryOp::Lgamma,
