@@ -379,29 +379,7 @@ pub fn execute(selected: &Selected, args: &[CallArg], host: &mut dyn Host) -> Re
             continue;
         }
         let start = profile.then(Instant::now);
-        match step {
-            CpuStep::Kernel(kernel) => {
-                let mem = Memory { ptrs: &ptrs, bufs };
-                if !run_kernel(kernel, &mem) {
-                    return Err(RuntimeError::Kernel(format!(
-                        "kernel {} read an index out of range or divided an integer by zero",
-                        kernel.name
-                    )));
-                }
-            }
-            CpuStep::Gemm { a, b, out, scale } => {
-                let mem = Memory { ptrs: &ptrs, bufs };
-                run_gemm(*a, *b, *out, *scale, &mem)?;
-            }
-            CpuStep::Depthwise { x, w, out, geometry } => {
-                let mem = Memory { ptrs: &ptrs, bufs };
-                run_depthwise(*x, *w, *out, geometry, &mem)?;
-            }
-            CpuStep::Host { node, inputs, outputs, .. } => {
-                host.run_node(*node, inputs, outputs, bufs, &mut ptrs)?;
-                resolve_views(bufs, &mut ptrs);
-            }
-        }
+        run_cpu_step(step, bufs, &mut ptrs, host)?;
         if let Some(start) = start {
             crate::stats::STATS.record_step(&step_label(step, bufs), start.elapsed().as_nanos() as u64);
         }
@@ -412,6 +390,34 @@ pub fn execute(selected: &Selected, args: &[CallArg], host: &mut dyn Host) -> Re
         }
     }
     Ok(ptrs)
+}
+
+/// Run one step of a CPU program over the buffers at `ptrs` (the CPU
+/// path, and the CPU steps of a wgpu program).
+pub(crate) fn run_cpu_step(
+    step: &CpuStep,
+    bufs: &[BufPlan],
+    ptrs: &mut [usize],
+    host: &mut dyn Host,
+) -> Result<(), RuntimeError> {
+    let mem = Memory { ptrs, bufs };
+    match step {
+        CpuStep::Kernel(kernel) => {
+            if !run_kernel(kernel, &mem) {
+                return Err(RuntimeError::Kernel(format!(
+                    "kernel {} read an index out of range or divided an integer by zero",
+                    kernel.name
+                )));
+            }
+        }
+        CpuStep::Gemm { a, b, out, scale } => run_gemm(*a, *b, *out, *scale, &mem)?,
+        CpuStep::Depthwise { x, w, out, geometry } => run_depthwise(*x, *w, *out, geometry, &mem)?,
+        CpuStep::Host { node, inputs, outputs, .. } => {
+            host.run_node(*node, inputs, outputs, bufs, ptrs)?;
+            resolve_views(bufs, ptrs);
+        }
+    }
+    Ok(())
 }
 
 /// How `RDYN_PROFILE` names a step: what it runs and on which sizes.

@@ -13,10 +13,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
 use half::{bf16, f16};
-use rdyn_codegen_cpu::depthwise::run_depthwise;
-use rdyn_codegen_cpu::exec::{run_kernel, Memory};
-use rdyn_codegen_cpu::gemm::run_gemm;
-use rdyn_codegen_cpu::plan::{resolve_views, storage_root, BufPlan, CpuProgram, CpuStep, Storage};
+use rdyn_codegen_cpu::plan::{storage_root, BufPlan, CpuProgram, Storage};
 use rdyn_codegen_wgsl::{gemm_wgsl, kernel_wgsl, validate, WgslError, WgslKernel};
 use rdyn_ir::loops::{Program, Step};
 use rdyn_ir::{Ctx, DType};
@@ -436,29 +433,7 @@ pub fn execute_wgpu(
                         res.download(*r, ptrs)?;
                     }
                 }
-                match cpu_step {
-                    CpuStep::Kernel(kernel) => {
-                        let mem = Memory { ptrs, bufs };
-                        if !run_kernel(kernel, &mem) {
-                            return Err(RuntimeError::Kernel(format!(
-                                "kernel {} read an index out of range or divided an integer by zero",
-                                kernel.name
-                            )));
-                        }
-                    }
-                    CpuStep::Gemm { a, b, out, scale } => {
-                        let mem = Memory { ptrs, bufs };
-                        run_gemm(*a, *b, *out, *scale, &mem)?;
-                    }
-                    CpuStep::Depthwise { x, w, out, geometry } => {
-                        let mem = Memory { ptrs, bufs };
-                        run_depthwise(*x, *w, *out, geometry, &mem)?;
-                    }
-                    CpuStep::Host { node, inputs, outputs, .. } => {
-                        host.run_node(*node, inputs, outputs, bufs, ptrs)?;
-                        resolve_views(bufs, ptrs);
-                    }
-                }
+                crate::compiled::run_cpu_step(cpu_step, bufs, ptrs, host)?;
                 for r in writes {
                     res.host_valid[r] = true;
                     res.device_valid[r] = false;
