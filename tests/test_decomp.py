@@ -3,8 +3,14 @@
 Max pooling is unrolled into strided slices of the padded input; values and
 indices must match ATen's kernel exactly, ties, NaN and -inf included, for
 every padding, stride, dilation and ceil_mode, and its gradient must too.
-1x1 and patch-embedding convolutions become a matrix product; results and
-gradients are checked against float64 eager.
+1x1 and patch-embedding convolutions become a matrix product (in the
+lowering, `lowering/src/conv.rs`); results and gradients are checked against
+float64 eager.
+
+Ops rdyn lowers whole (layer norm, clamps and ReLU6, transposes and
+squeezes) reach it undecomposed: each decomposed op costs PyTorch's tracer
+about 0.6 ms, so keeping them whole is most of what capture time rdyn can
+save.
 """
 
 from __future__ import annotations
@@ -98,6 +104,7 @@ CONVS = [
     ("pointwise_one_pixel", (1, 96, 12, 1), dict(kernel_size=1, bias=True)),
     ("patches", (1, 3, 16, 8), dict(kernel_size=4, stride=4, bias=True)),
     ("patches_batched_rectangular", (3, 2, 5, 12), dict(kernel_size=(3, 2), stride=(3, 2))),
+    ("patches_vit", (2, 3, 24, 32), dict(kernel_size=16, stride=16, bias=True)),
 ]
 
 
@@ -123,6 +130,58 @@ def test_convolution_decompositions_match_eager(name, shape, kwargs) -> None:
     conv64(x64).square().sum().backward()
     assert_same(x.grad, x64.grad.float(), x64.grad)
     assert_same(conv.weight.grad, conv64.weight.grad.float(), conv64.weight.grad)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("layout", ["contiguous", "channels_last", "transposed"])
+@pytest.mark.parametrize("kernel", [1, 4])
+def test_convolution_gemm_layouts_and_dtypes(kernel, layout, dtype) -> None:
+    """The GEMM form reads any input layout through views, and half
+    precision multiplies in float32 as ATen does."""
+    g = torch.Generator().manual_seed(1)
+    x64 = torch.randn(2, 6, 8, 12, generator=g, dtype=torch.float64)
+    if layout == "channels_last":
+        x64 = x64.contiguous(memory_format=torch.channels_last)
+    elif layout == "transposed":
+        x64 = x64.transpose(2, 3).contiguous().transpose(2, 3)
+    w64 = torch.randn(10, 6, kernel, kernel, generator=g, dtype=torch.float64)
+    b64 = torch.randn(10, generator=g, dtype=torch.float64)
+    fn = lambda x, w, b: torch.nn.functional.conv2d(x, w, b, stride=kernel)  # noqa: E731
+    args = [t.to(dtype) for t in (x64, w64, b64)]
+    report = rdyn.explain(fn, *args)
+    assert report.fallback_ops == {}
+    assert any(k.name.startswith("gemm") for k in report.kernels)
+    assert_same(torch.compile(fn, backend="rdyn")(*args), fn(*args), fn(x64, w64, b64))
+
+
+def test_composites_reach_rdyn_whole() -> None:
+    """Layer norm, clamps, ReLU6, transposes and squeezes are single nodes
+    of the graph rdyn imports, and match float64 eager; clamps keep the sign
+    of zero and NaN exactly as ATen's kernel does."""
+    ln = torch.nn.functional.layer_norm
+
+    def fn(x, w, b, lo):
+        y = ln(x, (x.shape[-1],), w, b).transpose(0, 1)[2].t()
+        z = torch.nn.functional.relu6(x) + torch.nn.functional.hardtanh(x, -0.5, 0.25)
+        return y, z + x.clamp(min=lo) + x.clamp(max=0.3), x.unsqueeze(0).squeeze(0).clamp(-0.1, 0.2)
+
+    g = torch.Generator().manual_seed(2)
+    x64 = torch.randn(5, 7, 16, generator=g, dtype=torch.float64)
+    x64[0, 0, :4] = torch.tensor([0.0, -0.0, float("nan"), -float("inf")], dtype=torch.float64)
+    w64, b64, lo64 = (torch.randn(16, generator=g, dtype=torch.float64) for _ in range(3))
+    args = [t.float() for t in (x64, w64, b64, lo64)]
+    report = rdyn.explain(fn, *args)
+    graph = "\n".join(report.graphs)
+    for op in ("native_layer_norm", "hardtanh", "clamp.default", "clamp.Tensor", "transpose.int", "t.default", "squeeze"):
+        assert f"aten.{op}" in graph, op
+    assert "var_mean" not in graph and "where" not in graph
+    assert report.fallback_ops == {}
+    got = torch.compile(fn, backend="rdyn")(*args)
+    assert_same(got, fn(*args), fn(x64, w64, b64, lo64))
+    for a, e in zip(got[1:], fn(*args)[1:]):
+        assert torch.equal(a.isnan(), e.isnan())
+        assert torch.equal(torch.signbit(a), torch.signbit(e))
+        assert torch.equal(a.nan_to_num(), e.nan_to_num())
 
 
 def test_pointwise_convolution_is_a_gemm() -> None:

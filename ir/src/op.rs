@@ -91,6 +91,7 @@ ops! {
     SplitWithSizes => "split_with_sizes", SliceScatter => "slice_scatter", SelectScatter => "select_scatter",
     EmptyPermuted => "empty_permuted", Angle => "angle", Polygamma => "polygamma",
     ScatterAdd => "scatter_add", BatchNormInference => "_native_batch_norm_legit_no_training",
+    LayerNorm => "native_layer_norm",
     Mm => "mm", Bmm => "bmm", Addmm => "addmm", Convolution => "convolution",
     ConvolutionBackward => "convolution_backward",
     // special functions

@@ -18,6 +18,7 @@ mod diagonal;
 mod forward;
 mod lazy;
 mod lower;
+mod norm;
 mod pointwise;
 mod pool;
 mod reduce;

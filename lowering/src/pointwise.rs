@@ -32,7 +32,7 @@ impl Lowerer<'_> {
             | ChebyshevW | ShiftedChebyshevT | ShiftedChebyshevU | ShiftedChebyshevV | ShiftedChebyshevW | HermiteH
             | HermiteHe | LaguerreL | LegendreP => self.binary(node),
             Where => self.where_(node),
-            Clamp | ClampMin | ClampMax => self.clamp(node),
+            Clamp | ClampMin | ClampMax | HardTanh => self.clamp(node),
             Lerp => self.lerp(node),
             Addcmul | Addcdiv => self.addc(node),
             Clone | ToCopy | Alias | LiftFreshCopy | Contiguous | Detach | Copy => self.copy_like(node),
@@ -55,6 +55,7 @@ impl Lowerer<'_> {
             Convolution => self.convolution(node),
             ConvolutionBackward => self.library(node),
             BatchNormInference => self.batch_norm_inference(node),
+            LayerNorm => self.layer_norm(node),
             _ => Err(crate::unsupported(&node.target, "no lowering for this op")),
         }
     }
@@ -430,15 +431,25 @@ impl Lowerer<'_> {
         let (lo, hi) = match node.op {
             Op::ClampMin => (node.arg(1, "min").clone(), Arg::None),
             Op::ClampMax => (Arg::None, node.arg(1, "max").clone()),
+            Op::HardTanh => {
+                let bound = |pos, name, default| match node.arg(pos, name) {
+                    Arg::None => Arg::Float(default),
+                    a => a.clone(),
+                };
+                (bound(1, "min_val", -1.0), bound(2, "max_val", 1.0))
+            }
             _ => (node.arg(1, "min").clone(), node.arg(2, "max").clone()),
         };
+        // The bound first: `max(lo, x)` is `lo` only when `lo` is NaN or
+        // strictly above `x`, so x's NaN and its zero's sign survive as in
+        // ATen (`clamp(-0.0, min=0.0)` is -0.0) and a NaN bound gives NaN.
         if !lo.is_none() {
             let lo = self.operand(&lo, &sizes, out, &node.target)?;
-            x = self.prog.scalars.binary(BinaryOp::Max, x, lo, out);
+            x = self.prog.scalars.binary(BinaryOp::Max, lo, x, out);
         }
         if !hi.is_none() {
             let hi = self.operand(&hi, &sizes, out, &node.target)?;
-            x = self.prog.scalars.binary(BinaryOp::Min, x, hi, out);
+            x = self.prog.scalars.binary(BinaryOp::Min, hi, x, out);
         }
         self.native(sizes, x, out)
     }
@@ -536,46 +547,6 @@ impl Lowerer<'_> {
             s.binary(BinaryOp::Polygamma, nn, x, out)
         };
         self.native(sizes, v, out)
-    }
-
-    /// `(x - mean) / sqrt(var + eps) * weight + bias`, per channel (dim 1);
-    /// the saved mean / rstd outputs are empty in inference.
-    fn batch_norm_inference(&mut self, node: &Node) -> Res {
-        let (sizes, out) = self.out_meta(node)?;
-        let x = self.operand(node.arg(0, "input"), &sizes, out, &node.target)?;
-        let eps = node.arg(6, "eps").as_float().unwrap_or(1e-5);
-        let channel = |lw: &mut Self, arg: &Arg| -> Result<Option<ScalarId>, LowerError> {
-            let Arg::Tensor(v) = arg else { return Ok(None) };
-            let lazy = lw.value(*v, &node.target)?;
-            // Channel vectors index dim 1 of the input.
-            let view = lw.view(&lazy, sizes.clone(), &[Expr::v(1)]);
-            Ok(Some(lw.prog.scalars.cast(view.value, out)))
-        };
-        let weight = channel(self, node.arg(1, "weight"))?;
-        let bias = channel(self, node.arg(2, "bias"))?;
-        let mean = channel(self, node.arg(3, "running_mean"))?
-            .ok_or_else(|| crate::unsupported(&node.target, "no running mean"))?;
-        let var = channel(self, node.arg(4, "running_var"))?
-            .ok_or_else(|| crate::unsupported(&node.target, "no running var"))?;
-        let s = &mut self.prog.scalars;
-        let e = s.constant(eps, out);
-        let ve = s.binary(BinaryOp::Add, var, e, out);
-        let rstd = s.unary(UnaryOp::Rsqrt, ve, out);
-        let centered = s.binary(BinaryOp::Sub, x, mean, out);
-        let mut y = s.binary(BinaryOp::Mul, centered, rstd, out);
-        if let Some(w) = weight {
-            y = s.binary(BinaryOp::Mul, y, w, out);
-        }
-        if let Some(b) = bias {
-            y = s.binary(BinaryOp::Add, y, b, out);
-        }
-        let mut outs = vec![Lazy { sizes, value: y, dtype: out }];
-        for v in node.outputs.iter().skip(1) {
-            let meta = self.graph.meta(*v);
-            let zero = self.prog.scalars.constant(0.0, meta.dtype);
-            outs.push(Lazy { sizes: self.meta_sizes(*v), value: zero, dtype: meta.dtype });
-        }
-        Ok(Handled::Native(outs))
     }
 }
 

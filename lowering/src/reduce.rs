@@ -42,7 +42,7 @@ pub(crate) fn reduce_dims(arg: &Arg, ndim: usize, op: &str) -> Result<Vec<usize>
     Ok(dims)
 }
 
-fn acc_dtype(dtype: DType) -> DType {
+pub(crate) fn acc_dtype(dtype: DType) -> DType {
     match dtype {
         DType::F16 | DType::BF16 => DType::F32,
         other => other,
@@ -159,7 +159,7 @@ impl Lowerer<'_> {
         Ok(Handled::Native(vec![self.cast_lazy(reduced, out)]))
     }
 
-    fn numel_of(&mut self, input: &Lazy, dims: &[usize], dtype: DType) -> crate::ir::loops::ScalarId {
+    pub(crate) fn numel_of(&mut self, input: &Lazy, dims: &[usize], dtype: DType) -> crate::ir::loops::ScalarId {
         let n = dims.iter().fold(Expr::c(1), |acc, d| acc.mul(&input.sizes[*d]));
         let idx = match n.as_const() {
             Some(k) => self.prog.scalars.int_constant(k, DType::I64),

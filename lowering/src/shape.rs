@@ -3,7 +3,7 @@
 
 use crate::ir::graph::{Arg, Node};
 use crate::ir::loops::{
-    contiguous_strides, BinaryOp, BufRole, Buffer, ExternKind, Kernel, ScalarId, ScalarOp, Stage, Step,
+    contiguous_strides, BinaryOp, BufId, BufRole, Buffer, ExternKind, Kernel, ScalarId, ScalarOp, Stage, Step,
 };
 use crate::ir::op::Op;
 use crate::ir::{DType, Expr};
@@ -669,19 +669,11 @@ impl Lowerer<'_> {
         }
         let alpha = node.kwarg("alpha").as_float().unwrap_or(1.0);
         let beta = node.kwarg("beta").as_float().unwrap_or(1.0);
-        let (a, b) = (self.cast_lazy(a, acc), self.cast_lazy(b, acc));
-        let a_buf = self.buffer_for_extern(&a);
-        let b_buf = self.buffer_for_extern(&b);
         let out_v = node.outputs.first().copied().ok_or_else(|| crate::invalid(op, "no output"))?;
         // addmm's bias is added after the product, as a lazy pointwise value
         // that fuses into the product's consumers (a GELU, a residual add)
         // instead of being written into the output before the product.
-        let out_buf = self.extern_output(out_v, sizes.clone(), acc);
-        self.prog.steps.push(Step::Extern(crate::ir::loops::Extern {
-            kind: ExternKind::Gemm { scale_bits: alpha.to_bits() },
-            inputs: vec![a_buf, b_buf],
-            outputs: vec![out_buf],
-        }));
+        let out_buf = self.gemm_into(a, b, acc, sizes.clone(), self.meta_strides(out_v), alpha);
         let mut result = self.load_buffer(out_buf);
         if node.op == Op::Addmm && beta != 0.0 {
             let bias = self.tensor_arg(node, 0, "self")?;
@@ -696,6 +688,31 @@ impl Lowerer<'_> {
             result.value = self.prog.scalars.binary(BinaryOp::Add, scaled, result.value, acc);
         }
         Ok(Handled::Extern(vec![self.cast_lazy(result, out)]))
+    }
+
+    /// `scale · (a @ b)` through the GEMM library (2-D, or 3-D batched),
+    /// the operands cast to `acc`, into a new buffer of `sizes` and
+    /// `strides`.
+    pub(crate) fn gemm_into(
+        &mut self,
+        a: Lazy,
+        b: Lazy,
+        acc: DType,
+        sizes: Vec<Expr>,
+        strides: Vec<Expr>,
+        scale: f64,
+    ) -> BufId {
+        let (a, b) = (self.cast_lazy(a, acc), self.cast_lazy(b, acc));
+        let a_buf = self.buffer_for_extern(&a);
+        let b_buf = self.buffer_for_extern(&b);
+        let out_buf =
+            self.prog.add_buffer(Buffer { dtype: acc, sizes, strides, offset: Expr::zero(), role: BufRole::Temp });
+        self.prog.steps.push(Step::Extern(crate::ir::loops::Extern {
+            kind: ExternKind::Gemm { scale_bits: scale.to_bits() },
+            inputs: vec![a_buf, b_buf],
+            outputs: vec![out_buf],
+        }));
+        out_buf
     }
 
     /// Library kernels run through ATen (convolution).

@@ -1,15 +1,6 @@
 """Decompositions rdyn writes itself, where PyTorch's own give graphs that
 lower to slow kernels, or ATen's kernel is slow for the shapes models use.
 
-A convolution that reads each pixel once (a 1x1 convolution with stride 1,
-or a patch embedding whose kernel is its stride; no padding, one group) is
-a matrix product of the weight with the input's patches: ``mm`` (or ``bmm``
-over the batch), so it takes rdyn's GEMM path with its epilogue fused,
-instead of ATen's convolution, whose per-call set-up dominates at the small
-spatial sizes of mobile networks (a 192->1152 channel 1x1 convolution over
-3x3 pixels takes ATen ~180 us; ViT's 16x16 patch embedding ~190 us). Only the forward is rewritten: autograd records the convolution before the decomposition runs,
-so the backward stays ``convolution_backward``.
-
 PyTorch decomposes ``max_pool2d_with_indices`` into a gather of every window
 (``index`` with index tensors, then ``max.dim`` over ``kh*kw``): the window
 position becomes a division and a modulo of the reduction index, and the
@@ -88,52 +79,6 @@ def max_pool2d_with_indices(x, kernel_size, stride=(), padding=0, dilation=1, ce
     return best, index
 
 
-def _patch_conv(x, weight, stride, padding, dilation, groups, transposed):
-    """Whether the convolution reads each input pixel once: its kernel is its
-    stride (1x1 with stride 1, or a vision transformer's patch embedding),
-    no padding, one group, and the kernel tiles the image exactly."""
-    if transposed or groups != 1 or x.dim() != 4 or weight.dim() != 4 or not x.dtype.is_floating_point:
-        return False
-    kh, kw = weight.shape[2], weight.shape[3]
-    return (
-        tuple(stride) == (kh, kw)
-        and all(p == 0 for p in padding)
-        and ((kh, kw) == (1, 1) or all(d == 1 for d in dilation))
-        and x.shape[2] % kh == 0
-        and x.shape[3] % kw == 0
-        and x.is_contiguous()
-    )
-
-
-def convolution(x, weight, bias, stride, padding, dilation, transposed, output_padding, groups):
-    if not _patch_conv(x, weight, stride, padding, dilation, groups, transposed):
-        return NotImplemented
-    n, cin, h, w = x.shape
-    cout, _, kh, kw = weight.shape
-    oh, ow = h // kh, w // kw
-    taps = cin * kh * kw
-    w2 = aten.view(weight.contiguous(), [cout, taps])
-    if (kh, kw) == (1, 1):
-        # Channels by pixels: plain views of a contiguous tensor (reshape's
-        # symbolic strides would bring Max() into dynamic sizes).
-        if n == 1:
-            out = aten.mm(w2, aten.view(x, [cin, h * w]))
-        else:
-            out = aten.bmm(w2.expand(n, cout, cin), aten.view(x, [n, cin, h * w]))
-        out = aten.view(out, [n, cout, oh, ow])
-    else:
-        # One row per patch, (c, i, j) along it: each row copies kw-long
-        # runs of the image, and the product is patches @ weightᵀ.
-        patches = x.view(n, cin, oh, kh, ow, kw).permute(0, 2, 4, 1, 3, 5).reshape(n * oh * ow, taps)
-        out = aten.mm(patches, w2.t())
-        # Back to (n, c, h, w), laid out as a convolution's result is.
-        out = aten.view(out, [n, oh, ow, cout]).permute(0, 3, 1, 2).contiguous()
-    if bias is not None:
-        out = out + aten.view(bias, [1, cout, 1, 1])
-    return out
-
-
 DECOMPOSITIONS = {
     aten.max_pool2d_with_indices.default: max_pool2d_with_indices,
-    aten.convolution.default: convolution,
 }
