@@ -21,9 +21,9 @@ impl Lowerer<'_> {
             Abs | Neg | Exp | Exp2 | Expm1 | Log | Log2 | Log10 | Log1p | Sqrt | Rsqrt | Sin | Cos | Tan | Asin
             | Acos | Atan | Sinh | Cosh | Tanh | Asinh | Acosh | Atanh | Sigmoid | Erf | Erfc | Erfinv | Floor
             | Ceil | Trunc | Sign | Sgn | Reciprocal | LogicalNot | BitwiseNot | IsNan | IsInf | Signbit | Lgamma
-            | Digamma | Gelu | Relu | Square | Frac | IsFinite | IsPosInf | IsNegInf | Positive | Deg2Rad | Rad2Deg
-            | Round | Sinc | I0 | SpecialI0 | SpecialI0e | SpecialI1 | SpecialModI1 | SpecialI1e | SpecialK0
-            | SpecialK1 | SpecialK0e | SpecialK1e | SpecialJ0 | SpecialJ1 | SpecialY0 | SpecialY1
+            | Digamma | Gelu | Silu | Relu | Square | Frac | IsFinite | IsPosInf | IsNegInf | Positive | Deg2Rad
+            | Rad2Deg | Round | Sinc | I0 | SpecialI0 | SpecialI0e | SpecialI1 | SpecialModI1 | SpecialI1e
+            | SpecialK0 | SpecialK1 | SpecialK0e | SpecialK1e | SpecialJ0 | SpecialJ1 | SpecialY0 | SpecialY1
             | SpecialSphericalJ0 | SpecialErfcx | SpecialNdtri => self.unary(node),
             Add | Sub | Rsub | Mul | Div | TrueDivide | FloorDivide | Remainder | Fmod | Pow | Maximum | Minimum
             | Fmax | Fmin | Atan2 | Hypot | Copysign | Nextafter | Eq | Ne | Lt | Le | Gt | Ge | LogicalAnd
@@ -202,6 +202,11 @@ impl Lowerer<'_> {
                 s.binary(BinaryOp::Max, x, zero, out)
             }
             Square => s.binary(BinaryOp::Mul, x, x, out),
+            Silu => {
+                // x · sigmoid(x), as PyTorch's reference writes it.
+                let sg = s.unary(UnaryOp::Sigmoid, x, out);
+                s.binary(BinaryOp::Mul, x, sg, out)
+            }
             Gelu => {
                 // approximate="tanh", as ATen writes it:
                 // x/2 · (1 + tanh(√(2/π) · (x + 0.044715 x³))).

@@ -33,7 +33,6 @@ DECOMPOSITIONS = {
             aten._log_softmax,
             aten._native_batch_norm_legit_functional,
             aten.native_group_norm,
-            aten.silu,
             aten.max_pool2d_with_indices,
             aten._adaptive_avg_pool2d,
             aten.upsample_nearest2d,
@@ -93,16 +92,22 @@ DECOMPOSITIONS = {
 # wrong gradients; the op runs eagerly instead (a counted fallback).
 DECOMPOSITIONS.pop(aten._scaled_dot_product_flash_attention_for_cpu.default, None)
 
-# Views rdyn lowers itself as index rewrites: decomposing them to `permute`
-# and `view` costs the capture ~0.5-1 ms of Python per call and gains nothing.
-for _view in (aten.t.default, aten.transpose.int, aten._unsafe_view.default, aten.squeeze.default, aten.squeeze.dim):
-    DECOMPOSITIONS.pop(_view, None)
-
-# Clamps are one min/max each in rdyn; PyTorch's reference builds them from
-# isnan, comparisons and where (8 ms of capture per ReLU6 in MobileNetV2).
-for _op in (aten.clamp, aten.clamp_min, aten.clamp_max, aten.hardtanh):
-    for _overload in _op.overloads():
-        DECOMPOSITIONS.pop(getattr(_op, _overload), None)
+#: Ops rdyn lowers whole, kept out of the table: AOTAutograd traces every op
+#: a decomposition emits through its Python modes (~0.6 ms each), so a
+#: decomposed ReLU6 (clamp's reference: isnan, comparisons, where) cost 8 ms
+#: of capture and a layer norm 5 ms. Views are index rewrites either way.
+KEPT_WHOLE = (
+    aten.t.default,
+    aten.transpose.int,
+    aten._unsafe_view.default,
+    aten.squeeze.default,
+    aten.squeeze.dim,
+    *(getattr(op, o) for op in (aten.clamp, aten.clamp_min, aten.clamp_max, aten.hardtanh) for o in op.overloads()),
+    aten.silu.default,
+    aten.native_layer_norm.default,
+)
+for _op in KEPT_WHOLE:
+    DECOMPOSITIONS.pop(_op, None)
 
 
 class CompileError(RuntimeError):
