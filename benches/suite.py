@@ -258,7 +258,9 @@ def worker_env(cache_root: Path, cold: bool) -> dict:
         env["TORCHINDUCTOR_FORCE_DISABLE_CACHES"] = "1"
         env["TORCHINDUCTOR_CACHE_DIR"] = str(cache_root / "cold-inductor")
         env["RDYN_CACHE_DIR"] = str(cache_root / "cold-rdyn")
+        env["RDYN_CACHE"] = "0"
     else:
+        env.pop("RDYN_CACHE", None)
         env.pop("TORCHINDUCTOR_FORCE_DISABLE_CACHES", None)
         env.pop("TORCH_COMPILE_FORCE_DISABLE_CACHES", None)
         env["TORCHINDUCTOR_CACHE_DIR"] = str(cache_root / "inductor")

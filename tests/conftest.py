@@ -19,6 +19,12 @@ import time
 from typing import Any
 
 os.environ.setdefault("RDYN_STRICT", "1")
+# rdyn's on-disk graph cache: a fresh one per session, so no test reads an
+# entry an older build or session wrote (tests/test_cache.py covers it).
+if "RDYN_CACHE_DIR" not in os.environ:
+    import tempfile
+
+    os.environ["RDYN_CACHE_DIR"] = tempfile.mkdtemp(prefix="rdyn-test-cache-")
 
 import pytest  # noqa: E402
 import torch  # noqa: E402

@@ -33,6 +33,8 @@ def stats() -> dict:
         ops[op] = ops.get(op, 0) + n
     out["fallback_ops"] = ops
     out["compile_seconds"] = out["compile_seconds"] + _py_stats["python_compile_seconds"]
+    out["cache_hits"] = _py_stats["cache_hits"]
+    out["cache_misses"] = _py_stats["cache_misses"]
     return out
 
 
@@ -49,6 +51,8 @@ def reset_stats() -> None:
     _py_stats["nodes_fallback"] = 0
     _py_stats["fallback_ops"] = {}
     _py_stats["python_compile_seconds"] = 0.0
+    _py_stats["cache_hits"] = 0
+    _py_stats["cache_misses"] = 0
 
 
 __all__ = [

@@ -15,7 +15,7 @@ import torch
 from torch._decomp import core_aten_decompositions, get_decompositions
 from torch._dynamo.backends.common import aot_autograd
 
-from . import _rdyn
+from . import _cache, _rdyn
 from ._decomp import DECOMPOSITIONS as RDYN_DECOMPOSITIONS
 from ._import import Unsupported, import_graph
 from ._runner import GraphRunner
@@ -120,6 +120,8 @@ _py_stats = {
     "nodes_fallback": 0,
     "fallback_ops": {},
     "python_compile_seconds": 0.0,
+    "cache_hits": 0,
+    "cache_misses": 0,
 }
 
 
@@ -237,11 +239,39 @@ def compile_aten_graph(gm: torch.fx.GraphModule, example_inputs, options: Option
 def rdyn_backend(gm: torch.fx.GraphModule, example_inputs, options=None, **kwargs):
     """The Dynamo backend registered as ``"rdyn"``."""
     opts = Options.parse(options, kwargs)
+    cache_key = _cache.key(gm, example_inputs, opts)
+    if cache_key is not None:
+        cached = _cache.load(cache_key, example_inputs)
+        if cached is not None:
+            _py_stats["cache_hits"] += 1
+            return _from_cache(cached, example_inputs, opts)
+        _py_stats["cache_misses"] += 1
 
     def fw(graph, inputs):
         return compile_aten_graph(graph, inputs, opts)
 
-    return aot_autograd(fw_compiler=fw, bw_compiler=fw, decompositions=DECOMPOSITIONS)(gm, example_inputs)
+    def inference(graph, inputs):
+        if cache_key is not None:
+            context = torch._guards.TracingContext.try_get()
+            if _cache.plain_inference(context and context.fw_metadata, graph, len(example_inputs)):
+                _cache.store(cache_key, graph)
+        return fw(graph, inputs)
+
+    return aot_autograd(
+        fw_compiler=fw, bw_compiler=fw, inference_compiler=inference, decompositions=DECOMPOSITIONS
+    )(gm, example_inputs)
+
+
+def _from_cache(graph: torch.fx.GraphModule, example_inputs, options: Options):
+    """A cached ATen graph, compiled: called as AOTAutograd's result would
+    be (positional tensors), which for a plain inference graph only calls
+    the compiled graph."""
+    run = compile_aten_graph(graph, list(example_inputs), options)
+
+    def forward(*args):
+        return run(list(args))
+
+    return torch._dynamo.disable(forward, reason="rdyn: a cached, compiled graph")
 
 
 def compile_graph(gm: torch.fx.GraphModule, example_inputs, options=None):

@@ -1,0 +1,169 @@
+"""The on-disk cache of captured inference graphs: a warm start skips
+AOTAutograd.
+
+After Dynamo, most of a cold compile is AOTAutograd tracing the captured
+graph into a decomposed, functional ATen graph. For an inference graph that
+AOTAutograd passes through as it is (no input mutated, no output aliasing
+an input or another output, no duplicated or non-tensor input), rdyn stores
+that ATen graph, pickled with its FakeTensor metadata by PyTorch's
+``GraphPickler``. A later process that captures the same graph loads it
+and compiles it directly.
+
+The key is everything that decides the ATen graph: the captured graph's
+code, the dtype, device, sizes, strides and ``requires_grad`` of each
+input, the value of each constant tensor, grad mode, the torch and Python
+versions, and rdyn's own build (the size and modification time of every
+file of the package, its decomposition table included). A graph calling
+anything outside torch, ``operator``, ``math`` or builtins, or captured
+under autocast or with symbolic sizes, is not cached.
+
+Environment: ``RDYN_CACHE=0`` disables the cache; ``RDYN_CACHE_DIR`` moves it
+(default ``$XDG_CACHE_HOME/rdyn``, else ``~/.cache/rdyn``). A corrupt or
+unreadable entry is a miss; a failed write only costs the next warm start.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import pathlib
+import sys
+import tempfile
+
+import torch
+
+_VERSION = "rdyn-graph-cache-1"
+_SAFE_MODULES = ("torch", "_operator", "operator", "math", "builtins")
+_build_id: str | None = None
+
+
+def enabled() -> bool:
+    return os.environ.get("RDYN_CACHE", "1") not in ("0", "", "false", "off")
+
+
+def directory() -> pathlib.Path:
+    explicit = os.environ.get("RDYN_CACHE_DIR")
+    if explicit:
+        return pathlib.Path(explicit)
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return pathlib.Path(base) / "rdyn"
+
+
+def _build() -> str:
+    """rdyn's build: every file of the package, by name, size and mtime."""
+    global _build_id
+    if _build_id is None:
+        root = pathlib.Path(__file__).parent
+        parts = []
+        for path in sorted(root.rglob("*")):
+            if path.is_file() and path.suffix in (".py", ".so", ".pyd"):
+                st = path.stat()
+                parts.append(f"{path.relative_to(root)}:{st.st_size}:{st.st_mtime_ns}")
+        _build_id = "\n".join(parts)
+    return _build_id
+
+
+def _tensor_key(t: torch.Tensor) -> str | None:
+    if type(t) not in (torch.Tensor, torch.nn.Parameter) or t.layout != torch.strided:
+        return None
+    if not all(isinstance(d, int) for d in (*t.shape, *t.stride(), t.storage_offset())):
+        return None
+    return f"{t.dtype}|{t.device}|{tuple(t.shape)}|{t.stride()}|{t.storage_offset()}|{t.requires_grad}"
+
+
+def key(gm: torch.fx.GraphModule, example_inputs, options) -> str | None:
+    """The cache key of an inference graph, or None when it is not cached."""
+    if not enabled() or torch.is_grad_enabled() and any(
+        isinstance(x, torch.Tensor) and x.requires_grad for x in example_inputs
+    ):
+        return None
+    if any(torch.is_autocast_enabled(d) for d in ("cpu", "cuda")):
+        return None
+    h = hashlib.sha256()
+    for part in (_VERSION, _build(), torch.__version__, sys.version, repr(options), str(torch.is_grad_enabled())):
+        h.update(part.encode())
+        h.update(b"\0")
+    storages = set()
+    for x in example_inputs:
+        if not isinstance(x, torch.Tensor):
+            return None
+        k = _tensor_key(x)
+        if k is None:
+            return None
+        # Inputs sharing memory take AOTAutograd's synthetic-base path.
+        try:
+            storage = (x.device, x.untyped_storage().data_ptr())
+        except Exception:  # noqa: BLE001 - fake or storage-less inputs are not cached
+            return None
+        if storage in storages:
+            return None
+        storages.add(storage)
+        h.update(k.encode())
+        h.update(b"\0")
+    for node in gm.graph.nodes:
+        if node.op == "call_module":
+            return None
+        if node.op == "call_function":
+            module = getattr(node.target, "__module__", None) or ""
+            if module.split(".")[0] not in _SAFE_MODULES:
+                return None
+        if node.op == "get_attr":
+            value = getattr(gm, node.target, None)
+            if not isinstance(value, torch.Tensor) or _tensor_key(value) is None:
+                return None
+            h.update(f"{node.target}:{_tensor_key(value)}".encode())
+            h.update(value.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
+    h.update(gm.code.encode())
+    return h.hexdigest()
+
+
+def plain_inference(fw_metadata, graph: torch.fx.GraphModule, n_inputs: int) -> bool:
+    """Whether AOTAutograd passed the graph through as it is: its runtime
+    wrapper then only calls the compiled graph, which a cache hit does too."""
+    from torch._functorch._aot_autograd.schemas import OutputType
+
+    if fw_metadata is None:
+        return False
+    inputs = [n for n in graph.graph.nodes if n.op == "placeholder"]
+    return (
+        len(inputs) == n_inputs == len(fw_metadata.input_info)
+        and not any(i.mutates_data or i.mutates_metadata for i in fw_metadata.input_info)
+        and all(o.output_type == OutputType.non_alias and issubclass(o.raw_type, torch.Tensor) for o in fw_metadata.output_info)
+        and fw_metadata.num_intermediate_bases == 0
+        and not fw_metadata.tokens
+        and not fw_metadata.traced_tangents
+        and fw_metadata.grad_enabled_mutation is None
+        and all(type(m).__name__ == "PlainTensorMeta" for m in fw_metadata.subclass_inp_meta)
+    )
+
+
+def store(cache_key: str, graph: torch.fx.GraphModule) -> None:
+    from torch.fx._graph_pickler import GraphPickler
+
+    try:
+        data = GraphPickler.dumps(graph)
+        path = directory() / cache_key[:2] / f"{cache_key}.fxg"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=path.parent, delete=False, suffix=".tmp") as f:
+            f.write(data)
+        os.replace(f.name, path)
+    except Exception:  # noqa: BLE001 - a cache write must never fail a compile
+        return
+
+
+def load(cache_key: str, example_inputs) -> torch.fx.GraphModule | None:
+    from torch._guards import detect_fake_mode
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx._graph_pickler import GraphPickler
+
+    path = directory() / cache_key[:2] / f"{cache_key}.fxg"
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return None
+    try:
+        fake_mode = detect_fake_mode(example_inputs) or FakeTensorMode()
+        graph = GraphPickler.loads(data, fake_mode)
+    except Exception:  # noqa: BLE001 - a corrupt entry is a miss
+        return None
+    return graph if isinstance(graph, torch.fx.GraphModule) else None
