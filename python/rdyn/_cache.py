@@ -20,6 +20,8 @@ under autocast or with symbolic sizes, is not cached.
 Environment: ``RDYN_CACHE=0`` disables the cache; ``RDYN_CACHE_DIR`` moves it
 (default ``$XDG_CACHE_HOME/rdyn``, else ``~/.cache/rdyn``). A corrupt or
 unreadable entry is a miss; a failed write only costs the next warm start.
+Entries are pickles (as Inductor's are): point ``RDYN_CACHE_DIR`` only at a
+directory as trusted as the code.
 """
 
 from __future__ import annotations
