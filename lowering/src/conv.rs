@@ -28,6 +28,18 @@ use crate::LowerError;
 
 type Res = Result<Handled, LowerError>;
 
+/// A 2-D convolution's operands and geometry (see [`Lowerer::conv2d`]).
+struct Conv2d {
+    device: Device,
+    dtype: DType,
+    x_sizes: Vec<Expr>,
+    w_sizes: Vec<Expr>,
+    groups: i64,
+    stride: [i64; 2],
+    padding: [i64; 2],
+    dilation: [i64; 2],
+}
+
 /// A pair from a convolution's int-list argument (one value means both).
 fn pair(arg: &Arg, op: &str) -> Option<[i64; 2]> {
     match int_list(arg, op).ok()?[..] {
@@ -53,29 +65,55 @@ impl Lowerer<'_> {
     /// transposed, `groups` equal to the input's channels, one filter per
     /// channel, constant channel and kernel sizes.
     fn depthwise_geometry(&self, node: &Node) -> Option<ExternKind> {
-        let op = node.target.as_str();
-        let out = *node.outputs.first()?;
-        let meta = self.graph.meta(out);
-        if meta.device != Device::Cpu || !matches!(meta.dtype, DType::F32 | DType::F64) {
+        let conv = self.conv2d(node)?;
+        if conv.device != Device::Cpu || !matches!(conv.dtype, DType::F32 | DType::F64) {
             return None;
         }
-        let (Arg::Tensor(x), Arg::Tensor(w)) = (node.arg(0, "input"), node.arg(1, "weight")) else { return None };
-        let (x, w) = (self.graph.meta(*x), self.graph.meta(*w));
-        if x.dtype != meta.dtype || w.dtype != meta.dtype || x.sizes.len() != 4 || w.sizes.len() != 4 {
+        let channels = conv.x_sizes[1].as_const()?;
+        let filters = conv.w_sizes[0].as_const()? == channels && conv.w_sizes[1].as_const()? == 1;
+        if conv.groups != channels || !filters || conv.w_sizes[2].as_const()? < 1 || conv.w_sizes[3].as_const()? < 1 {
             return None;
         }
-        let channels = x.sizes[1].as_const()?;
-        let groups = node.arg(8, "groups").as_int()?;
-        let transposed = matches!(node.arg(6, "transposed"), Arg::Bool(true));
-        let filters = w.sizes[0].as_const()? == channels && w.sizes[1].as_const()? == 1;
-        if transposed || groups != channels || !filters || w.sizes[2].as_const()? < 1 || w.sizes[3].as_const()? < 1 {
-            return None;
-        }
-        let stride = pair(node.arg(3, "stride"), op)?;
-        let padding = pair(node.arg(4, "padding"), op)?;
-        let dilation = pair(node.arg(5, "dilation"), op)?;
+        let Conv2d { stride, padding, dilation, .. } = conv;
         let positive = stride.iter().chain(&dilation).all(|&v| v >= 1) && padding.iter().all(|&v| v >= 0);
         positive.then_some(ExternKind::DepthwiseConv2d { stride, padding, dilation })
+    }
+
+    /// What the convolution kinds here test of a node: a 2-D, not
+    /// transposed convolution whose input, weight and output share a dtype,
+    /// with int stride, padding, dilation and groups.
+    fn conv2d(&self, node: &Node) -> Option<Conv2d> {
+        let op = node.target.as_str();
+        let meta = self.graph.meta(*node.outputs.first()?);
+        let (Arg::Tensor(x), Arg::Tensor(w)) = (node.arg(0, "input"), node.arg(1, "weight")) else { return None };
+        let (x, w) = (self.graph.meta(*x), self.graph.meta(*w));
+        let same_dtype = x.dtype == meta.dtype && w.dtype == meta.dtype;
+        let transposed = matches!(node.arg(6, "transposed"), Arg::Bool(true));
+        if !same_dtype || transposed || x.sizes.len() != 4 || w.sizes.len() != 4 {
+            return None;
+        }
+        Some(Conv2d {
+            device: meta.device,
+            dtype: meta.dtype,
+            x_sizes: x.sizes.clone(),
+            w_sizes: w.sizes.clone(),
+            groups: node.arg(8, "groups").as_int()?,
+            stride: pair(node.arg(3, "stride"), op)?,
+            padding: pair(node.arg(4, "padding"), op)?,
+            dilation: pair(node.arg(5, "dilation"), op)?,
+        })
+    }
+
+    /// `result + bias[channel]`, in `result`'s dtype, when the node has a
+    /// bias: a lazy epilogue that fuses into what follows.
+    fn add_channel_bias(&mut self, node: &Node, mut result: Lazy) -> Result<Lazy, LowerError> {
+        if let Arg::Tensor(_) = node.arg(2, "bias") {
+            let bias = self.tensor_arg(node, 2, "bias")?;
+            let bias = self.view(&bias, result.sizes.clone(), &[Expr::v(1)]);
+            let bias = self.cast_lazy(bias, result.dtype);
+            result.value = self.prog.scalars.binary(BinaryOp::Add, result.value, bias.value, result.dtype);
+        }
+        Ok(result)
     }
 
     fn depthwise(&mut self, node: &Node, kind: ExternKind) -> Res {
@@ -84,17 +122,12 @@ impl Lowerer<'_> {
         let w = self.tensor_arg(node, 1, "weight")?;
         let (x_buf, w_buf) = (self.buffer_for_extern(&x), self.buffer_for_extern(&w));
         let out_v = node.outputs.first().copied().ok_or_else(|| crate::invalid(&node.target, "no output"))?;
-        let out_buf = self.extern_output(out_v, sizes.clone(), dtype);
+        let out_buf = self.extern_output(out_v, sizes, dtype);
         self.prog.steps.push(Step::Extern(Extern { kind, inputs: vec![x_buf, w_buf], outputs: vec![out_buf] }));
-        let mut result = self.load_buffer(out_buf);
         // The bias, per channel, is added by the consumers (it fuses into a
         // batch norm's scale and shift, or an activation).
-        if let Arg::Tensor(_) = node.arg(2, "bias") {
-            let bias = self.tensor_arg(node, 2, "bias")?;
-            let bias = self.view(&bias, sizes, &[Expr::v(1)]);
-            result.value = self.prog.scalars.binary(BinaryOp::Add, result.value, bias.value, dtype);
-        }
-        Ok(Handled::Extern(vec![result]))
+        let result = self.load_buffer(out_buf);
+        Ok(Handled::Extern(vec![self.add_channel_bias(node, result)?]))
     }
 
     /// The kernel size `[kh, kw]` when `node` is a 2-D convolution that reads
@@ -103,28 +136,17 @@ impl Lowerer<'_> {
     /// no dilation unless 1x1, constant channels and image sizes that the
     /// kernel tiles exactly.
     fn patch_kernel(&self, node: &Node) -> Option<[i64; 2]> {
-        let op = node.target.as_str();
-        let meta = self.graph.meta(*node.outputs.first()?);
-        if matches!(meta.device, Device::Cuda(_)) || !meta.dtype.is_float() {
+        let conv = self.conv2d(node)?;
+        if matches!(conv.device, Device::Cuda(_)) || !conv.dtype.is_float() || conv.groups != 1 {
             return None;
         }
-        let (Arg::Tensor(x), Arg::Tensor(w)) = (node.arg(0, "input"), node.arg(1, "weight")) else { return None };
-        let (x, w) = (self.graph.meta(*x), self.graph.meta(*w));
-        if x.dtype != meta.dtype || w.dtype != meta.dtype || x.sizes.len() != 4 || w.sizes.len() != 4 {
+        let (x, w) = (&conv.x_sizes, &conv.w_sizes);
+        let kernel = [w[2].as_const()?, w[3].as_const()?];
+        let image = [x[2].as_const()?, x[3].as_const()?];
+        if x[1].as_const().is_none() || w[0].as_const().is_none() {
             return None;
         }
-        let transposed = matches!(node.arg(6, "transposed"), Arg::Bool(true));
-        if transposed || node.arg(8, "groups").as_int()? != 1 {
-            return None;
-        }
-        let kernel = [w.sizes[2].as_const()?, w.sizes[3].as_const()?];
-        let image = [x.sizes[2].as_const()?, x.sizes[3].as_const()?];
-        if x.sizes[1].as_const().is_none() || w.sizes[0].as_const().is_none() {
-            return None;
-        }
-        let stride = pair(node.arg(3, "stride"), op)?;
-        let padding = pair(node.arg(4, "padding"), op)?;
-        let dilation = pair(node.arg(5, "dilation"), op)?;
+        let Conv2d { stride, padding, dilation, .. } = conv;
         let fits = kernel.iter().zip(&image).all(|(&k, &n)| k >= 1 && n % k == 0);
         let undilated = kernel == [1, 1] || dilation == [1, 1];
         (stride == kernel && padding == [0, 0] && undilated && fits).then_some(kernel)
@@ -161,7 +183,7 @@ impl Lowerer<'_> {
             ];
             lw.view(source, sizes3, &map)
         };
-        let acc = if matches!(dtype, DType::F16 | DType::BF16) { DType::F32 } else { dtype };
+        let acc = crate::reduce::acc_dtype(dtype);
         let (gemm_sizes, back) = if [kh, kw] == [1, 1] {
             let weight = taps_of(self, &w, 2, cout, cin);
             let ctx = self.ctx_for(&[batch.clone(), c(cin), c(pixels)]);
@@ -200,13 +222,8 @@ impl Lowerer<'_> {
             (out_buf, [Expr::v(0), Expr::v(2).scale(ow).add(&Expr::v(3)), Expr::v(1)])
         };
         let product = self.load_buffer(gemm_sizes);
-        let mut result = self.view(&product, sizes.clone(), &back);
-        if let Arg::Tensor(_) = node.arg(2, "bias") {
-            let bias = self.tensor_arg(node, 2, "bias")?;
-            let bias = self.view(&bias, sizes, &[Expr::v(1)]);
-            let bias = self.cast_lazy(bias, acc);
-            result.value = self.prog.scalars.binary(BinaryOp::Add, result.value, bias.value, acc);
-        }
+        let result = self.view(&product, sizes, &back);
+        let result = self.add_channel_bias(node, result)?;
         Ok(Handled::Extern(vec![self.cast_lazy(result, dtype)]))
     }
 }

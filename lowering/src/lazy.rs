@@ -92,13 +92,7 @@ impl Lowerer<'_> {
     /// says otherwise) and return it.
     pub(crate) fn realize(&mut self, lazy: &Lazy, strides: Option<Vec<Expr>>) -> BufId {
         let strides = strides.unwrap_or_else(|| contiguous_strides(&lazy.sizes));
-        let buf = self.prog.add_buffer(Buffer {
-            dtype: lazy.dtype,
-            sizes: lazy.sizes.clone(),
-            strides,
-            offset: Expr::zero(),
-            role: BufRole::Temp,
-        });
+        let buf = self.temp_buffer(lazy.dtype, lazy.sizes.clone(), strides);
         let store = self.prog.buffer(buf).address(&vars(lazy.ndim())).simplify(&self.ctx_for(&lazy.sizes));
         self.prog.steps.push(Step::Kernel(Kernel {
             outer: lazy.sizes.clone(),

@@ -251,6 +251,11 @@ impl Lowerer<'_> {
     /// PyTorch's metadata says (`sizes` as the caller computed them).
     pub(crate) fn extern_output(&mut self, v: ValueId, sizes: Vec<Expr>, dtype: crate::ir::DType) -> BufId {
         let strides = self.meta_strides(v);
+        self.temp_buffer(dtype, sizes, strides)
+    }
+
+    /// A new temporary buffer of `sizes` laid out by `strides`.
+    pub(crate) fn temp_buffer(&mut self, dtype: crate::ir::DType, sizes: Vec<Expr>, strides: Vec<Expr>) -> BufId {
         self.prog.add_buffer(Buffer { dtype, sizes, strides, offset: Expr::zero(), role: BufRole::Temp })
     }
 

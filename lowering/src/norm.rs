@@ -3,11 +3,11 @@
 //! about 5 ms (nine traced ops); as one node, about 0.6 ms.
 
 use crate::ir::graph::{Arg, Node};
-use crate::ir::loops::{BinaryOp, ReduceOp, ScalarId, UnaryOp};
+use crate::ir::loops::{BinaryOp, ScalarId, UnaryOp};
 use crate::ir::Expr;
 use crate::lazy::Lazy;
 use crate::lower::{Handled, Lowerer};
-use crate::reduce::acc_dtype;
+use crate::reduce::{acc_dtype, Moments};
 use crate::LowerError;
 
 type Res = Result<Handled, LowerError>;
@@ -72,15 +72,7 @@ impl Lowerer<'_> {
         let (sizes, out) = self.out_meta(node)?;
         let acc = acc_dtype(out);
         let dims: Vec<usize> = (n - k..n).collect();
-        let xf = self.cast_lazy(x.clone(), acc);
-        let sum = self.reduce(&xf, &dims, true, ReduceOp::Sum, acc);
-        let count = self.numel_of(&x, &dims, acc);
-        let mean_v = self.prog.scalars.binary(BinaryOp::Div, sum.value, count, acc);
-        let mean = Lazy { value: mean_v, ..sum };
-        let mean_b = self.broadcast_to(&mean, &x.sizes);
-        let centered = self.prog.scalars.binary(BinaryOp::Sub, xf.value, mean_b.value, acc);
-        let sq = self.prog.scalars.binary(BinaryOp::Mul, centered, centered, acc);
-        let ss = self.reduce(&Lazy { sizes: x.sizes.clone(), value: sq, dtype: acc }, &dims, true, ReduceOp::Sum, acc);
+        let Moments { mean, centered, squares: ss, count } = self.moments(&x, &dims, true, acc);
         let eps = node.arg(4, "eps").as_float().unwrap_or(1e-5);
         let s = &mut self.prog.scalars;
         let var = s.binary(BinaryOp::Div, ss.value, count, acc);

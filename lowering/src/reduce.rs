@@ -7,7 +7,7 @@
 //! ordinary sum the backends already vectorise.
 
 use crate::ir::graph::{Arg, Node};
-use crate::ir::loops::{contiguous_strides, BinaryOp, BufRole, Buffer, Kernel, Reduce, ReduceOp, Stage, Step, UnaryOp};
+use crate::ir::loops::{contiguous_strides, BinaryOp, Kernel, Reduce, ReduceOp, ScalarId, Stage, Step, UnaryOp};
 use crate::ir::op::Op;
 use crate::ir::{DType, Expr};
 use crate::lazy::{vars, Lazy};
@@ -40,6 +40,18 @@ pub(crate) fn reduce_dims(arg: &Arg, ndim: usize, op: &str) -> Result<Vec<usize>
     }
     dims.sort_unstable();
     Ok(dims)
+}
+
+/// What [`Lowerer::moments`] returns.
+pub(crate) struct Moments {
+    /// The mean, reduced dims kept as size 1.
+    pub mean: Lazy,
+    /// `x - mean` at each element of `x` (over `x`'s index variables).
+    pub centered: ScalarId,
+    /// Σ (x - mean)², reduced dims kept when asked.
+    pub squares: Lazy,
+    /// The number of elements reduced.
+    pub count: ScalarId,
 }
 
 pub(crate) fn acc_dtype(dtype: DType) -> DType {
@@ -98,13 +110,7 @@ impl Lowerer<'_> {
         if let Some(buf) = self.reductions.get(&key) {
             return self.load_buffer(*buf);
         }
-        let buf = self.prog.add_buffer(Buffer {
-            dtype: buf_dtype,
-            sizes: out_sizes.clone(),
-            strides: contiguous_strides(&out_sizes),
-            offset: Expr::zero(),
-            role: BufRole::Temp,
-        });
+        let buf = self.temp_buffer(buf_dtype, out_sizes.clone(), contiguous_strides(&out_sizes));
         let store = self.prog.buffer(buf).address(&vars(out_sizes.len())).simplify(&self.ctx_for(&out_sizes));
         self.prog.steps.push(Step::Kernel(Kernel {
             outer: out_sizes.clone(),
@@ -238,17 +244,7 @@ impl Lowerer<'_> {
                     other => other.as_float().unwrap_or(1.0),
                 };
                 let acc = acc_dtype(if out.is_float() { out } else { DType::F32 });
-                let xf = self.cast_lazy(x.clone(), acc);
-                let sum = self.reduce(&xf, &dims, true, ReduceOp::Sum, acc);
-                let n = self.numel_of(&x, &dims, acc);
-                let mean_v = self.prog.scalars.binary(BinaryOp::Div, sum.value, n, acc);
-                let mean = Lazy { value: mean_v, ..sum };
-                let mean_b = self.broadcast_to(&mean, &x.sizes);
-                let s = &mut self.prog.scalars;
-                let d = s.binary(BinaryOp::Sub, xf.value, mean_b.value, acc);
-                let sq = s.binary(BinaryOp::Mul, d, d, acc);
-                let sq = Lazy { sizes: x.sizes.clone(), value: sq, dtype: acc };
-                let ss = self.reduce(&sq, &dims, keep, ReduceOp::Sum, acc);
+                let Moments { mean, squares: ss, count: n, .. } = self.moments(&x, &dims, keep, acc);
                 let s = &mut self.prog.scalars;
                 let c = s.constant(correction, acc);
                 let dof = s.binary(BinaryOp::Sub, n, c, acc);
@@ -300,6 +296,24 @@ impl Lowerer<'_> {
             _ => return Err(crate::unsupported(&node.target, "no lowering for this reduction")),
         };
         Ok(Handled::Native(results))
+    }
+
+    /// The two passes variance and layer norm share, in `acc`: the mean over
+    /// `dims` (kept as size 1), the deviation from it at each element, and
+    /// the sum of squared deviations (kept when `keep`).
+    pub(crate) fn moments(&mut self, x: &Lazy, dims: &[usize], keep: bool, acc: DType) -> Moments {
+        let xf = self.cast_lazy(x.clone(), acc);
+        let sum = self.reduce(&xf, dims, true, ReduceOp::Sum, acc);
+        let count = self.numel_of(x, dims, acc);
+        let mean_v = self.prog.scalars.binary(BinaryOp::Div, sum.value, count, acc);
+        let mean = Lazy { value: mean_v, ..sum };
+        let mean_b = self.broadcast_to(&mean, &x.sizes);
+        let s = &mut self.prog.scalars;
+        let centered = s.binary(BinaryOp::Sub, xf.value, mean_b.value, acc);
+        let sq = s.binary(BinaryOp::Mul, centered, centered, acc);
+        let squares =
+            self.reduce(&Lazy { sizes: x.sizes.clone(), value: sq, dtype: acc }, dims, keep, ReduceOp::Sum, acc);
+        Moments { mean, centered, squares, count }
     }
 
     /// Index map from a reduced (no keepdim) tensor into its keepdim form.

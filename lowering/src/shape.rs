@@ -660,7 +660,7 @@ impl Lowerer<'_> {
         }
         // Half precision multiplies in float32, as ATen does: float32
         // accumulation, one rounding of the result.
-        let acc = if matches!(out, DType::F16 | DType::BF16) { DType::F32 } else { out };
+        let acc = crate::reduce::acc_dtype(out);
         let (a_pos, b_pos) = if node.op == Op::Addmm { (1, 2) } else { (0, 1) };
         let a = self.tensor_arg(node, a_pos, "mat1")?;
         let b = self.tensor_arg(node, b_pos, "mat2")?;
@@ -705,8 +705,7 @@ impl Lowerer<'_> {
         let (a, b) = (self.cast_lazy(a, acc), self.cast_lazy(b, acc));
         let a_buf = self.buffer_for_extern(&a);
         let b_buf = self.buffer_for_extern(&b);
-        let out_buf =
-            self.prog.add_buffer(Buffer { dtype: acc, sizes, strides, offset: Expr::zero(), role: BufRole::Temp });
+        let out_buf = self.temp_buffer(acc, sizes, strides);
         self.prog.steps.push(Step::Extern(crate::ir::loops::Extern {
             kind: ExternKind::Gemm { scale_bits: scale.to_bits() },
             inputs: vec![a_buf, b_buf],
