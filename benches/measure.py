@@ -7,12 +7,17 @@ keeps a crash or a hang in a backend (a segfault in native code, say) from
 taking the whole suite down: the orchestrator notes which model and backend
 were running, records the failure, and starts a new worker for the rest.
 
-Three kinds of task (``task["kind"]``):
+Four kinds of task (``task["kind"]``):
 
 ``main``
     For one device and mode: the per-call overhead probe for each backend,
-    then for each model: build, first compile per backend (cold), correctness
+    then for each model: build, first compile per backend, correctness
     against eager, and interleaved timing rounds.
+``cold``
+    One model, one backend, in a fresh process with caches disabled: the
+    first-compile time. Not taken from ``main``, where the backends compile
+    each model one after the other and the later ones find Dynamo's
+    per-function analyses of the model already done.
 ``populate``
     Compile each model once with on-disk caches enabled (and empty), so that
     a later ``warm`` process starts from a full cache.
@@ -600,7 +605,7 @@ def task_main(task: dict) -> None:
 
 
 # --------------------------------------------------------------------------
-# Tasks: populate and warm (each in a fresh process)
+# Tasks: cold, populate and warm (each in a fresh process)
 # --------------------------------------------------------------------------
 
 
@@ -635,24 +640,68 @@ def _rss_mb() -> float:
         return _peak_rss_mb()
 
 
+def _probe(compiler, device: str) -> float:
+    """Compile and run the one-op probe: the backend's one-time process
+    start-up (imports, a first C++ compile, opening a cache), so that the
+    model's figure that follows is the model's own. Returns its seconds."""
+    fn, probe_inputs = zoo.tiny_graph()
+    probe_inputs = tuple(x.to(tensor_device(device)) for x in probe_inputs)
+    t0 = time.perf_counter()
+    compiler(fn)(*probe_inputs)
+    sync(device)
+    seconds = time.perf_counter() - t0
+    reset_compilers()
+    return seconds
+
+
+def task_cold(task: dict) -> None:
+    """First compile of one model and backend in this fresh process, caches
+    disabled (the environment says so).
+
+    In a fresh process because Dynamo keeps per-function analyses across
+    compiles: a backend that compiles a model after another backend did
+    pays less for Dynamo. The model runs eagerly once first, as in ``main``
+    (the eager reference), so that first-use costs of ATen kernels (oneDNN
+    primitives, thread pools) are not charged to the compiler."""
+    device, mode, model, backend = task["device"], task["mode"], task["model"], task["backend"]
+    record = {"model": model, "backend": backend}
+    try:
+        check_device(device)
+        module, inputs = prepare(model, device, task.get("dtype"), mode)
+        compiler = make_compiler(backend, device)
+        record["cold_startup_s"] = _probe(compiler, device)
+        rdyn_stats_reset()
+        eager = copy.deepcopy(module)
+        make_step(eager, eager, mode)(*inputs)
+        del eager
+        gc.collect()
+        step = make_step(compiler(module), module, mode)
+        t0 = time.perf_counter()
+        step(*inputs)
+        sync(device)
+        record.update(status="ok", compile_s=time.perf_counter() - t0)
+        if backend == "rdyn":
+            record["rdyn_stats"] = rdyn_stats()
+    except Exception as exc:
+        record.update(status="error", error=_short_error(exc))
+    emit("cold", data=record)
+
+
 def task_populate(task: dict) -> None:
+    """Compile each model once with on-disk caches enabled and empty, to fill
+    them for ``warm``; nothing here is reported as a figure."""
     device, mode = task["device"], task["mode"]
     check_device(device)
     for item in task["models"]:
         for backend in item["backends"]:
             emit("phase", model=item["model"], backend=backend, phase="fill cache")
-            record = {"model": item["model"], "backend": backend}
             try:
                 module, inputs = prepare(item["model"], device, task.get("dtype"), mode)
-                step = make_step(make_compiler(backend, device)(module), module, mode)
-                reset_compilers()
-                t0 = time.perf_counter()
-                step(*inputs)
+                make_step(make_compiler(backend, device)(module), module, mode)(*inputs)
                 sync(device)
-                record.update(status="ok", cache_cold_compile_s=time.perf_counter() - t0)
-            except Exception as exc:
-                record.update(status="error", error=_short_error(exc))
-            emit("populated", data=record)
+                reset_compilers()
+            except Exception:
+                traceback.print_exc()
             emit("step", model=item["model"], backend=backend, phase="populate")
 
 
@@ -665,16 +714,7 @@ def task_warm(task: dict) -> None:
         module, inputs = prepare(model, device, task.get("dtype"), mode)
         compiler = make_compiler(backend, device)
         if backend != "eager":
-            # Pay the backend's one-time process start-up (imports, loading its
-            # cache) on the one-op probe first, as the cold measurement does, so
-            # warm_compile_s and the memory figures belong to this model.
-            fn, probe_inputs = zoo.tiny_graph()
-            probe_inputs = tuple(x.to(tensor_device(device)) for x in probe_inputs)
-            t0 = time.perf_counter()
-            compiler(fn)(*probe_inputs)
-            sync(device)
-            record["warm_startup_s"] = time.perf_counter() - t0
-            reset_compilers()
+            record["warm_startup_s"] = _probe(compiler, device)
         gc.collect()
         if device == "cuda":
             torch.cuda.reset_peak_memory_stats()
@@ -727,7 +767,7 @@ def main() -> int:
         torch.set_num_threads(int(task["threads"]))
     kind = task["kind"]
     try:
-        {"main": task_main, "populate": task_populate, "warm": task_warm}[kind](task)
+        {"main": task_main, "cold": task_cold, "populate": task_populate, "warm": task_warm}[kind](task)
     except Exception as exc:
         traceback.print_exc()
         emit("fatal", error=_short_error(exc))

@@ -86,7 +86,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="run in half precision instead of float32 (auto: bfloat16 on CPU/wgpu, float16 on CUDA)")
     p.add_argument("--quick", action="store_true",
                    help="CI mode: the 3 smallest models, 2 rounds, eager + rdyn unless --backends says otherwise")
-    p.add_argument("--no-warm", action="store_true", help="skip the second-process warm-start and memory measurements")
+    p.add_argument("--no-warm", action="store_true", help="skip the fresh-process measurements (first compile, warm start, memory); "
+                   "first compiles are then timed in the shared worker, after the other backends")
     p.add_argument("--no-overhead", action="store_true", help="skip the per-call overhead probe")
     p.add_argument("--no-dashboard", action="store_true", help="do not rebuild the dashboard")
     p.add_argument("--timeout", type=float, default=900,
@@ -354,52 +355,70 @@ def run_config(cfg: dict, plan: dict, args, paths: dict, progress: Progress, res
     phase_done("main")
     if args.no_warm:
         return
-    # ---- populate on-disk caches in one process, then one fresh process per model x backend
     compiled = [b for b in plan["backends"] if b in COMPILED]
+
+    def fresh(kind: str, model: str, backend: str, cold: bool) -> dict:
+        """One model and backend in a fresh worker; its record, or an error."""
+        progress.describe(f"{label} {model} {backend}: {kind}")
+        got = {}
+        task = {"kind": kind, "device": device, "mode": mode, "dtype": dtype, "model": model,
+                "backend": backend, "threads": args.threads}
+        _, problem = run_worker(task, worker_env(paths["cache"], cold=cold), paths["log"], args.timeout,
+                                lambda ev: got.update(ev["data"]) if ev["event"] == kind else None)
+        progress.advance()
+        if problem or got.get("status") != "ok":
+            return {"status": "error", "error": problem or got.get("error") or "no result"}
+        return got
+
+    # ---- first compile, caches disabled, one fresh process per model x backend
+    for model in plan["models"]:
+        for backend in compiled:
+            r = results.get((model, backend, device, mode, dtype))
+            if r is None or r.get("status") != "ok":
+                progress.advance()
+                continue
+            got = fresh("cold", model, backend, cold=True)
+            r["compile_in_run_s"] = r.get("compile_s")
+            if got["status"] == "ok":
+                r["compile_s"] = got["compile_s"]
+                r["cold_startup_s"] = got.get("cold_startup_s")
+            else:
+                r["cold_error"] = got["error"]
+                notes.append(f"{label}: {model}/{backend}: fresh-process first compile failed ({got['error']}); "
+                             "compile_s is the shared worker's")
+    phase_done("first compile")
+    # ---- fill the on-disk caches in one process, then warm start + memory, one fresh process each
     todo = [{"model": m, "backends": [b for b in compiled if results.get((m, b, device, mode, dtype), {}).get("status") == "ok"]}
             for m in plan["models"]]
     todo = [t for t in todo if t["backends"]]
-    skipped_populate = sum(len(compiled) for _ in plan["models"]) - sum(len(t["backends"]) for t in todo)
-    progress.advance(skipped_populate)
+    progress.advance(len(compiled) * len(plan["models"]) - sum(len(t["backends"]) for t in todo))
     if todo:
         def on_populate(ev):
             if ev["event"] == "phase":
                 progress.describe(f"{label} {ev['model']} {ev['backend']}: {ev['phase']}")
             elif ev["event"] == "step":
                 progress.advance()
-            elif ev["event"] == "populated":
-                d = ev["data"]
-                r = results.get((d["model"], d["backend"], device, mode, dtype))
-                if r is not None and d.get("status") == "ok":
-                    r["cache_cold_compile_s"] = d["cache_cold_compile_s"]
 
         task = {"kind": "populate", "device": device, "mode": mode, "dtype": dtype, "models": todo,
                 "threads": args.threads}
         _, problem = run_worker(task, worker_env(paths["cache"], cold=False), paths["log"], args.timeout, on_populate)
         if problem:
             notes.append(f"{label}: cache fill worker: {problem}")
-
     phase_done("fill caches")
     for model in plan["models"]:
         for backend in plan["backends"]:
             r = results.get((model, backend, device, mode, dtype))
-            progress.describe(f"{label} {model} {backend}: warm start + memory")
             if r is None or r.get("status") != "ok":
                 progress.advance()
                 continue
-            got = {}
-            task = {"kind": "warm", "device": device, "mode": mode, "dtype": dtype, "model": model,
-                    "backend": backend, "threads": args.threads}
-            _, problem = run_worker(task, worker_env(paths["cache"], cold=False), paths["log"], args.timeout,
-                                    lambda ev: got.update(ev["data"]) if ev["event"] == "warm" else None)
-            if problem or got.get("status") != "ok":
-                r["warm_error"] = problem or got.get("error")
+            got = fresh("warm", model, backend, cold=False)
+            if got["status"] != "ok":
+                r["warm_error"] = got["error"]
             else:
                 for k in ("warm_compile_s", "warm_startup_s", "peak_mem_mb", "run_mem_mb", "rss_growth_mb", "peak_rss_mb", "mem_method",
                           "cuda_peak_mem_mb", "warm_rdyn_stats"):
                     if k in got:
                         r[k] = got[k]
-            progress.advance()
     phase_done("warm start + memory")
 
 
@@ -630,7 +649,7 @@ def main(argv=None) -> int:
 
     nb, nm = len(plan["backends"]), len(plan["models"])
     n_compiled = sum(1 for b in plan["backends"] if b in COMPILED)
-    per_config = nm * (nb + 1) + nb + (0 if args.no_warm else nm * (n_compiled + nb))
+    per_config = nm * (nb + 1) + nb + (0 if args.no_warm else nm * (2 * n_compiled + nb))
     progress = Progress(per_config * len(plan["configs"]), enabled=not args.no_progress)
     print(f"[bench] {nm} models x {', '.join(plan['backends'])} on "
           f"{', '.join(sorted({c['device'] for c in plan['configs']}))}; "
@@ -665,7 +684,8 @@ def main(argv=None) -> int:
     ordered = sorted(results.values(), key=lambda r: (r["device"], r["mode"], r["dtype"], order.get(r["model"], 99),
                                                       border.get(r["backend"], 9)))
     if args.no_warm:
-        notes.append("--no-warm: warm-start and memory not measured")
+        notes.append("--no-warm: warm start and memory not measured; first compiles timed in the shared worker, "
+                     "where a backend that compiles a model after another one finds Dynamo's analyses of it done")
     cores = os.cpu_count() or 1
     if foreign_load is not None and foreign_load > 0.25:
         notes.append(f"other processes used {foreign_load:.1f} of the {cores} cores on average during the run: "

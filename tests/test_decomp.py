@@ -196,3 +196,70 @@ def test_pointwise_convolution_is_a_gemm() -> None:
     assert report.fallback_ops == {}
     assert "convolution" not in "\n".join(k.source for k in report.kernels)
     assert any(k.name.startswith("gemm") for k in report.kernels)
+
+
+_FLASH = aten._scaled_dot_product_flash_attention_for_cpu.default
+
+
+@pytest.mark.parametrize(
+    "case",
+    ["plain", "causal", "scale", "tokens_major", "cross_lengths", "float64", "bfloat16", "inf_row"],
+)
+def test_flash_attention_decomposition_matches_aten(case) -> None:
+    """`flash_attention_cpu` gives ATen's two outputs: values, dtypes and
+    strides (the output follows the query's layout; the log-sum-exp is
+    stored [batch, query, head]), a row of -inf scores included."""
+    from rdyn._decomp import flash_attention_cpu
+
+    g = torch.Generator().manual_seed(3)
+    b, h, l, s, e = 2, 3, 5, 5 if case != "cross_lengths" else 7, 8
+    dtype = {"float64": torch.float64, "bfloat16": torch.bfloat16}.get(case, torch.float32)
+    q, k, v = (torch.randn(b, h, n, e, generator=g).to(dtype) for n in (l, s, s))
+    if case == "tokens_major":
+        q = torch.randn(b, l, h, e, generator=g).transpose(1, 2)
+    if case == "inf_row":
+        q[0, 1, 2] = 0.0
+        k[0, 1, :, 0] = -float("inf")
+        q[0, 1, 2, 0] = 1.0
+    kwargs = {"is_causal": case == "causal"}
+    if case == "scale":
+        kwargs["scale"] = 0.3
+    want = _FLASH(q, k, v, **kwargs)
+    got = flash_attention_cpu(q, k, v, **kwargs)
+    tol = {"rtol": 2e-2, "atol": 2e-2} if dtype == torch.bfloat16 else {}
+    for name, a, w in zip(("output", "logsumexp"), got, want):
+        assert a.dtype == w.dtype and a.shape == w.shape and a.stride() == w.stride(), name
+        torch.testing.assert_close(a, w, equal_nan=True, **tol)
+
+
+def test_flash_attention_compiles_without_fallback() -> None:
+    """SDPA without a mask runs in rdyn's kernels and matches float64 eager,
+    gradients included; with a mask it stays ATen's kernel (counted)."""
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+
+    def fn(q, k, v):
+        return sdpa(q, k, v, is_causal=True).transpose(1, 2).reshape(q.shape[0], q.shape[2], -1)
+
+    g = torch.Generator().manual_seed(4)
+    q64, k64, v64 = (torch.randn(2, 4, 16, 8, generator=g, dtype=torch.float64) for _ in range(3))
+    args = [t.float() for t in (q64, k64, v64)]
+    report = rdyn.explain(fn, *args)
+    assert report.fallback_ops == {}
+    assert "flash_attention" not in "\n".join(report.graphs)
+    assert_same(torch.compile(fn, backend="rdyn")(*args), fn(*args), fn(q64, k64, v64))
+
+    leaves = [t.clone().requires_grad_() for t in args]
+    torch._dynamo.reset()
+    torch.compile(fn, backend="rdyn")(*leaves).square().sum().backward()
+    eager = [t.clone().requires_grad_() for t in args]
+    fn(*eager).square().sum().backward()
+    ref = [t.clone().requires_grad_() for t in (q64, k64, v64)]
+    fn(*ref).square().sum().backward()
+    for name, a, e, r in zip("qkv", leaves, eager, ref):
+        assert_same(a.grad, e.grad, r.grad, what=f"grad of {name}")
+
+    mask = torch.randn(16, 16, generator=g)
+    masked = rdyn.explain(lambda q, k, v: sdpa(q, k, v, attn_mask=mask), *args)
+    assert sum(masked.fallback_ops.values()) == 1
+    assert_same(torch.compile(lambda q, k, v: sdpa(q, k, v, attn_mask=mask), backend="rdyn")(*args),
+                sdpa(*args, attn_mask=mask), sdpa(q64, k64, v64, attn_mask=mask.double()))

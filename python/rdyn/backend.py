@@ -88,10 +88,6 @@ DECOMPOSITIONS = {
 }
 
 
-# torch 2.15's decomposition of this op gives a wrongly shaped logsumexp and
-# wrong gradients; the op runs eagerly instead (a counted fallback).
-DECOMPOSITIONS.pop(aten._scaled_dot_product_flash_attention_for_cpu.default, None)
-
 #: Ops rdyn lowers whole, kept out of the table: AOTAutograd traces every op
 #: a decomposition emits through its Python modes (~0.6 ms each), so a
 #: decomposed ReLU6 (clamp's reference: isnan, comparisons, where) cost 8 ms
