@@ -654,6 +654,26 @@ def _probe(compiler, device: str) -> float:
     return seconds
 
 
+def _fresh_start(task: dict):
+    """The start of a fresh-process task: the model, its inputs, the
+    backend's compiler, and the seconds of the backend's start-up probe
+    (None for eager, which has none)."""
+    device, backend = task["device"], task["backend"]
+    check_device(device)
+    module, inputs = prepare(task["model"], device, task.get("dtype"), task["mode"])
+    compiler = make_compiler(backend, device)
+    startup = _probe(compiler, device) if backend != "eager" else None
+    return module, inputs, compiler, startup
+
+
+def _timed_call(step, inputs, device: str) -> float:
+    """Seconds of one call, synchronised with the device."""
+    t0 = time.perf_counter()
+    step(*inputs)
+    sync(device)
+    return time.perf_counter() - t0
+
+
 def task_cold(task: dict) -> None:
     """First compile of one model and backend in this fresh process, caches
     disabled (the environment says so).
@@ -663,25 +683,16 @@ def task_cold(task: dict) -> None:
     pays less for Dynamo. The model runs eagerly once first, as in ``main``
     (the eager reference), so that first-use costs of ATen kernels (oneDNN
     primitives, thread pools) are not charged to the compiler."""
-    device, mode, model, backend = task["device"], task["mode"], task["model"], task["backend"]
-    record = {"model": model, "backend": backend}
+    mode = task["mode"]
+    record = {"model": task["model"], "backend": task["backend"]}
     try:
-        check_device(device)
-        module, inputs = prepare(model, device, task.get("dtype"), mode)
-        compiler = make_compiler(backend, device)
-        record["cold_startup_s"] = _probe(compiler, device)
-        rdyn_stats_reset()
+        module, inputs, compiler, record["cold_startup_s"] = _fresh_start(task)
         eager = copy.deepcopy(module)
         make_step(eager, eager, mode)(*inputs)
         del eager
         gc.collect()
-        step = make_step(compiler(module), module, mode)
-        t0 = time.perf_counter()
-        step(*inputs)
-        sync(device)
-        record.update(status="ok", compile_s=time.perf_counter() - t0)
-        if backend == "rdyn":
-            record["rdyn_stats"] = rdyn_stats()
+        first = _timed_call(make_step(compiler(module), module, mode), inputs, task["device"])
+        record.update(status="ok", compile_s=first)
     except Exception as exc:
         record.update(status="error", error=_short_error(exc))
     emit("cold", data=record)
@@ -707,24 +718,19 @@ def task_populate(task: dict) -> None:
 
 def task_warm(task: dict) -> None:
     """Warm start and peak memory of one model and backend in this fresh process."""
-    device, mode, model, backend = task["device"], task["mode"], task["model"], task["backend"]
-    record = {"model": model, "backend": backend}
+    device, mode, backend = task["device"], task["mode"], task["backend"]
+    record = {"model": task["model"], "backend": backend}
     try:
-        check_device(device)
-        module, inputs = prepare(model, device, task.get("dtype"), mode)
-        compiler = make_compiler(backend, device)
-        if backend != "eager":
-            record["warm_startup_s"] = _probe(compiler, device)
+        module, inputs, compiler, startup = _fresh_start(task)
+        if startup is not None:
+            record["warm_startup_s"] = startup
         gc.collect()
         if device == "cuda":
             torch.cuda.reset_peak_memory_stats()
         exact = _clear_peak_rss()
         base = _rss_mb() if exact else _peak_rss_mb()
         step = make_step(compiler(module), module, mode)
-        t0 = time.perf_counter()
-        step(*inputs)
-        sync(device)
-        first = time.perf_counter() - t0
+        first = _timed_call(step, inputs, device)
         step(*inputs)
         sync(device)
         first_peak = _peak_rss_mb()

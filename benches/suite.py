@@ -357,8 +357,14 @@ def run_config(cfg: dict, plan: dict, args, paths: dict, progress: Progress, res
         return
     compiled = [b for b in plan["backends"] if b in COMPILED]
 
-    def fresh(kind: str, model: str, backend: str, cold: bool) -> dict:
-        """One model and backend in a fresh worker; its record, or an error."""
+    def fresh(kind: str, model: str, backend: str, cold: bool):
+        """One model and backend in a fresh worker: the timing worker's
+        record and the fresh worker's (or an error), or None when the timing
+        worker had no result to add to."""
+        r = results.get((model, backend, device, mode, dtype))
+        if r is None or r.get("status") != "ok":
+            progress.advance()
+            return None
         progress.describe(f"{label} {model} {backend}: {kind}")
         got = {}
         task = {"kind": kind, "device": device, "mode": mode, "dtype": dtype, "model": model,
@@ -367,17 +373,16 @@ def run_config(cfg: dict, plan: dict, args, paths: dict, progress: Progress, res
                                 lambda ev: got.update(ev["data"]) if ev["event"] == kind else None)
         progress.advance()
         if problem or got.get("status") != "ok":
-            return {"status": "error", "error": problem or got.get("error") or "no result"}
-        return got
+            return r, {"status": "error", "error": problem or got.get("error") or "no result"}
+        return r, got
 
     # ---- first compile, caches disabled, one fresh process per model x backend
     for model in plan["models"]:
         for backend in compiled:
-            r = results.get((model, backend, device, mode, dtype))
-            if r is None or r.get("status") != "ok":
-                progress.advance()
+            measured = fresh("cold", model, backend, cold=True)
+            if measured is None:
                 continue
-            got = fresh("cold", model, backend, cold=True)
+            r, got = measured
             r["compile_in_run_s"] = r.get("compile_s")
             if got["status"] == "ok":
                 r["compile_s"] = got["compile_s"]
@@ -407,11 +412,10 @@ def run_config(cfg: dict, plan: dict, args, paths: dict, progress: Progress, res
     phase_done("fill caches")
     for model in plan["models"]:
         for backend in plan["backends"]:
-            r = results.get((model, backend, device, mode, dtype))
-            if r is None or r.get("status") != "ok":
-                progress.advance()
+            measured = fresh("warm", model, backend, cold=False)
+            if measured is None:
                 continue
-            got = fresh("warm", model, backend, cold=False)
+            r, got = measured
             if got["status"] != "ok":
                 r["warm_error"] = got["error"]
             else:

@@ -139,12 +139,16 @@ def plain_inference(fw_metadata, graph: torch.fx.GraphModule, n_inputs: int) -> 
     )
 
 
+def _entry(cache_key: str) -> pathlib.Path:
+    return directory() / cache_key[:2] / f"{cache_key}.fxg"
+
+
 def store(cache_key: str, graph: torch.fx.GraphModule) -> None:
     from torch.fx._graph_pickler import GraphPickler
 
     try:
         data = GraphPickler.dumps(graph)
-        path = directory() / cache_key[:2] / f"{cache_key}.fxg"
+        path = _entry(cache_key)
         path.parent.mkdir(parents=True, exist_ok=True)
         with tempfile.NamedTemporaryFile(dir=path.parent, delete=False, suffix=".tmp") as f:
             f.write(data)
@@ -158,7 +162,7 @@ def load(cache_key: str, example_inputs) -> torch.fx.GraphModule | None:
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.fx._graph_pickler import GraphPickler
 
-    path = directory() / cache_key[:2] / f"{cache_key}.fxg"
+    path = _entry(cache_key)
     try:
         data = path.read_bytes()
     except OSError:

@@ -262,21 +262,22 @@ def _from_cache(graph: torch.fx.GraphModule, example_inputs, options: Options):
     """A cached ATen graph, compiled: called as AOTAutograd's result would
     be (positional tensors), which for a plain inference graph only calls
     the compiled graph."""
-    run = compile_aten_graph(graph, list(example_inputs), options)
+    run = _positional(compile_aten_graph(graph, list(example_inputs), options))
+    return torch._dynamo.disable(run, reason="rdyn: a cached, compiled graph")
 
-    def forward(*args):
-        return run(list(args))
 
-    return torch._dynamo.disable(forward, reason="rdyn: a cached, compiled graph")
+def _positional(boxed):
+    """A compiled graph (called with one list of inputs) as a function of
+    positional tensors."""
+
+    def call(*args):
+        return boxed(list(args))
+
+    return call
 
 
 def compile_graph(gm: torch.fx.GraphModule, example_inputs, options=None):
     """Compile an already-ATen FX graph (e.g. from ``make_fx`` with
     `DECOMPOSITIONS`); the result takes positional tensors and returns a
     list of outputs, like ``gm(*inputs)``."""
-    boxed = compile_aten_graph(gm, example_inputs, Options.parse(options, {}))
-
-    def call(*args):
-        return boxed(list(args))
-
-    return call
+    return _positional(compile_aten_graph(gm, example_inputs, Options.parse(options, {})))
