@@ -46,6 +46,9 @@ def _layouts():
         "batched_broadcast": (lambda x, y: x @ y, (r(4, 96, 80), b)),
         "matrix_vector": (lambda x, y: x @ y, (a, r(80))),
         "many_small_heads": (lambda x, y: x @ y.transpose(-2, -1), (r(16, 24, 8), r(16, 24, 8))),
+        "batched_a_transposed": (lambda x, y: x.transpose(1, 2) @ y, (r(4, 80, 96), r(4, 80, 72))),
+        "batched_expanded": (lambda x, y: torch.bmm(x, y.expand(4, 80, 72)), (r(4, 96, 80), r(1, 80, 72))),
+        "batched_odd_sizes": (lambda x, y: x @ y, (r(3, 17, 5), r(3, 5, 1))),
     }
 
 

@@ -29,6 +29,34 @@ pub fn run_gemm(a: BufId, b: BufId, out: BufId, scale: f64, mem: &Memory) -> Res
     }
     let (ptr_a, ptr_b, ptr_o) = (mem.ptrs[a.0 as usize], mem.ptrs[b.0 as usize], mem.ptrs[out.0 as usize]);
     let product = blas::Product { m, n, k, a: (a_rs, a_cs), b: (b_rs, b_cs), c: (o_rs, o_cs) };
+    // A batch goes to BLAS as one call where it has a batched routine.
+    if batch > 1 {
+        if let Some(call) = blas::plan_batch(&product) {
+            macro_rules! with_batch {
+                ($t:ty) => {{
+                    if blas::batch_available::<$t>() {
+                        let size = std::mem::size_of::<$t>() as i64;
+                        let at = |ptr: usize, offset: i64, bs: i64, bi: i64| (ptr as i64 + (offset + bi * bs) * size);
+                        let a: Vec<*const $t> =
+                            (0..batch).map(|bi| at(ptr_a, pa.offset, a_bs, bi) as *const $t).collect();
+                        let b: Vec<*const $t> =
+                            (0..batch).map(|bi| at(ptr_b, pb.offset, b_bs, bi) as *const $t).collect();
+                        let c: Vec<*mut $t> = (0..batch).map(|bi| at(ptr_o, po.offset, o_bs, bi) as *mut $t).collect();
+                        // SAFETY: as for the single products below; the
+                        // outputs of a batch are distinct products of one
+                        // buffer the plan allocated for them.
+                        unsafe { blas::run_batch::<$t>(&product, call, &a, &b, &c, scale as $t) };
+                        return Ok(());
+                    }
+                }};
+            }
+            match po.dtype {
+                DType::F32 => with_batch!(f32),
+                DType::F64 => with_batch!(f64),
+                _ => {}
+            }
+        }
+    }
     // Many small products (attention heads) go to the gemm crate, one per
     // thread: a BLAS call per head costs more than it computes.
     let to_blas = blas::available() && (batch == 1 || m * n * k >= 64 * 64 * 64);

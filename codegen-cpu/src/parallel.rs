@@ -24,19 +24,35 @@ type OmpInt = unsafe extern "C" fn() -> i32;
 struct OpenMp {
     parallel: GompParallel,
     max_threads: OmpInt,
+    thread_num: OmpInt,
+    num_threads: OmpInt,
 }
 
 static OPENMP: OnceLock<OpenMp> = OnceLock::new();
 
-/// Run kernels on the OpenMP team of the libgomp whose `GOMP_parallel` and
-/// `omp_get_max_threads` are at these addresses (the first registration
-/// wins). Returns whether the team is now in use.
+/// The addresses of the libgomp functions kernels run with.
+#[derive(Clone, Copy, Debug)]
+pub struct GompEntries {
+    /// `GOMP_parallel`.
+    pub parallel: usize,
+    /// `omp_get_max_threads`.
+    pub max_threads: usize,
+    /// `omp_get_thread_num`.
+    pub thread_num: usize,
+    /// `omp_get_num_threads`.
+    pub num_threads: usize,
+}
+
+/// Run kernels on the OpenMP team of the libgomp whose entry points are at
+/// these addresses (the first registration wins). Returns whether the team
+/// is now in use.
 ///
 /// # Safety
 /// The addresses must be those functions of a libgomp loaded for the rest
 /// of the process's life.
-pub unsafe fn use_openmp(parallel: usize, max_threads: usize) -> bool {
-    if parallel == 0 || max_threads == 0 {
+pub unsafe fn use_openmp(gomp: GompEntries) -> bool {
+    let GompEntries { parallel, max_threads, thread_num, num_threads } = gomp;
+    if parallel == 0 || max_threads == 0 || thread_num == 0 || num_threads == 0 {
         return false;
     }
     // SAFETY: the caller guarantees the addresses and their signatures.
@@ -44,6 +60,8 @@ pub unsafe fn use_openmp(parallel: usize, max_threads: usize) -> bool {
         OpenMp {
             parallel: std::mem::transmute::<usize, GompParallel>(parallel),
             max_threads: std::mem::transmute::<usize, OmpInt>(max_threads),
+            thread_num: std::mem::transmute::<usize, OmpInt>(thread_num),
+            num_threads: std::mem::transmute::<usize, OmpInt>(num_threads),
         }
     };
     // A second registration keeps the first.
@@ -74,42 +92,93 @@ pub fn threads() -> usize {
     }
 }
 
+/// Work shared by a team: `n` items cut into one contiguous share per
+/// thread. A thread runs its own share first, in order, then takes what is
+/// left of the others' (every item is claimed through its share's counter,
+/// so each runs once). Thread t thus works on the same part of the data in
+/// every kernel: what it wrote in the last kernel, or read in the last call,
+/// is still in its core's cache, where a first-come order would hand each
+/// core another part each time.
 struct Job<'a> {
     f: &'a (dyn Fn(usize) + Sync),
     n: usize,
-    next: AtomicUsize,
+    /// Per share: the next item to claim.
+    next: Vec<AtomicUsize>,
     panicked: AtomicBool,
     payload: Mutex<Option<Box<dyn Any + Send>>>,
 }
 
-extern "C" fn run_job(data: *mut c_void) {
-    // SAFETY: `for_each` passes a `Job` that outlives the parallel region.
-    let job = unsafe { &*(data as *const Job) };
-    loop {
-        let k = job.next.fetch_add(1, Ordering::Relaxed);
-        if k >= job.n || job.panicked.load(Ordering::Relaxed) {
-            break;
+impl<'a> Job<'a> {
+    fn new(f: &'a (dyn Fn(usize) + Sync), n: usize, shares: usize) -> Job<'a> {
+        let next = (0..shares).map(|s| AtomicUsize::new(share_start(n, s, shares))).collect();
+        Job { f, n, next, panicked: AtomicBool::new(false), payload: Mutex::new(None) }
+    }
+
+    /// The items of share `s`, `next[s]`'s range.
+    fn share(&self, s: usize) -> std::ops::Range<usize> {
+        let shares = self.next.len();
+        share_start(self.n, s, shares)..share_start(self.n, s + 1, shares)
+    }
+
+    /// A thread's part: its own share, then what is left of the others.
+    fn work(&self, own: usize) {
+        let shares = self.next.len();
+        for s in (own..shares).chain(0..own) {
+            self.drain(s);
         }
-        // A panic must not unwind into C; it is re-raised after the region.
-        if let Err(payload) = catch_unwind(AssertUnwindSafe(|| (job.f)(k))) {
-            job.panicked.store(true, Ordering::Relaxed);
-            if let Ok(mut slot) = job.payload.lock() {
-                slot.get_or_insert(payload);
+    }
+
+    /// Run the unclaimed items of share `s`.
+    fn drain(&self, s: usize) {
+        let end = self.share(s).end;
+        loop {
+            let k = self.next[s].fetch_add(1, Ordering::Relaxed);
+            if k >= end || self.panicked.load(Ordering::Relaxed) {
+                break;
+            }
+            // A panic must not unwind into C; it is re-raised after the region.
+            if let Err(payload) = catch_unwind(AssertUnwindSafe(|| (self.f)(k))) {
+                self.panicked.store(true, Ordering::Relaxed);
+                if let Ok(mut slot) = self.payload.lock() {
+                    slot.get_or_insert(payload);
+                }
             }
         }
     }
 }
 
-/// Run `f(k)` for every `k` in `0..n`, in parallel; each thread takes the
-/// next `k` when it finishes one.
+/// Where share `s` of `shares` over `n` items starts.
+fn share_start(n: usize, s: usize, shares: usize) -> usize {
+    n * s / shares
+}
+
+extern "C" fn run_job(data: *mut c_void) {
+    // SAFETY: `for_each` passes a `Job` that outlives the parallel region.
+    let job = unsafe { &*(data as *const Job) };
+    let shares = job.next.len();
+    // SAFETY: registered by `use_openmp`; called inside the region.
+    let team = OPENMP.get().map(|omp| unsafe { ((omp.num_threads)(), (omp.thread_num)()) });
+    let own = match team {
+        Some((size, t)) if size as usize == shares => t as usize,
+        _ => 0,
+    };
+    job.work(own);
+}
+
+/// Run `f(k)` for every `k` in `0..n`, in parallel: thread t first runs the
+/// t-th contiguous share of `0..n`, then helps with the rest.
 pub fn for_each(n: usize, f: &(dyn Fn(usize) + Sync)) {
     match OPENMP.get() {
         Some(omp) if n > 1 => {
-            let job =
-                Job { f, n, next: AtomicUsize::new(0), panicked: AtomicBool::new(false), payload: Mutex::new(None) };
+            // SAFETY: registered by `use_openmp`.
+            let team = (unsafe { (omp.max_threads)() }).max(1) as usize;
+            let job = Job::new(f, n, team.min(n));
             // SAFETY: `run_job` has the signature libgomp expects and `job`
             // lives until GOMP_parallel returns (all threads have joined).
-            unsafe { (omp.parallel)(run_job, &job as *const Job as *mut c_void, 0, 0) };
+            // The team is asked for one thread per share, so that thread t
+            // owns share t.
+            let threads = job.next.len() as u32;
+            unsafe { (omp.parallel)(run_job, &job as *const Job as *mut c_void, threads, 0) };
             // Re-raise a kernel's panic on the calling thread, where the
             // frontend turns it into a Python error.
             if let Some(payload) = job.payload.into_inner().ok().flatten() {
@@ -124,6 +193,29 @@ pub fn for_each(n: usize, f: &(dyn Fn(usize) + Sync)) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn shares_run_own_items_first_and_each_once() {
+        let order = Mutex::new(Vec::new());
+        let f = |k: usize| order.lock().expect("order lock").push(k);
+        // One thread owning share 1 of 3 over 10 items runs 3..6 first,
+        // then 6..10, then 0..3.
+        Job::new(&f, 10, 3).work(1);
+        assert_eq!(*order.lock().expect("order lock"), [3, 4, 5, 6, 7, 8, 9, 0, 1, 2]);
+        // Several threads, each from its own share: every item once.
+        let hits: Vec<AtomicUsize> = (0..1000).map(|_| AtomicUsize::new(0)).collect();
+        let count = |k: usize| {
+            hits[k].fetch_add(1, Ordering::Relaxed);
+        };
+        let job = Job::new(&count, hits.len(), 4);
+        std::thread::scope(|scope| {
+            for own in 0..4 {
+                let job = &job;
+                scope.spawn(move || job.work(own));
+            }
+        });
+        assert!(hits.iter().all(|h| h.load(Ordering::Relaxed) == 1));
+    }
 
     #[test]
     fn every_index_runs_once() {

@@ -526,7 +526,11 @@ impl CpuProgram {
                 Some((op, r)) => format!(" {op} over {r:?}"),
                 None => String::new(),
             };
-            let jit = if stage.jit.is_some() { " [jit]" } else { "" };
+            let jit = match &stage.jit {
+                Some(j) if j.rows => " [jit rows]",
+                Some(_) => " [jit]",
+                None => "",
+            };
             let _ = writeln!(out, "  stage -> {} ({}) inner {:?}{red}{jit}", stage.out, stage.out_dtype, stage.inner);
             for (reg, op) in &stage.consts {
                 let _ = writeln!(out, "    r{reg} = {}", fmt_inst(op));

@@ -329,10 +329,12 @@ fn num_threads() -> usize {
 /// `dgemm_` at these addresses (torch's own BLAS, found by
 /// `rdyn._aten_libs`). Returns whether they were taken.
 #[pyfunction]
-fn use_blas(sgemm: usize, dgemm: usize) -> bool {
+#[pyo3(signature = (sgemm, dgemm, sgemm_batch=0, dgemm_batch=0))]
+fn use_blas(sgemm: usize, dgemm: usize, sgemm_batch: usize, dgemm_batch: usize) -> bool {
+    let entries = rdyn_codegen_cpu::blas::BlasEntries { sgemm, dgemm, sgemm_batch, dgemm_batch };
     // SAFETY: `rdyn._aten_libs` passes the LP64 routines of libtorch_cpu,
     // which torch keeps loaded for the life of the process.
-    unsafe { rdyn_codegen_cpu::blas::use_blas(sgemm, dgemm) }
+    unsafe { rdyn_codegen_cpu::blas::use_blas(entries) }
 }
 
 /// Which thread pool runs CPU kernels: "openmp" (ATen's own team) or "rayon".
@@ -342,13 +344,15 @@ fn thread_pool() -> &'static str {
 }
 
 /// Run CPU kernels on the OpenMP team of the libgomp torch loaded, given the
-/// addresses of its `GOMP_parallel` and `omp_get_max_threads` (found by
+/// addresses of its `GOMP_parallel`, `omp_get_max_threads`,
+/// `omp_get_thread_num` and `omp_get_num_threads` (found by
 /// `rdyn._aten_libs`). Returns whether they were taken (only the first call's are).
 #[pyfunction]
-fn use_openmp(parallel: usize, max_threads: usize) -> bool {
-    // SAFETY: `rdyn._aten_libs` passes the two functions of the libgomp that
+fn use_openmp(parallel: usize, max_threads: usize, thread_num: usize, num_threads: usize) -> bool {
+    let gomp = rdyn_codegen_cpu::parallel::GompEntries { parallel, max_threads, thread_num, num_threads };
+    // SAFETY: `rdyn._aten_libs` passes those functions of the libgomp that
     // torch keeps loaded for the life of the process.
-    unsafe { rdyn_codegen_cpu::parallel::use_openmp(parallel, max_threads) }
+    unsafe { rdyn_codegen_cpu::parallel::use_openmp(gomp) }
 }
 
 /// Make the importing thread (the one that runs compiled graphs, as a

@@ -8,8 +8,8 @@ libgomp's entry points makes both share one team. ``RDYN_OPENMP=0`` keeps
 rdyn on its own rayon pool.
 
 The wheels also link a tuned BLAS (MKL on x86-64) into ``libtorch_cpu``;
-its Fortran ``sgemm_``/``dgemm_`` run rdyn's matrix products when the
-operand layouts allow. ``RDYN_BLAS=0`` keeps them on the ``gemm`` crate.
+its Fortran ``sgemm_``/``dgemm_`` (and MKL's ``?gemm_batch_`` for batched
+products) run rdyn's matrix products when the operand layouts allow. ``RDYN_BLAS=0`` keeps them on the ``gemm`` crate.
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ def use_aten_openmp() -> bool:
     rdyn's kernels now run on it."""
     if os.environ.get("RDYN_OPENMP", "") == "0" or "OpenMP" not in torch.__config__.parallel_info():
         return False
-    found = _addresses(_loaded("libgomp"), ("GOMP_parallel", "omp_get_max_threads"))
+    found = _addresses(_loaded("libgomp"), ("GOMP_parallel", "omp_get_max_threads", "omp_get_thread_num", "omp_get_num_threads"))
     if found is not None:
         _rdyn.use_openmp(*found)
     return _rdyn.thread_pool() == "openmp"
@@ -61,5 +61,8 @@ def use_aten_blas() -> bool:
     one was found."""
     if os.environ.get("RDYN_BLAS", "") == "0":
         return False
-    found = _addresses(_loaded("libtorch_cpu"), ("sgemm_", "dgemm_"))
-    return found is not None and _rdyn.use_blas(*found)
+    lib = _loaded("libtorch_cpu")
+    found = _addresses(lib, ("sgemm_", "dgemm_"))
+    # MKL's batched routines run a batch of products (attention heads) in one call.
+    batched = _addresses(lib, ("sgemm_batch_", "dgemm_batch_")) or (0, 0)
+    return found is not None and _rdyn.use_blas(*found, *batched)
