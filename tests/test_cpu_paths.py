@@ -49,6 +49,10 @@ def _layouts():
         "batched_a_transposed": (lambda x, y: x.transpose(1, 2) @ y, (r(4, 80, 96), r(4, 80, 72))),
         "batched_expanded": (lambda x, y: torch.bmm(x, y.expand(4, 80, 72)), (r(4, 96, 80), r(1, 80, 72))),
         "batched_odd_sizes": (lambda x, y: x @ y, (r(3, 17, 5), r(3, 5, 1))),
+        "batched_broadcast_a": (lambda x, y: torch.bmm(x.expand(4, 96, 80), y), (r(1, 96, 80), r(4, 80, 72))),
+        "batched_one_row": (lambda x, y: torch.bmm(x, y), (r(4, 1, 80), r(4, 80, 72))),
+        "baddbmm_scaled": (lambda c, x, y: torch.baddbmm(c, x, y, beta=0.5, alpha=2.0), (r(4, 96, 72), r(4, 96, 80), r(4, 80, 72))),
+        "batched_into_slices": (lambda x, y: torch.cat([torch.bmm(x, y), x[..., :72]], dim=1), (r(4, 96, 80), r(4, 80, 72))),
     }
 
 
@@ -80,6 +84,13 @@ ALTERNATE_PATHS = textwrap.dedent(
     print("ok")
     """
 )
+
+
+def test_batched_products_run_as_one_blas_call() -> None:
+    """With torch's MKL (the x86-64 wheels), batches go to `sgemm_batch_`."""
+    if not torch.backends.mkl.is_available() or os.environ.get("RDYN_BLAS") == "0":
+        pytest.skip("torch has no MKL here")
+    assert rdyn._rdyn.blas_batched()
 
 
 def test_rayon_and_gemm_crate_paths() -> None:

@@ -148,11 +148,17 @@ pub(crate) fn plan(p: &Product) -> Option<[(u8, i64); 3]> {
     layout(p)
 }
 
-/// The call for one product of a batch run through `?gemm_batch_`, at any
-/// size: one call for all products, so none pays a call of its own (on
-/// Sapphire Rapids, 16 attention heads of 64×32 by 32×64 take MKL's batch
-/// 20 µs against 32 µs in the `gemm` crate, one head per thread).
+/// The call for one product of a batch run through `?gemm_batch_`: one
+/// call for all products, so none pays a call of its own (on Sapphire
+/// Rapids, 16 attention heads of 64×32 by 32×64 take MKL's batch 20 µs
+/// against 32 µs in the `gemm` crate, one head per thread; 17×17 by 17×32
+/// heads 4 against 6 µs). Products as large as [`BLAS_MIN_SIDE`]³ keep the
+/// single calls' rule: skinny ones stay with the crate.
 pub(crate) fn plan_batch(p: &Product) -> Option<[(u8, i64); 3]> {
+    let large = p.m.saturating_mul(p.n).saturating_mul(p.k) >= BLAS_MIN_SIDE.pow(3);
+    if large && p.n.min(p.k) < BLAS_MIN_SIDE {
+        return None;
+    }
     layout(p)
 }
 
@@ -199,9 +205,15 @@ pub(crate) fn batch_available<T: Element>() -> bool {
     BLAS.get().and_then(T::batch_routine).is_some()
 }
 
+/// Whether float32 batches run as one call of a batched routine.
+pub fn batched() -> bool {
+    batch_available::<f32>()
+}
+
 /// Run `plan_batch`'s call for every product whose first elements are at
 /// `a[i]`, `b[i]`, `c[i]`, as one batch (nothing when no batched routine is
-/// registered).
+/// registered or the batch does not fit a 32-bit count: the caller checks
+/// both).
 ///
 /// # Safety
 /// Every pointer triple must describe live buffers that hold one product's
@@ -219,7 +231,9 @@ pub(crate) unsafe fn run_batch<T: Element>(
     let (tb, ta) = (tb as c_char, ta as c_char);
     let (m, n, k) = (p.m as i32, p.n as i32, p.k as i32);
     let (lda, ldb, ldc) = (lda as i32, ldb as i32, ldc as i32);
-    let (groups, size) = (1i32, c.len().min(a.len()).min(b.len()) as i32);
+    debug_assert!(a.len() == c.len() && b.len() == c.len());
+    let Ok(size) = i32::try_from(c.len().min(a.len()).min(b.len())) else { return };
+    let groups = 1i32;
     let beta = T::ZERO;
     // SAFETY: as for `run`, per product; the arrays hold `size` pointers.
     unsafe {
@@ -297,6 +311,9 @@ mod tests {
         let head = Product { m: 17, n: 17, k: 8, a: (8, 1), b: (1, 8), c: (17, 1) };
         assert!(plan(&head).is_none());
         assert_eq!(plan_batch(&head), Some([(b'T', 8), (b'N', 8), (b'N', 17)]));
+        // Large skinny products keep the single calls' rule.
+        let column = Product { m: 4096, n: 1, k: 512, a: (512, 1), b: (1, 1), c: (1, 1) };
+        assert!(plan_batch(&column).is_none());
         // Empty products and unreadable layouts never do.
         assert!(plan_batch(&Product { k: 0, ..head }).is_none());
         assert!(plan_batch(&Product { a: (16, 2), ..head }).is_none());

@@ -30,7 +30,7 @@ pub fn run_gemm(a: BufId, b: BufId, out: BufId, scale: f64, mem: &Memory) -> Res
     let (ptr_a, ptr_b, ptr_o) = (mem.ptrs[a.0 as usize], mem.ptrs[b.0 as usize], mem.ptrs[out.0 as usize]);
     let product = blas::Product { m, n, k, a: (a_rs, a_cs), b: (b_rs, b_cs), c: (o_rs, o_cs) };
     // A batch goes to BLAS as one call where it has a batched routine.
-    if batch > 1 {
+    if batch > 1 && batch <= i64::from(i32::MAX) {
         if let Some(call) = blas::plan_batch(&product) {
             macro_rules! with_batch {
                 ($t:ty) => {{

@@ -25,7 +25,6 @@ struct OpenMp {
     parallel: GompParallel,
     max_threads: OmpInt,
     thread_num: OmpInt,
-    num_threads: OmpInt,
 }
 
 static OPENMP: OnceLock<OpenMp> = OnceLock::new();
@@ -39,8 +38,6 @@ pub struct GompEntries {
     pub max_threads: usize,
     /// `omp_get_thread_num`.
     pub thread_num: usize,
-    /// `omp_get_num_threads`.
-    pub num_threads: usize,
 }
 
 /// Run kernels on the OpenMP team of the libgomp whose entry points are at
@@ -51,8 +48,8 @@ pub struct GompEntries {
 /// The addresses must be those functions of a libgomp loaded for the rest
 /// of the process's life.
 pub unsafe fn use_openmp(gomp: GompEntries) -> bool {
-    let GompEntries { parallel, max_threads, thread_num, num_threads } = gomp;
-    if parallel == 0 || max_threads == 0 || thread_num == 0 || num_threads == 0 {
+    let GompEntries { parallel, max_threads, thread_num } = gomp;
+    if parallel == 0 || max_threads == 0 || thread_num == 0 {
         return false;
     }
     // SAFETY: the caller guarantees the addresses and their signatures.
@@ -61,7 +58,6 @@ pub unsafe fn use_openmp(gomp: GompEntries) -> bool {
             parallel: std::mem::transmute::<usize, GompParallel>(parallel),
             max_threads: std::mem::transmute::<usize, OmpInt>(max_threads),
             thread_num: std::mem::transmute::<usize, OmpInt>(thread_num),
-            num_threads: std::mem::transmute::<usize, OmpInt>(num_threads),
         }
     };
     // A second registration keeps the first.
@@ -102,15 +98,16 @@ pub fn threads() -> usize {
 struct Job<'a> {
     f: &'a (dyn Fn(usize) + Sync),
     n: usize,
-    /// Per share: the next item to claim.
-    next: Vec<AtomicUsize>,
+    /// Per share: the next item to claim (a cache line each, so that
+    /// threads claiming from their own shares do not contend).
+    next: Vec<Counter>,
     panicked: AtomicBool,
     payload: Mutex<Option<Box<dyn Any + Send>>>,
 }
 
 impl<'a> Job<'a> {
     fn new(f: &'a (dyn Fn(usize) + Sync), n: usize, shares: usize) -> Job<'a> {
-        let next = (0..shares).map(|s| AtomicUsize::new(share_start(n, s, shares))).collect();
+        let next = (0..shares).map(|s| Counter(AtomicUsize::new(share_start(n, s, shares)))).collect();
         Job { f, n, next, panicked: AtomicBool::new(false), payload: Mutex::new(None) }
     }
 
@@ -132,7 +129,7 @@ impl<'a> Job<'a> {
     fn drain(&self, s: usize) {
         let end = self.share(s).end;
         loop {
-            let k = self.next[s].fetch_add(1, Ordering::Relaxed);
+            let k = self.next[s].0.fetch_add(1, Ordering::Relaxed);
             if k >= end || self.panicked.load(Ordering::Relaxed) {
                 break;
             }
@@ -147,6 +144,10 @@ impl<'a> Job<'a> {
     }
 }
 
+/// A share's counter, alone on its cache line(s).
+#[repr(align(128))]
+struct Counter(AtomicUsize);
+
 /// Where share `s` of `shares` over `n` items starts.
 fn share_start(n: usize, s: usize, shares: usize) -> usize {
     n * s / shares
@@ -155,14 +156,12 @@ fn share_start(n: usize, s: usize, shares: usize) -> usize {
 extern "C" fn run_job(data: *mut c_void) {
     // SAFETY: `for_each` passes a `Job` that outlives the parallel region.
     let job = unsafe { &*(data as *const Job) };
-    let shares = job.next.len();
-    // SAFETY: registered by `use_openmp`; called inside the region.
-    let team = OPENMP.get().map(|omp| unsafe { ((omp.num_threads)(), (omp.thread_num)()) });
-    let own = match team {
-        Some((size, t)) if size as usize == shares => t as usize,
-        _ => 0,
-    };
-    job.work(own);
+    // SAFETY: registered by `use_openmp`; called inside the region. Any
+    // start is correct: a team smaller than the shares (a nested region)
+    // still drains them all, and threads past the last share start on
+    // another thread's.
+    let t = OPENMP.get().map_or(0, |omp| unsafe { (omp.thread_num)() }).max(0) as usize;
+    job.work(t % job.next.len().max(1));
 }
 
 /// Run `f(k)` for every `k` in `0..n`, in parallel: thread t first runs the
@@ -175,10 +174,10 @@ pub fn for_each(n: usize, f: &(dyn Fn(usize) + Sync)) {
             let job = Job::new(f, n, team.min(n));
             // SAFETY: `run_job` has the signature libgomp expects and `job`
             // lives until GOMP_parallel returns (all threads have joined).
-            // The team is asked for one thread per share, so that thread t
-            // owns share t.
-            let threads = job.next.len() as u32;
-            unsafe { (omp.parallel)(run_job, &job as *const Job as *mut c_void, threads, 0) };
+            // The default team (0 threads asked): a narrower region would
+            // make libgomp retire the idle threads and start them again for
+            // the next full one.
+            unsafe { (omp.parallel)(run_job, &job as *const Job as *mut c_void, 0, 0) };
             // Re-raise a kernel's panic on the calling thread, where the
             // frontend turns it into a Python error.
             if let Some(payload) = job.payload.into_inner().ok().flatten() {

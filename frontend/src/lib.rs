@@ -337,6 +337,13 @@ fn use_blas(sgemm: usize, dgemm: usize, sgemm_batch: usize, dgemm_batch: usize) 
     unsafe { rdyn_codegen_cpu::blas::use_blas(entries) }
 }
 
+/// Whether batched float32 products run as one call of a BLAS batch routine
+/// (MKL's `sgemm_batch_`).
+#[pyfunction]
+fn blas_batched() -> bool {
+    rdyn_codegen_cpu::blas::batched()
+}
+
 /// Which thread pool runs CPU kernels: "openmp" (ATen's own team) or "rayon".
 #[pyfunction]
 fn thread_pool() -> &'static str {
@@ -344,12 +351,12 @@ fn thread_pool() -> &'static str {
 }
 
 /// Run CPU kernels on the OpenMP team of the libgomp torch loaded, given the
-/// addresses of its `GOMP_parallel`, `omp_get_max_threads`,
-/// `omp_get_thread_num` and `omp_get_num_threads` (found by
-/// `rdyn._aten_libs`). Returns whether they were taken (only the first call's are).
+/// addresses of its `GOMP_parallel`, `omp_get_max_threads` and
+/// `omp_get_thread_num` (found by `rdyn._aten_libs`). Returns whether they
+/// were taken (only the first call's are).
 #[pyfunction]
-fn use_openmp(parallel: usize, max_threads: usize, thread_num: usize, num_threads: usize) -> bool {
-    let gomp = rdyn_codegen_cpu::parallel::GompEntries { parallel, max_threads, thread_num, num_threads };
+fn use_openmp(parallel: usize, max_threads: usize, thread_num: usize) -> bool {
+    let gomp = rdyn_codegen_cpu::parallel::GompEntries { parallel, max_threads, thread_num };
     // SAFETY: `rdyn._aten_libs` passes those functions of the libgomp that
     // torch keeps loaded for the life of the process.
     unsafe { rdyn_codegen_cpu::parallel::use_openmp(gomp) }
@@ -384,6 +391,7 @@ fn _rdyn(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(thread_pool, m)?)?;
     m.add_function(wrap_pyfunction!(use_openmp, m)?)?;
     m.add_function(wrap_pyfunction!(use_blas, m)?)?;
+    m.add_function(wrap_pyfunction!(blas_batched, m)?)?;
     m.add_function(wrap_pyfunction!(wgpu_adapter, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())

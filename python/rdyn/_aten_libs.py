@@ -50,7 +50,7 @@ def use_aten_openmp() -> bool:
     rdyn's kernels now run on it."""
     if os.environ.get("RDYN_OPENMP", "") == "0" or "OpenMP" not in torch.__config__.parallel_info():
         return False
-    found = _addresses(_loaded("libgomp"), ("GOMP_parallel", "omp_get_max_threads", "omp_get_thread_num", "omp_get_num_threads"))
+    found = _addresses(_loaded("libgomp"), ("GOMP_parallel", "omp_get_max_threads", "omp_get_thread_num"))
     if found is not None:
         _rdyn.use_openmp(*found)
     return _rdyn.thread_pool() == "openmp"
