@@ -175,6 +175,36 @@ fn layout(p: &Product) -> Option<[(u8, i64); 3]> {
     [b.1, a.1, c.1].into_iter().all(fits).then_some([b, a, c])
 }
 
+/// A planned call's scalar arguments as the Fortran routines take them
+/// (`b` first: the call computes `cᵀ = bᵀ · aᵀ`).
+struct Args {
+    tb: c_char,
+    ta: c_char,
+    m: i32,
+    n: i32,
+    k: i32,
+    lda: i32,
+    ldb: i32,
+    ldc: i32,
+}
+
+impl Args {
+    /// `plan`/`plan_batch` checked that every value fits 32 bits.
+    fn new(p: &Product, call: [(u8, i64); 3]) -> Args {
+        let [(tb, ldb), (ta, lda), (_, ldc)] = call;
+        Args {
+            tb: tb as c_char,
+            ta: ta as c_char,
+            m: p.m as i32,
+            n: p.n as i32,
+            k: p.k as i32,
+            lda: lda as i32,
+            ldb: ldb as i32,
+            ldc: ldc as i32,
+        }
+    }
+}
+
 /// Run `plan`'s call on raw pointers to the first elements (nothing when
 /// no BLAS is registered).
 ///
@@ -191,10 +221,7 @@ pub(crate) unsafe fn run<T: Element>(
     beta: T,
 ) {
     let Some(gemm) = BLAS.get().map(T::routine) else { return };
-    let [(tb, ldb), (ta, lda), (_, ldc)] = call;
-    let (tb, ta) = (tb as c_char, ta as c_char);
-    let (m, n, k) = (p.m as i32, p.n as i32, p.k as i32);
-    let (lda, ldb, ldc) = (lda as i32, ldb as i32, ldc as i32);
+    let Args { tb, ta, m, n, k, lda, ldb, ldc } = Args::new(p, call);
     // SAFETY: the caller guarantees the buffers; BLAS reads `n×k`, `k×m`
     // and writes `n×m` through the leading dimensions `plan` checked.
     unsafe { gemm(&tb, &ta, &n, &m, &k, &alpha, b, &ldb, a, &lda, &beta, c, &ldc) };
@@ -227,10 +254,7 @@ pub(crate) unsafe fn run_batch<T: Element>(
     alpha: T,
 ) {
     let Some(gemm) = BLAS.get().and_then(T::batch_routine) else { return };
-    let [(tb, ldb), (ta, lda), (_, ldc)] = call;
-    let (tb, ta) = (tb as c_char, ta as c_char);
-    let (m, n, k) = (p.m as i32, p.n as i32, p.k as i32);
-    let (lda, ldb, ldc) = (lda as i32, ldb as i32, ldc as i32);
+    let Args { tb, ta, m, n, k, lda, ldb, ldc } = Args::new(p, call);
     debug_assert!(a.len() == c.len() && b.len() == c.len());
     let Ok(size) = i32::try_from(c.len().min(a.len()).min(b.len())) else { return };
     let groups = 1i32;

@@ -29,31 +29,17 @@ pub fn run_gemm(a: BufId, b: BufId, out: BufId, scale: f64, mem: &Memory) -> Res
     }
     let (ptr_a, ptr_b, ptr_o) = (mem.ptrs[a.0 as usize], mem.ptrs[b.0 as usize], mem.ptrs[out.0 as usize]);
     let product = blas::Product { m, n, k, a: (a_rs, a_cs), b: (b_rs, b_cs), c: (o_rs, o_cs) };
+    let ops = [(ptr_a, pa.offset, a_bs), (ptr_b, pb.offset, b_bs), (ptr_o, po.offset, o_bs)];
     // A batch goes to BLAS as one call where it has a batched routine.
     if batch > 1 && batch <= i64::from(i32::MAX) {
         if let Some(call) = blas::plan_batch(&product) {
-            macro_rules! with_batch {
-                ($t:ty) => {{
-                    if blas::batch_available::<$t>() {
-                        let size = std::mem::size_of::<$t>() as i64;
-                        let at = |ptr: usize, offset: i64, bs: i64, bi: i64| (ptr as i64 + (offset + bi * bs) * size);
-                        let a: Vec<*const $t> =
-                            (0..batch).map(|bi| at(ptr_a, pa.offset, a_bs, bi) as *const $t).collect();
-                        let b: Vec<*const $t> =
-                            (0..batch).map(|bi| at(ptr_b, pb.offset, b_bs, bi) as *const $t).collect();
-                        let c: Vec<*mut $t> = (0..batch).map(|bi| at(ptr_o, po.offset, o_bs, bi) as *mut $t).collect();
-                        // SAFETY: as for the single products below; the
-                        // outputs of a batch are distinct products of one
-                        // buffer the plan allocated for them.
-                        unsafe { blas::run_batch::<$t>(&product, call, &a, &b, &c, scale as $t) };
-                        return Ok(());
-                    }
-                }};
-            }
-            match po.dtype {
-                DType::F32 => with_batch!(f32),
-                DType::F64 => with_batch!(f64),
-                _ => {}
+            let done = match po.dtype {
+                DType::F32 => blas_batch::<f32>(&product, call, batch, ops, scale as f32),
+                DType::F64 => blas_batch::<f64>(&product, call, batch, ops, scale),
+                _ => false,
+            };
+            if done {
+                return Ok(());
             }
         }
     }
@@ -64,7 +50,7 @@ pub fn run_gemm(a: BufId, b: BufId, out: BufId, scale: f64, mem: &Memory) -> Res
         macro_rules! with_blas {
             ($t:ty) => {{
                 let size = std::mem::size_of::<$t>() as i64;
-                let at = |ptr: usize, offset: i64, bs: i64, bi: i64| (ptr as i64 + (offset + bi * bs) * size) as usize;
+                let at = |(ptr, offset, bs): (usize, i64, i64), bi: i64| element(ptr, offset + bi * bs, size);
                 for bi in 0..batch {
                     // SAFETY: pointers and strides describe live buffers of
                     // this call whose layouts the guards checked; `plan`
@@ -73,9 +59,9 @@ pub fn run_gemm(a: BufId, b: BufId, out: BufId, scale: f64, mem: &Memory) -> Res
                         blas::run::<$t>(
                             &product,
                             call,
-                            at(ptr_a, pa.offset, a_bs, bi) as *const $t,
-                            at(ptr_b, pb.offset, b_bs, bi) as *const $t,
-                            at(ptr_o, po.offset, o_bs, bi) as *mut $t,
+                            at(ops[0], bi) as *const $t,
+                            at(ops[1], bi) as *const $t,
+                            at(ops[2], bi) as *mut $t,
                             scale as $t,
                             0.0,
                         )
@@ -152,4 +138,35 @@ pub fn run_gemm(a: BufId, b: BufId, out: BufId, scale: f64, mem: &Memory) -> Res
         _ => return Err(CodegenError::Internal("gemm dtype")),
     }
     Ok(())
+}
+
+/// The address of the element `index` elements of `size` bytes from `ptr`.
+fn element(ptr: usize, index: i64, size: i64) -> usize {
+    (ptr as i64 + index * size) as usize
+}
+
+/// One call of BLAS's batched routine for `batch` products whose operands
+/// `a`, `b` and the output (address, element offset, batch stride) start
+/// at `ops`; false (nothing run) when no batched routine is registered.
+fn blas_batch<T: blas::Element>(
+    product: &blas::Product,
+    call: [(u8, i64); 3],
+    batch: i64,
+    ops: [(usize, i64, i64); 3],
+    alpha: T,
+) -> bool {
+    if !blas::batch_available::<T>() {
+        return false;
+    }
+    let size = std::mem::size_of::<T>() as i64;
+    let at = |k: usize| (0..batch).map(move |bi| element(ops[k].0, ops[k].1 + bi * ops[k].2, size));
+    let a: Vec<*const T> = at(0).map(|p| p as *const T).collect();
+    let b: Vec<*const T> = at(1).map(|p| p as *const T).collect();
+    let c: Vec<*mut T> = at(2).map(|p| p as *mut T).collect();
+    // SAFETY: pointers and strides describe live buffers of this call whose
+    // layouts the guards checked; `plan_batch` checked that BLAS can read
+    // them; the outputs are distinct products of one buffer the plan
+    // allocated for them.
+    unsafe { blas::run_batch::<T>(product, call, &a, &b, &c, alpha) };
+    true
 }

@@ -111,12 +111,6 @@ impl<'a> Job<'a> {
         Job { f, n, next, panicked: AtomicBool::new(false), payload: Mutex::new(None) }
     }
 
-    /// The items of share `s`, `next[s]`'s range.
-    fn share(&self, s: usize) -> std::ops::Range<usize> {
-        let shares = self.next.len();
-        share_start(self.n, s, shares)..share_start(self.n, s + 1, shares)
-    }
-
     /// A thread's part: its own share, then what is left of the others.
     fn work(&self, own: usize) {
         let shares = self.next.len();
@@ -127,7 +121,7 @@ impl<'a> Job<'a> {
 
     /// Run the unclaimed items of share `s`.
     fn drain(&self, s: usize) {
-        let end = self.share(s).end;
+        let end = share_start(self.n, s + 1, self.next.len());
         loop {
             let k = self.next[s].0.fetch_add(1, Ordering::Relaxed);
             if k >= end || self.panicked.load(Ordering::Relaxed) {

@@ -9,7 +9,8 @@ rdyn on its own rayon pool.
 
 The wheels also link a tuned BLAS (MKL on x86-64) into ``libtorch_cpu``;
 its Fortran ``sgemm_``/``dgemm_`` (and MKL's ``?gemm_batch_`` for batched
-products) run rdyn's matrix products when the operand layouts allow. ``RDYN_BLAS=0`` keeps them on the ``gemm`` crate.
+products) run rdyn's matrix products when the operand layouts allow.
+``RDYN_BLAS=0`` keeps them on the ``gemm`` crate.
 """
 
 from __future__ import annotations
