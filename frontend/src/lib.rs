@@ -208,11 +208,26 @@ impl CompiledGraph {
                             geometry.stride, geometry.padding, geometry.dilation
                         ),
                     ))?,
-                    CpuStep::Host { target, fallback, .. } => kernels.append((
-                        if *fallback { "fallback" } else { "library" },
-                        device,
-                        format!("{} {target} (ATen)\n", if *fallback { "eager fallback" } else { "library call" }),
-                    ))?,
+                    CpuStep::Host { target, fallback, inputs, outputs, .. } => {
+                        // Each tensor with its layout: a library call's
+                        // inputs may be laid out for it (channels-last).
+                        let bufs = &selected.plan().buffers;
+                        let layout = |b: &rdyn_ir::loops::BufId| {
+                            let plan = &bufs[b.0 as usize];
+                            format!("{b} {:?} strides {:?}", plan.sizes, plan.strides)
+                        };
+                        let list = |ids: &[rdyn_ir::loops::BufId]| ids.iter().map(layout).collect::<Vec<_>>().join(", ");
+                        kernels.append((
+                            if *fallback { "fallback" } else { "library" },
+                            device,
+                            format!(
+                                "{} {target} (ATen)\n  in: {}\n  out: {}\n",
+                                if *fallback { "eager fallback" } else { "library call" },
+                                list(inputs),
+                                list(outputs)
+                            ),
+                        ))?
+                    }
                 }
             }
             out.set_item("kernels", kernels)?;

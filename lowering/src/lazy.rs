@@ -89,21 +89,29 @@ impl Lowerer<'_> {
     }
 
     /// Store `lazy` into a new temporary buffer (contiguous unless `strides`
-    /// says otherwise) and return it.
+    /// says otherwise) and return it. The kernel walks the buffer in storage
+    /// order: a channels-last buffer is written along its channels, not
+    /// across them (see [`storage_order`]).
     pub(crate) fn realize(&mut self, lazy: &Lazy, strides: Option<Vec<Expr>>) -> BufId {
         let strides = strides.unwrap_or_else(|| contiguous_strides(&lazy.sizes));
+        let order = storage_order(&lazy.sizes, &strides);
         let buf = self.temp_buffer(lazy.dtype, lazy.sizes.clone(), strides);
-        let store = self.prog.buffer(buf).address(&vars(lazy.ndim())).simplify(&self.ctx_for(&lazy.sizes));
+        let (ranges, value, index) = match order {
+            Some(perm) => {
+                let ranges: Vec<Expr> = perm.iter().map(|&d| lazy.sizes[d].clone()).collect();
+                let mut map = vec![Expr::zero(); perm.len()];
+                for (j, &d) in perm.iter().enumerate() {
+                    map[d] = Expr::v(j as u32);
+                }
+                let permuted = self.view(lazy, ranges.clone(), &map);
+                (ranges, permuted.value, map)
+            }
+            None => (lazy.sizes.clone(), lazy.value, vars(lazy.ndim())),
+        };
+        let store = self.prog.buffer(buf).address(&index).simplify(&self.ctx_for(&ranges));
         self.prog.steps.push(Step::Kernel(Kernel {
-            outer: lazy.sizes.clone(),
-            stages: vec![Stage {
-                out: buf,
-                ranges: lazy.sizes.clone(),
-                reduce: None,
-                value: lazy.value,
-                store,
-                store_indirect: Vec::new(),
-            }],
+            outer: ranges.clone(),
+            stages: vec![Stage { out: buf, ranges, reduce: None, value, store, store_indirect: Vec::new() }],
         }));
         buf
     }
@@ -196,4 +204,22 @@ impl Lowerer<'_> {
             None => self.realize(lazy, None),
         }
     }
+}
+
+/// The order of the dimensions, outermost first, that walks a buffer of
+/// `sizes` laid out by `strides` in storage order (strides decreasing;
+/// size-1 dimensions, whose stride means nothing, first), or None when the
+/// given order already does or a stride is symbolic.
+fn storage_order(sizes: &[Expr], strides: &[Expr]) -> Option<Vec<usize>> {
+    let mut keys = Vec::with_capacity(sizes.len());
+    for (size, stride) in sizes.iter().zip(strides) {
+        keys.push(if size.is_const(1) { i64::MAX } else { stride.as_const()? });
+    }
+    let in_order = keys.iter().filter(|&&k| k != i64::MAX).collect::<Vec<_>>().windows(2).all(|w| w[0] >= w[1]);
+    if in_order {
+        return None;
+    }
+    let mut perm: Vec<usize> = (0..sizes.len()).collect();
+    perm.sort_by_key(|&d| std::cmp::Reverse(keys[d]));
+    Some(perm)
 }
