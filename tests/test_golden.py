@@ -50,11 +50,13 @@ CASES = {
         lambda x, w, s: F.relu6(F.conv2d(x, w, padding=1, groups=8) * s),
         (torch.randn(1, 8, 6, 6), torch.randn(8, 1, 3, 3), torch.randn(1, 8, 1, 1)),
     ),
-    # On the CPU both convolutions run channels-last: the weights are
-    # copied so, and the ReLU between them writes along the channels.
-    "conv_relu_conv": (
+    # Channels-last tensors: the ReLUs walk them in storage order.
+    "conv_relu_conv_channels_last": (
         lambda x, w1, w2: F.relu(F.conv2d(F.relu(F.conv2d(x, w1, padding=1)), w2, padding=1)),
-        (torch.randn(1, 4, 5, 5), torch.randn(6, 4, 3, 3), torch.randn(4, 6, 3, 3)),
+        tuple(
+            t.contiguous(memory_format=torch.channels_last)
+            for t in (torch.randn(1, 4, 5, 5), torch.randn(6, 4, 3, 3), torch.randn(4, 6, 3, 3))
+        ),
     ),
 }
 

@@ -19,7 +19,7 @@
 //! kernel reads NCHW as it is, one channel plane at a time.
 
 use crate::ir::graph::{Arg, Node};
-use crate::ir::loops::{contiguous_strides, BinaryOp, BufRole, Buffer, Extern, ExternKind, Step};
+use crate::ir::loops::{BinaryOp, Extern, ExternKind, Step};
 use crate::ir::{DType, Device, Expr};
 use crate::lazy::Lazy;
 use crate::lower::{Handled, Lowerer};
@@ -27,17 +27,6 @@ use crate::shape::int_list;
 use crate::LowerError;
 
 type Res = Result<Handled, LowerError>;
-
-/// The largest weight (in elements) a library convolution copies to run
-/// channels-last (see [`Lowerer::channels_last_library`]).
-const CHANNELS_LAST_WEIGHT_LIMIT: i64 = 1 << 16;
-
-/// The strides of a channels-last (NHWC) tensor of NCHW `sizes`.
-fn channels_last(sizes: &[Expr]) -> Vec<Expr> {
-    let nhwc = [sizes[0].clone(), sizes[2].clone(), sizes[3].clone(), sizes[1].clone()];
-    let s = contiguous_strides(&nhwc);
-    vec![s[0].clone(), s[3].clone(), s[1].clone(), s[2].clone()]
-}
 
 /// A 2-D convolution's operands and geometry (see [`Lowerer::conv2d`]).
 struct Conv2d {
@@ -67,66 +56,8 @@ impl Lowerer<'_> {
         }
         match self.patch_kernel(node) {
             Some(kernel) => self.patch_gemm(node, kernel),
-            None if self.channels_last_fits(node) => self.channels_last_library(node),
             None => self.library(node),
         }
-    }
-
-    /// Whether a library convolution runs channels-last: a float32 2-D
-    /// convolution on the CPU whose weight has constant sizes and at most
-    /// [`CHANNELS_LAST_WEIGHT_LIMIT`] elements, and whose result is not
-    /// itself a graph output (that would take a copy back to NCHW).
-    fn channels_last_fits(&self, node: &Node) -> bool {
-        let Some(conv) = self.conv2d(node) else { return false };
-        let weight: Option<i64> = conv.w_sizes.iter().map(Expr::as_const).product();
-        let small = weight.is_some_and(|n| n <= CHANNELS_LAST_WEIGHT_LIMIT);
-        let output = node.outputs.first().is_some_and(|v| {
-            let mut outs = Vec::new();
-            self.graph.outputs.iter().for_each(|a| a.tensors(&mut outs));
-            outs.contains(v)
-        });
-        conv.device == Device::Cpu && conv.dtype == DType::F32 && small && !output
-    }
-
-    /// A library convolution on channels-last tensors: an input that rdyn
-    /// computes is written channels-last, the weight is copied so, and the
-    /// result is read channels-last (what oneDNN returns for such inputs; a
-    /// different layout is copied into it by the runner). oneDNN's
-    /// convolution of NCHW tensors reorders the input, weight and result on
-    /// every call: 2x32x56x56 by a 32x32x3x3 weight takes 460 µs that way
-    /// against 380 µs channels-last. A larger weight is not copied: a
-    /// 512x512x3x3 one takes ~650 µs to copy, more than the layout saves.
-    fn channels_last_library(&mut self, node: &Node) -> Res {
-        let x = self.tensor_arg(node, 0, "input")?;
-        let w = self.tensor_arg(node, 1, "weight")?;
-        // An input already in memory is passed as it is laid out (oneDNN
-        // reorders an NCHW one itself); one rdyn computes is written
-        // channels-last.
-        let promised = match node.arg(0, "input") {
-            Arg::Tensor(v) => self.meta_strides(*v),
-            _ => channels_last(&x.sizes),
-        };
-        let x = match self.as_view_with_strides(&x, &promised) {
-            Some(view) => view,
-            None => self.realize(&x, Some(channels_last(&x.sizes))),
-        };
-        let cl = channels_last(&w.sizes);
-        let w = match self.as_view_with_strides(&w, &cl) {
-            Some(view) => view,
-            None => self.realize(&w, Some(cl)),
-        };
-        let mut inputs = vec![x, w];
-        if let Arg::Tensor(_) = node.arg(2, "bias") {
-            let bias = self.tensor_arg(node, 2, "bias")?;
-            inputs.push(self.buffer_for_extern(&bias));
-        }
-        let (sizes, dtype) = self.out_meta(node)?;
-        let strides = channels_last(&sizes);
-        let out =
-            self.prog.add_buffer(Buffer { dtype, sizes, strides, offset: Expr::zero(), role: BufRole::ExternOut });
-        let kind = ExternKind::Library { node: node.index, target: node.target.clone() };
-        self.prog.steps.push(Step::Extern(Extern { kind, inputs, outputs: vec![out] }));
-        Ok(Handled::Extern(vec![self.load_buffer(out)]))
     }
 
     /// The kernel's parameters when `node` is a depthwise 2-D convolution

@@ -103,6 +103,24 @@ pub(super) fn compile_stage(
     if let Some((_, r, steps)) = row {
         out = offset_by(&mut b, out, r, steps.out);
     }
+    // Tiles in place: a float32 load that walks memory lane by lane needs
+    // no spill tile (calls and later phases read it where it is), and a
+    // stage whose value is its last call's result has that call write the
+    // output (a lone `exp(x)` is then one call over the tile, no loops).
+    let mut in_place = vec![false; stage.insts.len()];
+    for &d in &phases.spilled {
+        if let (Some(addr), true) = (load_addr[d], walks_memory(stage, a, d)) {
+            spill_slot[d] = Some(addr);
+            in_place[d] = true;
+        }
+    }
+    let last = phases.calls.len();
+    let direct_out = matches!(output, Output::Store(1) | Output::Value)
+        && phases.insts[last].is_empty()
+        && phases.calls.last().is_some_and(|&c| matches!(a.value, Def::Inst(v) if v == c));
+    if direct_out {
+        spill_slot[phases.calls[last - 1]] = Some(out);
+    }
     // Invariants: once, as scalars, then splatted for the 4-lane loops.
     let mut scalar = Env { consts: vec![None; stage.regs.len()], insts: vec![None; stage.insts.len()] };
     let mut wide = scalar.clone();
@@ -173,15 +191,18 @@ pub(super) fn compile_stage(
         }
         _ => None,
     };
-    let last = phases.calls.len();
     for phase in 0..=last {
         let is_last = phase == last;
+        let writes: Vec<usize> = phases.writes[phase].iter().copied().filter(|&d| !in_place[d]).collect();
+        // A phase that spills nothing and stores nothing has no loops.
+        let idle = if is_last { direct_out } else { writes.is_empty() };
         let mut carried = match fold {
             Some((op, _)) if is_last => vec![Em { b: &mut b, wide: true, pool }.fc(identity(op)); 4],
             _ => Vec::new(),
         };
         let mut i = zero;
-        for (groups, wide_loop) in [(4i64, true), (1, true), (1, false)] {
+        let widths: &[(i64, bool)] = if idle { &[] } else { &[(4, true), (1, true), (1, false)] };
+        for &(groups, wide_loop) in widths {
             let step = if wide_loop { 4 * groups } else { 1 };
             // A rotated loop (the body is its own header, entered after one
             // guard): Cranelift hoists loop-invariant values only out of such
@@ -215,12 +236,14 @@ pub(super) fn compile_stage(
                 let p = lane_bytes(&mut b, spill_slot[d].ok_or("no spill slot")?);
                 let em = Em { b: &mut b, wide: wide_loop, pool };
                 let ty = if a.class[d] == Class::Float { em.fty() } else { em.ity() };
+                // A value read in place is in a tensor: not known aligned.
+                let flags = if in_place[d] { MemFlagsData::new().with_notrap() } else { MemFlagsData::trusted() };
                 for (g, env) in envs.iter_mut().enumerate() {
-                    env.insts[d] = Some(em.b.ins().load(ty, MemFlagsData::trusted(), p, 16 * g as i32));
+                    env.insts[d] = Some(em.b.ins().load(ty, flags, p, 16 * g as i32));
                 }
             }
             emit_insts(&mut b, pool, stage, a, &phases.insts[phase], &mut envs, wide_loop, &row)?;
-            for &d in &phases.writes[phase] {
+            for &d in &writes {
                 let p = lane_bytes(&mut b, spill_slot[d].ok_or("no spill slot")?);
                 for (g, env) in envs.iter().enumerate() {
                     let v = env.insts[d].ok_or("spilled value undefined")?;
@@ -387,6 +410,13 @@ fn store_value(em: &mut Em, output: Output, p: Value, off: i64, out_step: i64, m
             em.b.ins().store(MemFlagsData::trusted(), x, p, (off + 4 * out_step * i64::from(l)) as i32);
         }
     }
+}
+
+/// Whether instruction `d` is a float32 load whose lanes are consecutive
+/// elements of memory (so memory can stand in for its spill tile).
+fn walks_memory(stage: &StagePlan, a: &Analysis, d: usize) -> bool {
+    let plain = matches!(&stage.insts[d].op, InstOp::Load { dtype: DType::F32, mask: None, .. });
+    plain && a.step[d] == 1 && !a.invariant[d] && a.class[d] == Class::Float && a.call[d].is_none()
 }
 
 /// `addr + at * bytes` (just `addr` when the step is zero).

@@ -50,6 +50,7 @@ use rdyn_ir::DType;
 use analysis::Supported;
 use lower::RowSteps;
 
+use crate::exec::TILE;
 use crate::plan::{storage_root, BufPlan, CpuStep, IndexFn, InstOp, KernelPlan, StagePlan, TileMode};
 
 /// `fn(load addresses, output, lanes, constants, rows)`: `addrs[k]` is the
@@ -200,9 +201,24 @@ pub(crate) fn call_code(op: UnaryOp) -> Option<u32> {
 /// `out[..len] = op(x[..len])` with the interpreter's float32 routine.
 extern "C" fn unary_tile(code: u32, x: *const f32, out: *mut f32, len: i64) {
     let Some(op) = TILE_OPS.get(code as usize) else { return };
-    let len = len.max(0) as usize;
-    // SAFETY: compiled stages pass two distinct spill tiles of `TILE` lanes
-    // on their stack, and `len <= TILE` (the executor's tile width).
+    let len = (len.max(0) as usize).min(TILE);
+    // Compiled stages pass spill tiles of `TILE` lanes on their stack, or
+    // the tile's lanes in an input or the output (`len <= TILE`, the
+    // executor's tile width). An input that overlaps the output is read
+    // from a copy.
+    let overlap = (x as usize) < out as usize + 4 * len && (out as usize) < x as usize + 4 * len;
+    if overlap {
+        let mut copy = [0f32; TILE];
+        // SAFETY: `x` and `out` each hold `len` lanes (above); the copy is
+        // ours, so the slices below do not alias.
+        let out = unsafe {
+            std::ptr::copy_nonoverlapping(x, copy.as_mut_ptr(), len);
+            std::slice::from_raw_parts_mut(out, len)
+        };
+        crate::ops::unary_f32(*op, &copy[..len], out);
+        return;
+    }
+    // SAFETY: as above, and the two ranges do not overlap.
     let (x, out) = unsafe { (std::slice::from_raw_parts(x, len), std::slice::from_raw_parts_mut(out, len)) };
     crate::ops::unary_f32(*op, x, out);
 }
