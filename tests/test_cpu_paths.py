@@ -153,6 +153,30 @@ def test_gelu_is_one_op_and_matches_float64(approximate, dtype) -> None:
     torch.testing.assert_close(got[~finite].double(), want[~finite], equal_nan=True)
 
 
+@pytest.mark.parametrize("op", ["exp", "sigmoid", "tanh", "softmax"])
+def test_transcendentals_at_the_edges_of_float32(op) -> None:
+    """exp near overflow (finite up to ~88.72, then inf) and through the
+    subnormal results down to ~-103.3 (then 0), at ±inf and NaN, and the ops
+    built on it, against eager (float32, which rounds as rdyn must) and
+    float64 (from which float32 eager is within an ulp)."""
+    fn = {
+        "exp": torch.exp,
+        "sigmoid": torch.sigmoid,
+        "tanh": torch.tanh,
+        "softmax": lambda x: torch.softmax(x.view(-1, 8), -1),
+    }[op]
+    edges = [88.3, 88.4, 88.5, 88.7, 88.72, 88.73, 89.5, -87.2, -87.5, -90.0, -100.0, -103.0, -103.5, -105.0]
+    x64 = torch.tensor(edges + [-e for e in edges] + _SPECIAL + [1.0], dtype=torch.float64).repeat(8)
+    x = x64.float()
+    got = torch.compile(fn, backend="rdyn")(x)
+    want = fn(x)
+    finite = torch.isfinite(want)
+    assert torch.equal(got.isnan(), want.isnan()) and torch.equal(got[~finite & ~want.isnan()], want[~finite & ~want.isnan()])
+    # Subnormal results: within one unit of the smallest subnormal.
+    torch.testing.assert_close(got[finite], want[finite], rtol=1e-6, atol=2e-45)
+    assert_same(got[finite], want[finite], fn(x64)[finite])
+
+
 def test_layer_norm_gelu_residual_is_one_kernel() -> None:
     """LayerNorm, GELU, scale/shift and a residual add: one kernel, whose
     pointwise stage calls gelu once; matches float64, values and gradients."""

@@ -36,35 +36,34 @@ const LOG2E: f32 = std::f32::consts::LOG2_E;
 const LN2_HI: f32 = 0.693_359_4;
 const LN2_LO: f32 = -2.121_944_4e-4;
 
+/// `e^x`, correctly overflowing to infinity above ~88.72 and giving
+/// subnormal results down to ~-103.3 (then 0), as ATen's does.
 #[inline(always)]
 pub fn exp<const FMA: bool>(x: f32) -> f32 {
-    let v = exp_in_range::<FMA>(x.clamp(-87.3, 88.72));
-    let v = if x > 88.72 { f32::INFINITY } else { v };
-    let v = if x < -87.3 { 0.0 } else { v };
-    if x.is_nan() {
-        x
-    } else {
-        v
-    }
+    // Rust's clamp keeps a NaN, which then propagates through the core.
+    exp_in_range::<FMA>(x.clamp(-104.0, 89.0))
 }
 
-/// `exp` of a finite `x` in [-87.3, 88.72] (no clamping, no special
-/// cases): `exp`'s core, and what callers that bound their argument use
-/// (erf's tail).
+/// `exp` of `x` in [-104, 89] (or NaN; no clamping): `exp`'s core, and what
+/// callers that bound their argument use (erf's tail).
 #[inline(always)]
 fn exp_in_range<const FMA: bool>(x: f32) -> f32 {
-    // Round to nearest by the 1.5·2^23 trick: `floor` is a libm call on
-    // baseline x86-64 (no SSE4.1) and would stop the loop vectorising.
-    let n = (x * LOG2E + 12_582_912.0) - 12_582_912.0;
+    // Round to nearest by the 1.5·2^23 trick (`floor` is a libm call on
+    // baseline x86-64 and would stop the loop vectorising); the integer n
+    // is then also in the low bits of `t`.
+    let t = madd::<FMA>(x, LOG2E, 12_582_912.0);
+    let n = t - 12_582_912.0;
     let r = madd::<FMA>(-n, LN2_LO, madd::<FMA>(-n, LN2_HI, x));
     let p =
         poly::<FMA, 6>(r, [1.987_569_1e-4, 1.398_2e-3, 8.333_452e-3, 4.166_579_6e-2, 1.666_666_5e-1, 5.000_000_1e-1]);
     let y = madd::<FMA>(p, r * r, r) + 1.0;
-    // SAFETY: n is an integer in [-126, 128] for x in range (finite, in
-    // i32 range). The unchecked conversion is a plain cvttps2dq; `as i32`
-    // saturates, which does not vectorise on baseline x86-64.
-    let ni: i32 = unsafe { n.to_int_unchecked() };
-    y * f32::from_bits(((ni + 127) << 23) as u32)
+    // 2^n for n in [-150, 128] as two normal powers 2^h · 2^(n-h), so the
+    // top overflows and the bottom rounds to subnormals (or 0) in the last
+    // multiply. Integer parts from t's bits: no float-to-int conversion.
+    let ni = (t.to_bits() as i32).wrapping_sub(0x4B40_0000);
+    let h = ni >> 1;
+    let pow2 = |k: i32| f32::from_bits((k.wrapping_add(127) << 23) as u32);
+    y * pow2(h) * pow2(ni.wrapping_sub(h))
 }
 
 #[inline(always)]
@@ -240,7 +239,15 @@ mod tests {
     #[test]
     fn exp_matches_f64() {
         check("exp", both!(exp), f64::exp, -80.0, 80.0, 4e-7, 0.0);
+        // Up to overflow, and down through the subnormal results.
+        check("exp", both!(exp), f64::exp, 80.0, 88.72, 4e-7, 0.0);
+        check("exp", both!(exp), f64::exp, -87.3, -80.0, 4e-7, 0.0);
+        check("exp", both!(exp), f64::exp, -103.9, -87.3, 4e-7, 1.5e-45);
         for f in both!(exp) {
+            assert_eq!(f(88.73), f32::INFINITY);
+            assert_eq!(f(1000.0), f32::INFINITY);
+            assert_eq!(f(-104.0), 0.0);
+            assert_eq!(f(-1000.0), 0.0);
             assert_eq!(f(f32::INFINITY), f32::INFINITY);
             assert_eq!(f(f32::NEG_INFINITY), 0.0);
             assert!(f(f32::NAN).is_nan());
