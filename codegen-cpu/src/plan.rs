@@ -30,6 +30,11 @@ pub enum Storage {
     /// A torch tensor only library calls read (a convolution's input): the
     /// host may keep it for the next call instead of allocating again.
     Pooled,
+    /// A torch tensor only library calls read, written only by input-free
+    /// steps ([`CpuProgram::once`]): the host keeps it for the plan with its
+    /// values, so those steps run on the plan's first call only (GPT-2's
+    /// attention mask, an input of ATen's attention).
+    Kept,
     /// Produced by an extern call.
     Extern,
     View(BufId),
@@ -376,6 +381,13 @@ pub fn plan(program: &Program, syms: &Ctx) -> Result<CpuProgram, CodegenError> {
     }
     crate::jit::compile_program(&mut steps, &buffers);
     let once = input_free(&buffers, &steps);
+    for (step, _) in steps.iter().zip(&once).filter(|(_, &once)| once) {
+        for w in step.io(&buffers).1 {
+            if buffers[w].storage == Storage::Pooled {
+                buffers[w].storage = Storage::Kept;
+            }
+        }
+    }
     let arena_bytes = assign_arena(&mut buffers, &steps, &once);
     let outputs = program
         .outputs
@@ -390,8 +402,9 @@ pub fn plan(program: &Program, syms: &Ctx) -> Result<CpuProgram, CodegenError> {
 }
 
 /// The kernels whose results depend on no input: they read only what such
-/// kernels wrote (or nothing: `arange`, `full`), and write arena buffers no
-/// other step writes. Their values are the same on every call of the plan.
+/// kernels wrote (or nothing: `arange`, `full`), and write arena (or
+/// library-read, then kept) buffers no other step writes. Their values are
+/// the same on every call of the plan.
 fn input_free(buffers: &[BufPlan], steps: &[CpuStep]) -> Vec<bool> {
     let n = buffers.len();
     let mut writers = vec![0usize; n];
@@ -408,7 +421,9 @@ fn input_free(buffers: &[BufPlan], steps: &[CpuStep]) -> Vec<bool> {
             continue;
         }
         let (reads, writes) = step.io(buffers);
-        let own = writes.iter().all(|&w| writers[w] == 1 && matches!(buffers[w].storage, Storage::Arena(_)));
+        let own = writes
+            .iter()
+            .all(|&w| writers[w] == 1 && matches!(buffers[w].storage, Storage::Arena(_) | Storage::Pooled));
         if own && reads.iter().all(|r| constant[*r] || writes.contains(r)) {
             once[i] = true;
             writes.into_iter().for_each(|w| constant[w] = true);

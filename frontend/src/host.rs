@@ -145,6 +145,10 @@ pub type Pool = std::sync::Mutex<Vec<Pooled>>;
 /// Tensors a graph keeps between calls at most.
 const POOL_LIMIT: usize = 64;
 
+/// Tensors a graph keeps with the values of its plans' input-free steps
+/// ([`rdyn_codegen_cpu::plan::Storage::Kept`]), by plan address and buffer.
+pub type Kept = std::sync::Mutex<std::collections::HashMap<(usize, u32), Py<PyAny>>>;
+
 /// A call in progress: the torch tensors behind buffers.
 pub struct PyHost<'py, 'a> {
     pub py: Python<'py>,
@@ -167,6 +171,10 @@ pub struct PyHost<'py, 'a> {
     /// allocated for it (returned by [`PyHost::return_pooled`]).
     pub pool: &'a Pool,
     pub pooled: Vec<BufId>,
+    /// The graph's kept tensors, and those this call allocated (kept by
+    /// [`PyHost::keep_fresh`] once the call has succeeded).
+    pub kept: &'a Kept,
+    pub fresh_kept: Vec<(usize, BufId)>,
 }
 
 impl<'py> PyHost<'py, '_> {
@@ -187,6 +195,20 @@ impl<'py> PyHost<'py, '_> {
                     strides: plan.strides.clone(),
                     tensor: t.unbind(),
                 });
+            }
+        }
+    }
+
+    /// Keep the tensors this (successful) call's input-free steps filled,
+    /// for the next calls of their plans.
+    pub fn keep_fresh(&mut self) {
+        if self.fresh_kept.is_empty() {
+            return;
+        }
+        let Ok(mut kept) = self.kept.lock() else { return };
+        for (owner, b) in self.fresh_kept.drain(..) {
+            if let Some((t, _)) = &self.tensors[b.0 as usize] {
+                kept.entry((owner, b.0)).or_insert_with(|| t.clone().unbind());
             }
         }
     }
@@ -273,6 +295,20 @@ impl Host for PyHost<'_, '_> {
         self.tensors[buf.0 as usize] = Some((t, Some(0)));
         self.exact[buf.0 as usize] = plan.offset == 0;
         Ok(ptr)
+    }
+
+    fn alloc_kept(&mut self, buf: BufId, plan: &BufPlan, owner: Option<usize>) -> Result<(usize, bool), RuntimeError> {
+        let Some(owner) = owner else { return Ok((self.alloc(buf, plan)?, false)) };
+        let held = self.kept.lock().ok().and_then(|kept| kept.get(&(owner, buf.0)).map(|t| t.clone_ref(self.py)));
+        let Some(tensor) = held else {
+            self.fresh_kept.push((owner, buf));
+            return Ok((self.alloc(buf, plan)?, false));
+        };
+        let t = tensor.into_bound(self.py);
+        let ptr: usize = t.call_method0("data_ptr").and_then(|p| p.extract()).map_err(|e| self.fail(e))?;
+        self.tensors[buf.0 as usize] = Some((t, Some(0)));
+        self.exact[buf.0 as usize] = plan.offset == 0;
+        Ok((ptr, true))
     }
 
     fn alloc(&mut self, buf: BufId, plan: &BufPlan) -> Result<usize, RuntimeError> {

@@ -72,6 +72,8 @@ struct CompiledGraph {
     runner: Py<PyAny>,
     /// Library calls' input tensors kept between calls.
     pool: host::Pool,
+    /// Tensors holding the values of input-free steps, per plan.
+    kept: host::Kept,
     /// The previous call, for the repeat-call fast path.
     last: std::sync::Mutex<Option<LastCall>>,
 }
@@ -97,6 +99,7 @@ impl CompiledGraph {
                 inner: RtGraph::new(graph, backend),
                 runner,
                 pool: host::Pool::default(),
+                kept: host::Kept::default(),
                 last: Default::default(),
             })
         })
@@ -277,6 +280,8 @@ impl CompiledGraph {
             scratch: Vec::new(),
             pool: &self.pool,
             pooled: Vec::new(),
+            kept: &self.kept,
+            fresh_kept: Vec::new(),
         };
         for (k, buf) in selected.plan().buffers.iter().enumerate() {
             if let Storage::Input(n) = buf.storage {
@@ -291,6 +296,7 @@ impl CompiledGraph {
             return Err(err);
         }
         result.map_err(to_py)?;
+        host.keep_fresh();
         outputs(&host, selected.plan())
     }
 }

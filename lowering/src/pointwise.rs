@@ -53,7 +53,9 @@ impl Lowerer<'_> {
             Polygamma => self.polygamma(node),
             Mm | Bmm | Addmm => self.gemm(node),
             Convolution => self.convolution(node),
-            ConvolutionBackward => self.library(node),
+            // ATen's fused attention: what `flash_attention_cpu` (Python)
+            // leaves to it, attention with a mask.
+            ConvolutionBackward | FlashAttentionCpu => self.library(node),
             BatchNormInference => self.batch_norm_inference(node),
             LayerNorm => self.layer_norm(node),
             _ => Err(crate::unsupported(&node.target, "no lowering for this op")),

@@ -88,7 +88,10 @@ def flash_attention_cpu(query, key, value, dropout_p=0.0, is_causal=False, *, at
 
     Only without ``attn_mask``: a mask fused into the scores is recomputed
     per head, and GPT-2's, built from integer comparisons, runs in the
-    interpreter there (155 µs per call against ATen's 99).
+    interpreter there (155 µs per call against ATen's 99). With a mask the
+    op is a library call to ATen's kernel; a mask that depends on no input
+    (GPT-2's) is then computed on the plan's first call only
+    (`Storage::Kept`).
 
     Both outputs as ATen gives them: the output in the query's layout, the
     log-sum-exp in float32 (float64 for float64) laid out [batch, query,

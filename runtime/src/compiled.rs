@@ -36,6 +36,14 @@ pub trait Host {
     fn alloc_pooled(&mut self, buf: BufId, plan: &BufPlan) -> Result<usize, RuntimeError> {
         self.alloc(buf, plan)
     }
+    /// As `alloc`, for a buffer input-free steps write ([`Storage::Kept`]):
+    /// the host may hand back the tensor it kept for this buffer of the
+    /// plan `owner` (its address; `None`: keep nothing) from an earlier,
+    /// successful call. Returns the address and whether the tensor holds
+    /// the steps' values.
+    fn alloc_kept(&mut self, buf: BufId, plan: &BufPlan, _owner: Option<usize>) -> Result<(usize, bool), RuntimeError> {
+        Ok((self.alloc(buf, plan)?, false))
+    }
     /// Run graph node `node` eagerly on the given buffers; fill `ptrs` for
     /// its outputs.
     fn run_node(
@@ -344,6 +352,14 @@ pub fn execute(selected: &Selected, args: &[CallArg], host: &mut dyn Host) -> Re
         (arena, ready) = (vec![0u64; words], false);
     }
     let arena_base = (arena.as_mut_ptr() as usize).div_ceil(64) * 64;
+    // Kept tensors belong to a specialization's plan (the generic program
+    // keeps none); the input-free steps are skipped only when every one
+    // came back with its values.
+    let owner = match selected {
+        Selected::Spec(s) => Some(Arc::as_ptr(&s.plan) as usize),
+        Selected::Generic(_) => None,
+    };
+    let mut kept = true;
     for (k, buf) in bufs.iter().enumerate() {
         ptrs[k] = match &buf.storage {
             Storage::Input(n) => match args.get(*n) {
@@ -356,6 +372,11 @@ pub fn execute(selected: &Selected, args: &[CallArg], host: &mut dyn Host) -> Re
             Storage::Arena(offset) => arena_base + offset,
             Storage::Host => host.alloc(BufId(k as u32), buf)?,
             Storage::Pooled => host.alloc_pooled(BufId(k as u32), buf)?,
+            Storage::Kept => {
+                let (ptr, holds) = host.alloc_kept(BufId(k as u32), buf, owner)?;
+                kept &= holds;
+                ptr
+            }
             Storage::Extern | Storage::View(_) => 0,
         };
     }
@@ -375,7 +396,7 @@ pub fn execute(selected: &Selected, args: &[CallArg], host: &mut dyn Host) -> Re
     }
     let profile = crate::stats::profiling();
     for (step, &once) in plan.steps.iter().zip(&plan.once) {
-        if once && ready {
+        if once && ready && kept {
             continue;
         }
         let start = profile.then(Instant::now);
