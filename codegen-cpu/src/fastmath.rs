@@ -40,8 +40,23 @@ const LN2_LO: f32 = -2.121_944_4e-4;
 /// subnormal results down to ~-103.3 (then 0), as ATen's does.
 #[inline(always)]
 pub fn exp<const FMA: bool>(x: f32) -> f32 {
-    // Rust's clamp keeps a NaN, which then propagates through the core.
-    exp_in_range::<FMA>(x.clamp(-104.0, 89.0))
+    // Below -104 (masked scores at -inf) the result is 0: the core runs on
+    // 0 there and is replaced, so those lanes make no subnormal, which
+    // costs x86 a microcode assist per instruction (a causal softmax took
+    // twice as long). A NaN fails both comparisons and propagates.
+    let zero = x < -104.0;
+    let v = exp_in_range::<FMA>(if zero {
+        0.0
+    } else if x > 89.0 {
+        89.0
+    } else {
+        x
+    });
+    if zero {
+        0.0
+    } else {
+        v
+    }
 }
 
 /// `exp` of `x` in [-104, 89] (or NaN; no clamping): `exp`'s core, and what
