@@ -146,8 +146,9 @@ pub type Pool = std::sync::Mutex<Vec<Pooled>>;
 const POOL_LIMIT: usize = 64;
 
 /// Tensors a graph keeps with the values of its plans' input-free steps
-/// ([`rdyn_codegen_cpu::plan::Storage::Kept`]), by plan address and buffer.
-pub type Kept = std::sync::Mutex<std::collections::HashMap<(usize, u32), Py<PyAny>>>;
+/// ([`rdyn_codegen_cpu::plan::Storage::Kept`]), by plan address and buffer,
+/// each with its data pointer.
+pub type Kept = std::sync::Mutex<std::collections::HashMap<(usize, u32), (Py<PyAny>, usize)>>;
 
 /// A call in progress: the torch tensors behind buffers.
 pub struct PyHost<'py, 'a> {
@@ -207,10 +208,18 @@ impl<'py> PyHost<'py, '_> {
         }
         let Ok(mut kept) = self.kept.lock() else { return };
         for (owner, b) in self.fresh_kept.drain(..) {
-            if let Some((t, _)) = &self.tensors[b.0 as usize] {
-                kept.entry((owner, b.0)).or_insert_with(|| t.clone().unbind());
-            }
+            let Some((t, _)) = &self.tensors[b.0 as usize] else { continue };
+            // Its address too: later calls need no `data_ptr()` call.
+            let Ok(ptr) = t.call_method0("data_ptr").and_then(|p| p.extract::<usize>()) else { continue };
+            kept.entry((owner, b.0)).or_insert_with(|| (t.clone().unbind(), ptr));
         }
+    }
+
+    /// Make `t`, a tensor kept from an earlier call with exactly `plan`'s
+    /// layout from its element 0, the tensor behind `buf` for this call.
+    fn adopt(&mut self, buf: BufId, plan: &BufPlan, t: Bound<'py, PyAny>) {
+        self.tensors[buf.0 as usize] = Some((t, Some(0)));
+        self.exact[buf.0 as usize] = plan.offset == 0;
     }
 
     fn fail(&mut self, e: PyErr) -> RuntimeError {
@@ -292,22 +301,19 @@ impl Host for PyHost<'_, '_> {
         let Some(tensor) = kept else { return self.alloc(buf, plan) };
         let t = tensor.into_bound(self.py);
         let ptr: usize = t.call_method0("data_ptr").and_then(|p| p.extract()).map_err(|e| self.fail(e))?;
-        self.tensors[buf.0 as usize] = Some((t, Some(0)));
-        self.exact[buf.0 as usize] = plan.offset == 0;
+        self.adopt(buf, plan, t);
         Ok(ptr)
     }
 
     fn alloc_kept(&mut self, buf: BufId, plan: &BufPlan, owner: Option<usize>) -> Result<(usize, bool), RuntimeError> {
         let Some(owner) = owner else { return Ok((self.alloc(buf, plan)?, false)) };
-        let held = self.kept.lock().ok().and_then(|kept| kept.get(&(owner, buf.0)).map(|t| t.clone_ref(self.py)));
-        let Some(tensor) = held else {
+        let held =
+            self.kept.lock().ok().and_then(|kept| kept.get(&(owner, buf.0)).map(|(t, p)| (t.clone_ref(self.py), *p)));
+        let Some((tensor, ptr)) = held else {
             self.fresh_kept.push((owner, buf));
             return Ok((self.alloc(buf, plan)?, false));
         };
-        let t = tensor.into_bound(self.py);
-        let ptr: usize = t.call_method0("data_ptr").and_then(|p| p.extract()).map_err(|e| self.fail(e))?;
-        self.tensors[buf.0 as usize] = Some((t, Some(0)));
-        self.exact[buf.0 as usize] = plan.offset == 0;
+        self.adopt(buf, plan, tensor.into_bound(self.py));
         Ok((ptr, true))
     }
 

@@ -416,7 +416,7 @@ fn store_value(em: &mut Em, output: Output, p: Value, off: i64, out_step: i64, m
 /// elements of memory (so memory can stand in for its spill tile).
 fn walks_memory(stage: &StagePlan, a: &Analysis, d: usize) -> bool {
     let plain = matches!(&stage.insts[d].op, InstOp::Load { dtype: DType::F32, mask: None, .. });
-    plain && a.step[d] == 1 && !a.invariant[d] && a.class[d] == Class::Float && a.call[d].is_none()
+    plain && a.step[d] == 1 && !a.invariant[d] && a.class[d] == Class::Float
 }
 
 /// `addr + at * bytes` (just `addr` when the step is zero).
