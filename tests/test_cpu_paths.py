@@ -177,6 +177,30 @@ def test_transcendentals_at_the_edges_of_float32(op) -> None:
     assert_same(got[finite], want[finite], fn(x64)[finite])
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_division_by_a_power_of_two_is_exact(dtype) -> None:
+    """`x / 256`, `x / 0.125`, `x / -4` run as multiplications by the exact
+    reciprocal: bit for bit eager's division, subnormal, overflowing, zero,
+    infinite and NaN results included; `x / 3` stays a division."""
+
+    def fn(x):
+        return x / 256.0, x / 0.125, x / -4.0, x / 3.0, x.mean(-1)
+
+    tiny = torch.finfo(dtype).tiny
+    big = torch.finfo(dtype).max
+    edge = [tiny, -tiny, tiny * 3, big, -big, big / 2, 0.0, -0.0, float("inf"), -float("inf"), float("nan"), 1.0, 1 / 3]
+    x = torch.cat([torch.tensor(edge, dtype=dtype), torch.randn(51, dtype=dtype) * 1e3]).view(4, 16)
+    source = "\n".join(k.source for k in _kernels(fn, x))
+    assert source.count("div r") == 1 and "mul r" in source, source
+    *quotients, mean = torch.compile(fn, backend="rdyn")(x)
+    *want, want_mean = fn(x)
+    for got, w in zip(quotients, want):
+        nan = w.isnan()
+        assert torch.equal(got.isnan(), nan)
+        assert torch.equal(got[~nan], w[~nan]) and torch.equal(got.signbit()[~nan], w.signbit()[~nan])
+    torch.testing.assert_close(mean, want_mean, equal_nan=True)
+
+
 def test_layer_norm_gelu_residual_is_one_kernel() -> None:
     """LayerNorm, GELU, scale/shift and a residual add: one kernel, whose
     pointwise stage calls gelu once; matches float64, values and gradients."""

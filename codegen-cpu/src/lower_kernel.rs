@@ -160,7 +160,7 @@ pub(crate) fn kernel_plan(
         stages.push(compile_stage(program, buffers, &extents, stage, inner, reduce, &index, syms)?);
     }
     let mode = choose_mode(&new_outer, &stages);
-    let tile = if serial { 1 } else { crate::exec::TILE };
+    let tile = if serial { 1 } else { outer_tile(&new_outer, mode, &stages, crate::parallel::threads()) };
     let mut kernel = KernelPlan { name, outer: new_outer, mode, stages, serial, tile };
     if !serial {
         for k in 0..kernel.stages.len() {
@@ -173,6 +173,32 @@ pub(crate) fn kernel_plan(
         }
     }
     Ok(kernel)
+}
+
+/// The tile of a parallel kernel: [`crate::exec::TILE`] lanes, narrower
+/// when an outer-tiled kernel has too few rows to give each thread two
+/// tiles (a column reduction `[1, 1024]` over many rows would otherwise be
+/// one tile, on one thread). Never below 64 lanes, a multiple of 16.
+fn outer_tile(outer: &[i64], mode: TileMode, stages: &[StagePlan], threads: usize) -> usize {
+    const NARROWEST: usize = 64;
+    let full = crate::exec::TILE;
+    let Some(&last) = outer.last().filter(|_| mode == TileMode::Outer) else {
+        return full;
+    };
+    let last = last.max(1) as usize;
+    let rows: usize = outer[..outer.len() - 1].iter().map(|&n| n.max(1) as usize).product();
+    let per_point = stages
+        .iter()
+        .map(|s| s.inner.iter().chain(s.reduce.iter().flat_map(|(_, r)| r.iter())).product::<i64>().max(1) as usize)
+        .max()
+        .unwrap_or(1);
+    let want = 2 * threads;
+    let items = rows * last.div_ceil(full);
+    if threads < 2 || items >= want || rows * last * per_point < crate::exec::PARALLEL_MIN_WORK {
+        return full;
+    }
+    let per_row = want.div_ceil(rows);
+    last.div_ceil(per_row).next_multiple_of(16).clamp(NARROWEST, full)
 }
 
 fn choose_mode(outer: &[i64], stages: &[StagePlan]) -> TileMode {

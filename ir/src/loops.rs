@@ -296,7 +296,35 @@ impl Scalars {
                 return b;
             }
         }
+        // `x / c` for a constant power of two is exactly `x * (1 / c)`: both
+        // round the same real number once (subnormal, infinite and NaN
+        // results included), and a multiply costs a fraction of a divide
+        // (a mean's `/ 256`, attention's `/ 8.0`).
+        if op == BinaryOp::Div && self.dtype(a) == dtype {
+            if let Some(r) = self.exact_reciprocal(b, dtype) {
+                let r = self.constant(r, dtype);
+                return self.add(ScalarOp::Binary(BinaryOp::Mul, a, r), dtype);
+            }
+        }
         self.add(ScalarOp::Binary(op, a, b), dtype)
+    }
+
+    /// `1 / c` when `c` is a float32/float64 constant of `dtype` that is a
+    /// power of two whose reciprocal is a normal number of that type.
+    fn exact_reciprocal(&self, c: ScalarId, dtype: DType) -> Option<f64> {
+        let ScalarOp::Const { bits } = self.get(c).op else { return None };
+        if self.dtype(c) != dtype {
+            return None;
+        }
+        let c = f64::from_bits(bits);
+        let power_of_two = c.is_normal() && c.to_bits() & ((1u64 << 52) - 1) == 0;
+        let r = 1.0 / c;
+        let normal = match dtype {
+            DType::F32 => (c as f32).is_normal() && (r as f32).is_normal(),
+            DType::F64 => r.is_normal(),
+            _ => false,
+        };
+        (power_of_two && normal).then_some(r)
     }
 
     /// The index expression an int64 scalar stands for, if it is one.

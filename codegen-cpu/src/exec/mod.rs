@@ -31,7 +31,7 @@ use crate::plan::{BufPlan, IndexFn, Inst, InstOp, KernelPlan, StagePlan, TileMod
 /// Lanes per tile (the default for parallel kernels).
 pub const TILE: usize = 1024;
 /// Below this many elements a kernel runs on the calling thread.
-const PARALLEL_MIN_WORK: usize = 1 << 15;
+pub(crate) const PARALLEL_MIN_WORK: usize = 1 << 15;
 
 #[derive(Clone, Debug)]
 enum Tile {
@@ -297,8 +297,12 @@ fn run_stage_outer(stage: &StagePlan, s: usize, m: usize, len: usize, mem: &Memo
                 let empty = red.contains(&0);
                 sc.env[r0..r0 + red.len()].iter_mut().for_each(|v| *v = 0);
                 let mut more = !empty;
+                // A compiled stage may run the whole reduction in one call.
+                if let (true, [n]) = (more, &red[..]) {
+                    more = !jit_accumulate(stage, s, tile_var, len, *n as usize, mem, sc);
+                }
                 while more {
-                    if !jit_accumulate(stage, s, tile_var, len, mem, sc) {
+                    if !jit_accumulate(stage, s, tile_var, len, 1, mem, sc) {
                         eval(stage, s, tile_var, len, mem, sc);
                         let ri = red_linear(&sc.env, r0, red);
                         let Scratch { regs, acc, acc_index, .. } = sc;
@@ -381,7 +385,7 @@ fn run_stage_inner(stage: &StagePlan, s: usize, m: usize, tile: usize, mem: &Mem
                     while start < last {
                         let len = tile.min(last - start);
                         sc.env[tile_var] = start as i64;
-                        if !jit_accumulate(stage, s, tile_var, len, mem, sc) {
+                        if !jit_accumulate(stage, s, tile_var, len, 1, mem, sc) {
                             eval(stage, s, tile_var, len, mem, sc);
                             let value = &sc.regs[s][stage.value as usize];
                             if arg {
@@ -399,7 +403,11 @@ fn run_stage_inner(stage: &StagePlan, s: usize, m: usize, tile: usize, mem: &Mem
                     }
                     more = nr > 0 && advance(&mut sc.env, r0, red_prefix);
                 }
-                fold_lanes(&mut sc.acc, &mut sc.acc_index, *op, used.min(width).max(1));
+                // Non-arg partials a short reduction left untouched hold
+                // the identity: folding all of them is exact, and is the
+                // tree compiled stages fold (`jit` `FoldStore`).
+                let folded = if arg { used.min(width).max(1) } else { width };
+                fold_lanes(&mut sc.acc, &mut sc.acc_index, *op, folded);
                 store_acc(stage, s, tile_var, 1, *op, mem, sc);
                 if !advance(&mut sc.env, m, &stage.inner) {
                     break;
@@ -560,11 +568,22 @@ fn f32_output(stage: &StagePlan, mem: &Memory, env: &[i64]) -> *mut f32 {
     (mem.ptrs[stage.out.0 as usize] as i64 + stage.store.eval(env) * DType::F32.itemsize() as i64) as *mut f32
 }
 
-/// Combine `len` lanes of a compiled reduction stage into the accumulator;
-/// false when the stage has no such code (the caller evaluates and
-/// combines).
-fn jit_accumulate(stage: &StagePlan, s: usize, tile_var: usize, len: usize, mem: &Memory, sc: &mut Scratch) -> bool {
-    let Some(jit) = stage.jit.as_ref().filter(|j| j.walks(tile_var)) else { return false };
+/// Combine `len` lanes of a compiled reduction stage into the accumulator,
+/// for `steps` consecutive reduction steps from the current one (more than
+/// one only for a stage compiled for its whole reduction); false when the
+/// stage has no such code (the caller evaluates and combines).
+fn jit_accumulate(
+    stage: &StagePlan,
+    s: usize,
+    tile_var: usize,
+    len: usize,
+    steps: usize,
+    mem: &Memory,
+    sc: &mut Scratch,
+) -> bool {
+    let Some(jit) = stage.jit.as_ref().filter(|j| j.walks(tile_var) && (steps == 1 || j.whole_reduction)) else {
+        return false;
+    };
     // The lanes the function writes: one per tile lane, or FOLD_LANES.
     let written = match jit.output {
         Output::Fold(_) => FOLD_LANES,
@@ -575,8 +594,9 @@ fn jit_accumulate(stage: &StagePlan, s: usize, tile_var: usize, len: usize, mem:
         Tile::F32(acc) if acc.len() >= written => acc.as_mut_ptr(),
         _ => return false,
     };
-    // SAFETY: the accumulator holds the lanes the function writes.
-    unsafe { call_jit(jit, (stage, s, tile_var), (out, 1), len, mem, sc) };
+    // SAFETY: the accumulator holds the lanes the function writes (every
+    // step writes the same ones).
+    unsafe { call_jit(jit, (stage, s, tile_var), (out, steps), len, mem, sc) };
     true
 }
 

@@ -29,7 +29,7 @@ macro_rules! by_op {
 
 /// Partials of a reduction along the tile (all but arg reductions): tile
 /// lane l combines into partial l % FOLD_LANES, in lane order.
-pub const FOLD_LANES: usize = 16;
+pub const FOLD_LANES: usize = 32;
 
 /// Combine a tile of `len` values into the FOLD_LANES partials: each
 /// partial first reduces its lanes of this tile (from the identity), then

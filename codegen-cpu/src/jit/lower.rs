@@ -16,7 +16,7 @@ use super::analysis::{int_cc, int_const, Analysis, Class, Def, Supported};
 use super::emit::{Em, Pool};
 use super::phases::Phases;
 use super::Output;
-use crate::exec::TILE;
+use crate::exec::{FOLD_LANES, TILE};
 use crate::plan::{InstOp, Reg, StagePlan};
 
 /// Values of definitions at one width.
@@ -180,13 +180,16 @@ pub(super) fn compile_stage(
     // ends at a call: the transcendental runs over the whole tile (the
     // interpreter's own vector routine), then the next phase reads its
     // result. The last phase produces the stage's output.
-    // Fold: the 16-lane loop carries four accumulator vectors (tile lane l
-    // goes to accumulator lane l % 16); the 4- and 1-lane loops combine
-    // into their spill slot, which is finally combined into `out[0..16]`.
-    // `fold`: the op and the spill slot's address.
+    // Fold: the first loop takes 32 lanes (eight groups) and carries eight
+    // accumulator vectors (tile lane l goes to accumulator lane l % 32),
+    // so eight independent chains hide the combine's latency; max and min
+    // carry eight more vectors that remember a NaN (below). The 4- and
+    // 1-lane loops combine into their spill slot, which is finally
+    // combined into `out[0..32]`. `fold`: the op and the slot's address.
     let fold = match output {
         Output::Fold(op) | Output::FoldStore(op) => {
-            let ss = b.create_sized_stack_slot(StackSlotData::new(StackSlotKind::ExplicitSlot, 64, 4));
+            let bytes = 4 * FOLD_LANES as u32;
+            let ss = b.create_sized_stack_slot(StackSlotData::new(StackSlotKind::ExplicitSlot, bytes, 4));
             Some((op, b.ins().stack_addr(types::I64, ss, 0)))
         }
         _ => None,
@@ -197,11 +200,19 @@ pub(super) fn compile_stage(
         // A phase that spills nothing and stores nothing has no loops.
         let idle = if is_last { direct_out } else { writes.is_empty() };
         let mut carried = match fold {
-            Some((op, _)) if is_last => vec![Em { b: &mut b, wide: true, pool }.fc(identity(op)); 4],
+            Some((op, _)) if is_last => {
+                let mut em = Em { b: &mut b, wide: true, pool };
+                let mut accs = vec![em.fc(identity(op)); FOLD_GROUPS];
+                if tracks_nan(op) {
+                    accs.push(em.ic(0));
+                }
+                accs
+            }
             _ => Vec::new(),
         };
         let mut i = zero;
-        let widths: &[(i64, bool)] = if idle { &[] } else { &[(4, true), (1, true), (1, false)] };
+        let first = if carried.is_empty() { 4 } else { FOLD_GROUPS as i64 };
+        let widths: &[(i64, bool)] = if idle { &[] } else { &[(first, true), (1, true), (1, false)] };
         for &(groups, wide_loop) in widths {
             let step = if wide_loop { 4 * groups } else { 1 };
             // A rotated loop (the body is its own header, entered after one
@@ -211,8 +222,9 @@ pub(super) fn compile_stage(
             let after = b.create_block();
             for block in [body, after] {
                 b.append_block_param(block, types::I64);
-                for _ in &carried {
-                    b.append_block_param(block, types::F32X4);
+                for v in &carried {
+                    let ty = b.func.dfg.value_type(*v);
+                    b.append_block_param(block, ty);
                 }
             }
             let first = b.ins().iadd_imm_s(i, step);
@@ -257,9 +269,14 @@ pub(super) fn compile_stage(
                     let v = env.get(a.value).ok_or("stage value undefined")?;
                     let mut em = Em { b: &mut b, wide: wide_loop, pool };
                     match fold {
+                        // One maxps/minps per step (NaN-blind, keeps the
+                        // accumulator on ties); NaNs are tracked below.
+                        Some((op, _)) if tracks_nan(op) && !accs.is_empty() => {
+                            next_accs[g] = best(&mut em, op, accs[g], v)
+                        }
                         Some((op, _)) if !accs.is_empty() => next_accs[g] = combine(&mut em, op, accs[g], v),
                         Some((op, slot)) => {
-                            let k = em.b.ins().band_imm_u(at, 15);
+                            let k = em.b.ins().band_imm_u(at, FOLD_LANES as i64 - 1);
                             let off = em.b.ins().imul_imm_s(k, 4);
                             let p = em.b.ins().iadd(slot, off);
                             let ty = em.fty();
@@ -271,6 +288,19 @@ pub(super) fn compile_stage(
                     }
                 }
             }
+            if fold.is_some_and(|(op, _)| is_last && tracks_nan(op) && !accs.is_empty()) {
+                // Apart from the accumulators' chains: which lanes saw a
+                // NaN, one unordered compare per two groups.
+                let vs: Vec<Value> =
+                    envs.iter().map(|env| env.get(a.value).ok_or("stage value undefined")).collect::<Result<_, _>>()?;
+                let mut masks: Vec<Value> =
+                    vs.chunks(2).map(|p| b.ins().fcmp(FloatCC::Unordered, p[0], p[p.len() - 1])).collect();
+                while masks.len() > 1 {
+                    masks =
+                        masks.chunks(2).map(|p| if p.len() == 2 { b.ins().bor(p[0], p[1]) } else { p[0] }).collect();
+                }
+                next_accs[FOLD_GROUPS] = b.ins().bor(accs[FOLD_GROUPS], masks[0]);
+            }
             let next = b.ins().iadd_imm_s(at, step);
             let following = b.ins().iadd_imm_s(at, 2 * step);
             let more = b.ins().icmp(IntCC::SignedLessThanOrEqual, following, len);
@@ -281,9 +311,16 @@ pub(super) fn compile_stage(
             b.seal_block(after);
             let params = b.block_params(after).to_vec();
             i = params[0];
-            if let Some((_, slot)) = fold.filter(|_| !carried.is_empty()) {
-                for (g, v) in params[1..].iter().enumerate() {
-                    b.ins().store(MemFlagsData::trusted(), *v, slot, 16 * g as i32);
+            if let Some((op, slot)) = fold.filter(|_| !carried.is_empty()) {
+                let mut em = Em { b: &mut b, wide: true, pool };
+                for g in 0..FOLD_GROUPS {
+                    let mut v = params[1 + g];
+                    if tracks_nan(op) {
+                        // A lane that saw a NaN: every partial it feeds.
+                        let nan = em.fc(f32::NAN);
+                        v = em.sel(params[1 + FOLD_GROUPS], nan, v);
+                    }
+                    em.b.ins().store(MemFlagsData::trusted(), v, slot, 16 * g as i32);
                 }
                 carried.clear();
             }
@@ -302,7 +339,7 @@ pub(super) fn compile_stage(
         (Some((op, slot)), Output::FoldStore(_)) => fold_store(&mut b, pool, op, slot, out),
         (Some((op, slot)), _) => {
             let mut em = Em { b: &mut b, wide: true, pool };
-            for g in 0..4 {
+            for g in 0..FOLD_GROUPS as i32 {
                 let acc = em.b.ins().load(types::F32X4, MemFlagsData::new().with_notrap(), out, 16 * g);
                 let part = em.b.ins().load(types::F32X4, MemFlagsData::trusted(), slot, 16 * g);
                 let r = combine(&mut em, op, acc, part);
@@ -334,20 +371,21 @@ pub(super) fn compile_stage(
     Ok((id, constants.bits.clone()))
 }
 
-/// [`Output::FoldStore`]'s end: the 16 partials in `slot` (partial
+/// [`Output::FoldStore`]'s end: the 32 partials in `slot` (partial
 /// `4g + l` in lane `l` of vector `g`) join the identity, as they would the
 /// executor's fresh accumulator, then fold pairwise exactly as
-/// `exec::reduce::fold_lanes` does over 16 lanes (`p[i] ⊕= p[i + h]` for
-/// h = 8, 4, 2, 1), and the result is stored at `out`.
+/// `exec::reduce::fold_lanes` does over 32 lanes (`p[i] ⊕= p[i + h]` for
+/// h = 16, 8, 4, 2, 1), and the result is stored at `out`.
 fn fold_store(b: &mut FunctionBuilder, pool: &Pool, op: ReduceOp, slot: Value, out: Value) {
     let mut em = Em { b, wide: true, pool };
     let id = em.fc(identity(op));
-    let g: Vec<Value> = (0..4)
+    let p: Vec<Value> = (0..FOLD_GROUPS as i32)
         .map(|k| {
             let part = em.b.ins().load(types::F32X4, MemFlagsData::trusted(), slot, 16 * k);
             combine(&mut em, op, id, part)
         })
         .collect();
+    let g: Vec<Value> = (0..4).map(|k| combine(&mut em, op, p[k], p[k + 4])).collect();
     let (lo, hi) = (combine(&mut em, op, g[0], g[2]), combine(&mut em, op, g[1], g[3]));
     let w = combine(&mut em, op, lo, hi);
     let lane: Vec<Value> = (0..4u8).map(|l| em.b.ins().extractlane(w, l)).collect();
@@ -619,17 +657,29 @@ fn masked_load(em: &mut Em, p: Value, group: i64, step: i64, mask: Value) -> Val
     v
 }
 
+/// Accumulator vectors of a fold's first loop (4 lanes each).
+const FOLD_GROUPS: usize = FOLD_LANES / 4;
+
+/// Whether a fold's first loop tracks NaNs apart from its accumulators.
+fn tracks_nan(op: ReduceOp) -> bool {
+    matches!(op, ReduceOp::Max | ReduceOp::Min)
+}
+
+/// `x` if strictly better than `acc`, else `acc` (also when either is NaN):
+/// one maxps/minps in the vector loops.
+fn best(em: &mut Em, op: ReduceOp, acc: Value, x: Value) -> Value {
+    let better =
+        if op == ReduceOp::Max { em.cmp(FloatCC::LessThan, acc, x) } else { em.cmp(FloatCC::LessThan, x, acc) };
+    em.sel(better, x, acc)
+}
+
 /// The interpreter's lane combine `acc ⊕ x` (max/min keep `acc` on ties
 /// and propagate NaN; which NaN, when both are, is unspecified).
 fn combine(em: &mut Em, op: ReduceOp, acc: Value, x: Value) -> Value {
     match op {
         ReduceOp::Prod => em.mul(acc, x),
         ReduceOp::Max | ReduceOp::Min => {
-            // `x` if strictly better, else `acc` (also when either is NaN):
-            // one maxps/minps in the vector loops.
-            let better =
-                if op == ReduceOp::Max { em.cmp(FloatCC::LessThan, acc, x) } else { em.cmp(FloatCC::LessThan, x, acc) };
-            let r = em.sel(better, x, acc);
+            let r = best(em, op, acc, x);
             let x_nan = em.is_nan(x);
             em.sel(x_nan, x, r)
         }

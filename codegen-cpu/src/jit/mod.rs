@@ -14,7 +14,7 @@
 //! The compiled function replaces [`crate::exec`]'s per-op evaluation of
 //! the stage. A pointwise stage also stores its output; a sum/prod/max/min
 //! stage combines into the reduction's accumulator (lane by lane along an
-//! outer tile; into 16 partials along the reduction). When a reduction is
+//! outer tile; into 32 partials along the reduction). When a reduction is
 //! one tile, the function also folds the partials (in the executor's order)
 //! and stores the result; otherwise addresses per tile and the final fold
 //! stay with the executor.
@@ -71,11 +71,11 @@ pub(crate) enum Output {
     /// Combines lane by lane into the reduction's accumulator (lanes are
     /// output points: a reduction over an outer tile).
     Accumulate(ReduceOp),
-    /// Combines the tile into the reduction's 16 accumulator lanes, lane l
-    /// into l % 16 (lanes run along the reduction).
+    /// Combines the tile into the reduction's 32 accumulator lanes, lane l
+    /// into l % 32 (lanes run along the reduction).
     Fold(ReduceOp),
     /// The whole reduction in one call (one tile of at least 16 lanes): the
-    /// 16 partials as for `Fold`, then folded in the executor's pairwise
+    /// 32 partials as for `Fold`, then folded in the executor's pairwise
     /// order and stored to the stage's float32 output, so no accumulator,
     /// fold or store is left to the executor.
     FoldStore(ReduceOp),
@@ -97,6 +97,10 @@ pub struct JitStage {
     /// next-to-last outer dimension (outer tiles) or of the last (inner
     /// tiles), every address affine in it (see `row_steps`).
     pub(crate) rows: bool,
+    /// An [`Output::Accumulate`] stage whose call may run its whole
+    /// reduction: one reduction step per row, every load a fixed step
+    /// further each time, the accumulator the same.
+    pub(crate) whole_reduction: bool,
     /// The function's constants (bit patterns), read on entry.
     pub(crate) constants: Arc<[u32]>,
     _code: Arc<Code>,
@@ -267,9 +271,21 @@ pub fn compile_program(steps: &mut [CpuStep], bufs: &[BufPlan]) {
             let compiled = lower::compile_stage(&mut module, stage, &supported, output, rows.as_ref(), &name);
             if let Ok((id, constants)) = compiled {
                 let pre = supported.analysis.pre();
-                let (tile_var, rows) = (tv, rows.is_some());
+                let whole_reduction = rows.is_some() && matches!(output, Output::Accumulate(_));
+                let (tile_var, rows) = (tv, rows.is_some() && !whole_reduction);
                 let loads = supported.loads;
-                pending.push(Pending { kernel: k, stage: s, id, tile_var, output, rows, constants, loads, pre });
+                pending.push(Pending {
+                    kernel: k,
+                    stage: s,
+                    id,
+                    tile_var,
+                    output,
+                    rows,
+                    whole_reduction,
+                    constants,
+                    loads,
+                    pre,
+                });
             }
         }
     }
@@ -305,6 +321,7 @@ pub fn compile_program(steps: &mut [CpuStep], bufs: &[BufPlan]) {
                 pre: p.pre,
                 output: p.output,
                 rows: p.rows,
+                whole_reduction: p.whole_reduction,
                 constants: p.constants.into(),
                 _code: code.clone(),
             });
@@ -320,6 +337,7 @@ struct Pending {
     tile_var: Option<usize>,
     output: Output,
     rows: bool,
+    whole_reduction: bool,
     constants: Vec<u32>,
     loads: Vec<analysis::JitLoad>,
     pre: Vec<usize>,
@@ -330,6 +348,8 @@ struct Pending {
 /// along the next-to-last outer dimension. Inner tiles: rows along the last
 /// outer dimension, for a pointwise stage over one inner dimension that
 /// fits a tile, or a reduction that is one call ([`Output::FoldStore`]).
+/// Either: an outer-tiled reduction over one dimension, one step per row
+/// ([`JitStage::whole_reduction`]).
 fn row_steps(kernel: &KernelPlan, stage: &StagePlan, supported: &Supported, output: Output) -> Option<RowSteps> {
     let m = kernel.outer.len();
     if !supported.analysis.pre().is_empty() {
@@ -347,10 +367,18 @@ fn row_steps(kernel: &KernelPlan, stage: &StagePlan, supported: &Supported, outp
             m - 1
         }
         (TileMode::Inner, Output::FoldStore(_)) if m >= 1 && stage.inner.iter().all(|&n| n == 1) => m - 1,
+        (TileMode::Outer, Output::Accumulate(_))
+            if stage.inner.is_empty() && matches!(&stage.reduce, Some((_, red)) if red.len() == 1) =>
+        {
+            m
+        }
         _ => return None,
     } as u32;
     let loads = supported.loads.iter().map(|l| Some(l.index.step(row)? * l.size)).collect::<Option<Vec<_>>>()?;
-    let out = stage.store.step(row)? * DType::F32.itemsize() as i64;
+    let out = match output {
+        Output::Accumulate(_) => 0,
+        _ => stage.store.step(row)? * DType::F32.itemsize() as i64,
+    };
     Some(RowSteps { loads, out })
 }
 
@@ -422,7 +450,7 @@ fn output(kernel: &KernelPlan, stage: &StagePlan, tile_var: Option<usize>, bufs:
 /// Whether the executor runs an inner reduction over `red` as one call of
 /// at least the 16 fold lanes (see [`Output::FoldStore`]).
 pub(crate) fn one_call(kernel: &KernelPlan, red: &[i64]) -> bool {
-    matches!(red, [n] if *n >= crate::exec::FOLD_LANES as i64 && *n <= kernel.tile as i64)
+    matches!(red, [n] if *n >= 16 && *n <= kernel.tile as i64)
 }
 
 /// Whether the stage writes one float32 element per point, directly.

@@ -190,7 +190,8 @@ fn reduction_prologue_matches_interpreter_bitwise() {
 }
 
 /// Lanes across the columns, reducing down the 4 rows of a - b into a
-/// 37-wide output (the accumulator combines lane by lane).
+/// 37-wide output (the accumulator combines lane by lane), all four steps
+/// in one call.
 #[test]
 fn column_reduction_matches_interpreter_bitwise() {
     if !super::enabled() {
@@ -205,6 +206,9 @@ fn column_reduction_matches_interpreter_bitwise() {
         ];
         let stage = f32_stage(2, Some((op, vec![4])), insts, 2, &i0, 3);
         let kernel = one_stage(vec![37], TileMode::Outer, stage, 16);
+        let bufs = [buf(&[4, 37], &[37, 1], DType::F32), buf(&[37], &[1], DType::F32), buf(&[37], &[1], DType::F32)];
+        let whole = compile(&kernel, &bufs).stages[0].jit.as_ref().is_some_and(|j| j.whole_reduction);
+        assert!(whole, "{op:?}: one call does not run the whole reduction");
         let (jit, interp, compiled) = both(kernel, 2, 37);
         assert!(compiled, "stage was not compiled");
         assert_eq!(jit, interp, "{op:?}");
@@ -704,5 +708,59 @@ fn call_whose_output_is_its_input() {
     for (k, (&got, &w)) in data.iter().zip(&want).enumerate() {
         let close = (got.is_nan() && w.is_nan()) || got == w || ((got - w) / w).abs() < 1e-6;
         assert!(close, "lane {k}: exp({}) = {got}, want {w}", a[k]);
+    }
+}
+
+/// Rows of 100: the fold's 32-lane loop runs several times, then the 4-
+/// and 1-lane loops. One row has no NaN (signed zeros, ties), one
+/// infinities and a NaN in the middle, one a NaN in the tail; each reduction
+/// matches the interpreter bit for bit, one tile per row or three, and
+/// max/min match a plain scan.
+#[test]
+fn long_row_folds_match_interpreter_bitwise() {
+    if !super::enabled() {
+        return;
+    }
+    const N: usize = 100;
+    let mut a: Vec<f32> = (0..3 * N).map(|k| ((k as f32) * 0.731).sin() * 3.0).collect();
+    for k in (0..N).step_by(9) {
+        a[k] = [0.0, -0.0, 2.999, -2.999][k / 9 % 4];
+        a[N + k] = [f32::INFINITY, f32::NEG_INFINITY][k / 9 % 2];
+    }
+    a[N + 50] = f32::NAN;
+    a[2 * N + 98] = f32::NAN;
+    let bufs = vec![buf(&[3, N as i64], &[N as i64, 1], DType::F32), buf(&[3], &[1], DType::F32)];
+    let (i0, i2) = (Expr::v(0), Expr::v(2));
+    for op in ACCUMULATED {
+        for tile in [256, 48] {
+            let mut stage =
+                f32_stage(1, Some((op, vec![N as i64])), vec![load(0, 0, i0.scale(N as i64).add(&i2))], 0, &i0, 1);
+            stage.inner = vec![1];
+            let kernel = one_stage(vec![3], TileMode::Inner, stage, tile);
+            let compiled = compile(&kernel, &bufs);
+            assert!(compiled.stages[0].jit.is_some(), "{op:?}: stage was not compiled");
+            let mut results = Vec::new();
+            for k in [&compiled, &kernel] {
+                let mut out = [0f32; 3];
+                let ptrs = [a.as_ptr() as usize, out.as_mut_ptr() as usize];
+                assert!(run_kernel(k, &Memory { ptrs: &ptrs, bufs: &bufs }));
+                results.push(out);
+            }
+            assert_eq!(bits(&results[0]), bits(&results[1]), "{op:?}, tile {tile}");
+            if matches!(op, ReduceOp::Max | ReduceOp::Min) {
+                let max = op == ReduceOp::Max;
+                let scan = |r: &[f32]| {
+                    r.iter().fold(if max { f32::NEG_INFINITY } else { f32::INFINITY }, |m, &x| {
+                        if max {
+                            m.max(x)
+                        } else {
+                            m.min(x)
+                        }
+                    })
+                };
+                assert_eq!(results[0][0], scan(&a[..N]), "{op:?}, tile {tile}");
+                assert!(results[0][1].is_nan() && results[0][2].is_nan(), "{op:?}, tile {tile}: a NaN was lost");
+            }
+        }
     }
 }
