@@ -29,21 +29,44 @@ fn stage_exprs(program: &Program, stage: &Stage) -> Vec<Expr> {
 }
 
 /// Groups of consecutive dims (variables `first..first + sizes.len()`) that
-/// every expression walks as one: `coef(k) == coef(k+1) · size(k+1)`.
+/// every expression walks as one: `coef(k) == coef(k+1) · size(k+1)`. A
+/// dim of size 1 (its variable is always 0) joins the group at hand
+/// whatever its coefficients, so `[1024, 1]` (a `keepdim` reduction's
+/// points) is one dim of 1024 and its rows run consecutively. Each group
+/// lists its variable-carrying dim last: the last dim of size other than
+/// 1 (or of size 1 when they all are); the others vanish.
 fn collapse_groups(sizes: &[i64], first: usize, exprs: &[Expr]) -> Vec<Vec<usize>> {
     let mut groups: Vec<Vec<usize>> = Vec::new();
+    // The current group's last dim of size other than 1.
+    let mut carrier: Option<usize> = None;
     for (k, &size) in sizes.iter().enumerate() {
-        let mergeable = k > 0
-            && exprs.iter().all(|e| {
-                let (a, b) = (Var((first + k) as u32 - 1), Var((first + k) as u32));
-                if !e.mentions_var(a) && !e.mentions_var(b) {
-                    return true;
-                }
-                matches!((e.linear_coef(a), e.linear_coef(b)), (Some(ca), Some(cb)) if ca == cb * size)
-            });
+        let mergeable = !groups.is_empty()
+            && (size == 1
+                || carrier.is_none_or(|c| {
+                    exprs.iter().all(|e| {
+                        let (a, b) = (Var((first + c) as u32), Var((first + k) as u32));
+                        if !e.mentions_var(a) && !e.mentions_var(b) {
+                            return true;
+                        }
+                        matches!((e.linear_coef(a), e.linear_coef(b)), (Some(ca), Some(cb)) if ca == cb * size)
+                    })
+                }));
         match groups.last_mut() {
             Some(last) if mergeable => last.push(k),
-            _ => groups.push(vec![k]),
+            _ => {
+                groups.push(vec![k]);
+                carrier = None;
+            }
+        }
+        if size != 1 {
+            carrier = Some(k);
+        }
+    }
+    for group in &mut groups {
+        // Size-1 dims first, in order, then the carrier.
+        if let Some(pos) = group.iter().rposition(|&d| sizes[d] != 1) {
+            let c = group.remove(pos);
+            group.push(c);
         }
     }
     groups

@@ -378,13 +378,33 @@ pub(super) fn compile_stage(
 /// h = 16, 8, 4, 2, 1), and the result is stored at `out`.
 fn fold_store(b: &mut FunctionBuilder, pool: &Pool, op: ReduceOp, slot: Value, out: Value) {
     let mut em = Em { b, wide: true, pool };
+    let parts: Vec<Value> =
+        (0..FOLD_GROUPS as i32).map(|k| em.b.ins().load(types::F32X4, MemFlagsData::trusted(), slot, 16 * k)).collect();
+    if tracks_nan(op) {
+        // The identity changes no partial. The same tree with one
+        // maxps/minps per step (each keeps its first operand on ties, as
+        // the combine does), and the result NaN if any partial is.
+        let mut nan: Vec<Value> = parts.chunks(2).map(|p| em.b.ins().fcmp(FloatCC::Unordered, p[0], p[1])).collect();
+        while nan.len() > 1 {
+            nan = nan.chunks(2).map(|p| em.b.ins().bor(p[0], p[1])).collect();
+        }
+        let g: Vec<Value> = (0..4).map(|k| best(&mut em, op, parts[k], parts[k + 4])).collect();
+        let (lo, hi) = (best(&mut em, op, g[0], g[2]), best(&mut em, op, g[1], g[3]));
+        let w = best(&mut em, op, lo, hi);
+        // Lanes (0 ⊕ 2, 1 ⊕ 3), then their pair, in vector registers.
+        let halves = lanes_moved(&mut em, w, [2, 3, 0, 1]);
+        let x = best(&mut em, op, w, halves);
+        let pair = lanes_moved(&mut em, x, [1, 0, 3, 2]);
+        let r = best(&mut em, op, x, pair);
+        let r = em.b.ins().extractlane(r, 0);
+        let any_nan = em.b.ins().vany_true(nan[0]);
+        let quiet = em.b.ins().f32const(f32::NAN);
+        let r = em.b.ins().select(any_nan, quiet, r);
+        em.b.ins().store(MemFlagsData::new().with_notrap(), r, out, 0);
+        return;
+    }
     let id = em.fc(identity(op));
-    let p: Vec<Value> = (0..FOLD_GROUPS as i32)
-        .map(|k| {
-            let part = em.b.ins().load(types::F32X4, MemFlagsData::trusted(), slot, 16 * k);
-            combine(&mut em, op, id, part)
-        })
-        .collect();
+    let p: Vec<Value> = parts.iter().map(|&part| combine(&mut em, op, id, part)).collect();
     let g: Vec<Value> = (0..4).map(|k| combine(&mut em, op, p[k], p[k + 4])).collect();
     let (lo, hi) = (combine(&mut em, op, g[0], g[2]), combine(&mut em, op, g[1], g[3]));
     let w = combine(&mut em, op, lo, hi);
@@ -393,6 +413,17 @@ fn fold_store(b: &mut FunctionBuilder, pool: &Pool, op: ReduceOp, slot: Value, o
     let (x0, x1) = (combine(&mut em, op, lane[0], lane[2]), combine(&mut em, op, lane[1], lane[3]));
     let r = combine(&mut em, op, x0, x1);
     em.b.ins().store(MemFlagsData::new().with_notrap(), r, out, 0);
+}
+
+/// `v` with its lanes rearranged: lane `l` of the result is lane
+/// `from[l]` of `v` (one `pshufd`).
+fn lanes_moved(em: &mut Em, v: Value, from: [u8; 4]) -> Value {
+    let le = MemFlagsData::new().with_endianness(Endianness::Little);
+    let bytes = em.b.ins().bitcast(types::I8X16, le, v);
+    let mask: Vec<u8> = from.iter().flat_map(|&l| (0..4).map(move |k| 4 * l + k)).collect();
+    let mask = em.b.func.dfg.immediates.push(mask.as_slice().into());
+    let moved = em.b.ins().shuffle(bytes, bytes, mask);
+    em.b.ins().bitcast(types::F32X4, le, moved)
 }
 
 /// `rdyn_unary_tile(code, src, dst, lanes)`: a transcendental over `lanes`

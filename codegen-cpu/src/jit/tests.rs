@@ -713,7 +713,8 @@ fn call_whose_output_is_its_input() {
 
 /// Rows of 100: the fold's 32-lane loop runs several times, then the 4-
 /// and 1-lane loops. One row has no NaN (signed zeros, ties), one
-/// infinities and a NaN in the middle, one a NaN in the tail; each reduction
+/// infinities and a NaN in the middle, one a NaN in the tail, one its
+/// maximum at zeros of both signs; each reduction
 /// matches the interpreter bit for bit, one tile per row or three, and
 /// max/min match a plain scan.
 #[test]
@@ -722,26 +723,31 @@ fn long_row_folds_match_interpreter_bitwise() {
         return;
     }
     const N: usize = 100;
-    let mut a: Vec<f32> = (0..3 * N).map(|k| ((k as f32) * 0.731).sin() * 3.0).collect();
+    let mut a: Vec<f32> = (0..4 * N).map(|k| ((k as f32) * 0.731).sin() * 3.0).collect();
     for k in (0..N).step_by(9) {
         a[k] = [0.0, -0.0, 2.999, -2.999][k / 9 % 4];
         a[N + k] = [f32::INFINITY, f32::NEG_INFINITY][k / 9 % 2];
     }
     a[N + 50] = f32::NAN;
     a[2 * N + 98] = f32::NAN;
-    let bufs = vec![buf(&[3, N as i64], &[N as i64, 1], DType::F32), buf(&[3], &[1], DType::F32)];
+    // Max 0 and min -0, both zeros several times: which one wins is the
+    // fold's order, and must be the interpreter's.
+    for (k, x) in a[3 * N..].iter_mut().enumerate() {
+        *x = if k % 3 == 0 { [0.0, -0.0][k / 16 % 2] } else { -x.abs() - 1.0 };
+    }
+    let bufs = vec![buf(&[4, N as i64], &[N as i64, 1], DType::F32), buf(&[4], &[1], DType::F32)];
     let (i0, i2) = (Expr::v(0), Expr::v(2));
     for op in ACCUMULATED {
         for tile in [256, 48] {
             let mut stage =
                 f32_stage(1, Some((op, vec![N as i64])), vec![load(0, 0, i0.scale(N as i64).add(&i2))], 0, &i0, 1);
             stage.inner = vec![1];
-            let kernel = one_stage(vec![3], TileMode::Inner, stage, tile);
+            let kernel = one_stage(vec![4], TileMode::Inner, stage, tile);
             let compiled = compile(&kernel, &bufs);
             assert!(compiled.stages[0].jit.is_some(), "{op:?}: stage was not compiled");
             let mut results = Vec::new();
             for k in [&compiled, &kernel] {
-                let mut out = [0f32; 3];
+                let mut out = [0f32; 4];
                 let ptrs = [a.as_ptr() as usize, out.as_mut_ptr() as usize];
                 assert!(run_kernel(k, &Memory { ptrs: &ptrs, bufs: &bufs }));
                 results.push(out);
