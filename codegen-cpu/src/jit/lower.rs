@@ -572,13 +572,12 @@ fn inst_value(
             if !em.wide {
                 return Ok(x);
             }
-            let mut v = em.b.ins().splat(types::I32X4, x);
-            for l in 1..4u8 {
-                let lane = em.b.ins().extractlane(v, l);
-                let moved = em.b.ins().iadd_imm_s(lane, i64::from(l) * step);
-                v = em.b.ins().insertlane(v, moved, l);
-            }
-            v
+            // One add of the lane offsets (a constant vector) to the splat.
+            let offsets: Vec<u8> = (0..4i64).flat_map(|l| ((l * step) as i32).to_le_bytes()).collect();
+            let offsets = em.b.func.dfg.constants.insert(offsets.into());
+            let offsets = em.b.ins().vconst(types::I32X4, offsets);
+            let v = em.b.ins().splat(types::I32X4, x);
+            em.b.ins().iadd(v, offsets)
         }
         InstOp::Binary(op, x, y) if a.class[k] == Class::Mask && int_cc(*op).is_some() => {
             let cc = int_cc(*op).ok_or("no integer comparison")?;
