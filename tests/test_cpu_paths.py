@@ -177,6 +177,27 @@ def test_transcendentals_at_the_edges_of_float32(op) -> None:
     assert_same(got[finite], want[finite], fn(x64)[finite])
 
 
+def test_log_across_float32s_range() -> None:
+    """log (and log_softmax's row log) of subnormals down to the smallest,
+    of normals up to the largest, of ±0, negatives, ±inf and NaN, against
+    float64 (rdyn's log is its own vectorised routine, no libm call)."""
+
+    def fn(x):
+        return torch.log(x), torch.log1p(x.abs()) + torch.log(x.abs().sum(-1, keepdim=True))
+
+    tiny = torch.finfo(torch.float32).tiny
+    values = [1.4e-45, 1e-44, 3e-42, 1e-40, tiny / 2, tiny, 1e-30, 0.5, 1.0, 2.0, 1e30, 3.4e38]
+    specials = [0.0, -0.0, -1.0, -1e-40, float("inf"), -float("inf"), float("nan"), 0.7]
+    x64 = torch.tensor(values + specials, dtype=torch.float64).repeat(3).view(3, -1)
+    x = x64.float()
+    got, want, ref = torch.compile(fn, backend="rdyn")(x), fn(x), fn(x64)
+    for g, w, r in zip(got, want, ref):
+        assert torch.equal(g.isnan(), w.isnan())
+        finite = torch.isfinite(w)
+        assert torch.equal(g[~finite & ~w.isnan()], w[~finite & ~w.isnan()])
+        assert_same(g[finite], w[finite], r[finite])
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_division_by_a_power_of_two_is_exact(dtype) -> None:
     """`x / 256`, `x / 0.125`, `x / -4` run as multiplications by the exact
