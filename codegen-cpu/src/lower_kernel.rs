@@ -210,11 +210,7 @@ fn outer_tile(outer: &[i64], mode: TileMode, stages: &[StagePlan], threads: usiz
     };
     let last = last.max(1) as usize;
     let rows: usize = outer[..outer.len() - 1].iter().map(|&n| n.max(1) as usize).product();
-    let per_point = stages
-        .iter()
-        .map(|s| s.inner.iter().chain(s.reduce.iter().flat_map(|(_, r)| r.iter())).product::<i64>().max(1) as usize)
-        .max()
-        .unwrap_or(1);
+    let per_point = stages.iter().map(StagePlan::points_per_outer).max().unwrap_or(1);
     let want = 2 * threads;
     let items = rows * last.div_ceil(full);
     if threads < 2 || items >= want || rows * last * per_point < crate::exec::PARALLEL_MIN_WORK {

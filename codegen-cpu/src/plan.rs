@@ -187,6 +187,13 @@ pub struct StagePlan {
 }
 
 impl StagePlan {
+    /// Points of the stage's own ranges (inner and reduction) per outer
+    /// point, at least 1.
+    pub fn points_per_outer(&self) -> usize {
+        let red = self.reduce.as_ref().map_or(1, |(_, r)| r.iter().product::<i64>());
+        (self.inner.iter().product::<i64>() * red).max(1) as usize
+    }
+
     /// Which instructions are uniform along `tile_var` (see `uniform`;
     /// `None`: a one-lane tile, on which everything is).
     pub fn uniform_insts(&self, tile_var: Option<usize>) -> Vec<bool> {
@@ -542,7 +549,7 @@ impl CpuProgram {
                 None => String::new(),
             };
             let jit = match &stage.jit {
-                Some(j) if j.rows => " [jit rows]",
+                Some(j) if j.rows == crate::jit::Rows::Points => " [jit rows]",
                 Some(_) => " [jit]",
                 None => "",
             };

@@ -24,7 +24,7 @@ use convert::{cast, fill_f, fill_i, load, select, wrap, write_f64, write_i64};
 pub(crate) use reduce::FOLD_LANES;
 use reduce::{combine_lanes, fold_lanes, fold_tile, init_acc};
 
-use crate::jit::{JitStage, Output};
+use crate::jit::{JitStage, Output, Rows};
 use crate::ops;
 use crate::plan::{BufPlan, IndexFn, Inst, InstOp, KernelPlan, StagePlan, TileMode};
 
@@ -150,15 +150,7 @@ pub fn run_kernel(kernel: &KernelPlan, mem: &Memory) -> bool {
     if outer_numel == 0 {
         return true;
     }
-    let per_item_work: usize = kernel
-        .stages
-        .iter()
-        .map(|s| {
-            let inner: i64 =
-                s.inner.iter().product::<i64>() * s.reduce.as_ref().map_or(1, |(_, r)| r.iter().product::<i64>());
-            inner.max(1) as usize * interpreted_weight(s)
-        })
-        .sum();
+    let per_item_work: usize = kernel.stages.iter().map(|s| s.points_per_outer() * interpreted_weight(s)).sum();
     let (items, lanes_per_item) = match kernel.mode {
         TileMode::Outer => {
             let last = *kernel.outer.last().unwrap_or(&1) as usize;
@@ -581,7 +573,8 @@ fn jit_accumulate(
     mem: &Memory,
     sc: &mut Scratch,
 ) -> bool {
-    let Some(jit) = stage.jit.as_ref().filter(|j| j.walks(tile_var) && (steps == 1 || j.whole_reduction)) else {
+    let Some(jit) = stage.jit.as_ref().filter(|j| j.walks(tile_var) && (steps == 1 || j.rows == Rows::Reduction))
+    else {
         return false;
     };
     // The lanes the function writes: one per tile lane, or FOLD_LANES.

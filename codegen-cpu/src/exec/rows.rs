@@ -8,6 +8,7 @@
 //! outside the row it wrote, so the order change is invisible.
 
 use super::{advance, call_jit, f32_output, unravel, Memory, Scratch};
+use crate::jit::Rows;
 use crate::plan::{KernelPlan, StagePlan, TileMode};
 
 /// Lanes one call covers at most: a stage's rows stay in L1 for the next
@@ -18,7 +19,7 @@ const ROW_BATCH_LANES: usize = 2048;
 /// Whether the kernel runs by rows: every stage compiled for it (which
 /// `jit::row_steps` allows only for kernels of that shape).
 pub(super) fn by_rows(kernel: &KernelPlan) -> bool {
-    kernel.stages.iter().all(|s| s.jit.as_ref().is_some_and(|j| j.rows))
+    kernel.stages.iter().all(|s| s.jit.as_ref().is_some_and(|j| j.rows == Rows::Points))
 }
 
 /// A stage's lanes per row and the variable they walk.

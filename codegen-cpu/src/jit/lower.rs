@@ -183,7 +183,7 @@ pub(super) fn compile_stage(
     // Fold: the first loop takes 32 lanes (eight groups) and carries eight
     // accumulator vectors (tile lane l goes to accumulator lane l % 32),
     // so eight independent chains hide the combine's latency; max and min
-    // carry eight more vectors that remember a NaN (below). The 4- and
+    // carry one more, the lanes that saw a NaN (below). The 4- and
     // 1-lane loops combine into their spill slot, which is finally
     // combined into `out[0..32]`. `fold`: the op and the slot's address.
     let fold = match output {
@@ -293,13 +293,8 @@ pub(super) fn compile_stage(
                 // NaN, one unordered compare per two groups.
                 let vs: Vec<Value> =
                     envs.iter().map(|env| env.get(a.value).ok_or("stage value undefined")).collect::<Result<_, _>>()?;
-                let mut masks: Vec<Value> =
-                    vs.chunks(2).map(|p| b.ins().fcmp(FloatCC::Unordered, p[0], p[p.len() - 1])).collect();
-                while masks.len() > 1 {
-                    masks =
-                        masks.chunks(2).map(|p| if p.len() == 2 { b.ins().bor(p[0], p[1]) } else { p[0] }).collect();
-                }
-                next_accs[FOLD_GROUPS] = b.ins().bor(accs[FOLD_GROUPS], masks[0]);
+                let seen = nan_lanes(&mut b, &vs);
+                next_accs[FOLD_GROUPS] = b.ins().bor(accs[FOLD_GROUPS], seen);
             }
             let next = b.ins().iadd_imm_s(at, step);
             let following = b.ins().iadd_imm_s(at, 2 * step);
@@ -313,11 +308,11 @@ pub(super) fn compile_stage(
             i = params[0];
             if let Some((op, slot)) = fold.filter(|_| !carried.is_empty()) {
                 let mut em = Em { b: &mut b, wide: true, pool };
+                let nan = tracks_nan(op).then(|| em.fc(f32::NAN));
                 for g in 0..FOLD_GROUPS {
                     let mut v = params[1 + g];
-                    if tracks_nan(op) {
+                    if let Some(nan) = nan {
                         // A lane that saw a NaN: every partial it feeds.
-                        let nan = em.fc(f32::NAN);
                         v = em.sel(params[1 + FOLD_GROUPS], nan, v);
                     }
                     em.b.ins().store(MemFlagsData::trusted(), v, slot, 16 * g as i32);
@@ -384,10 +379,7 @@ fn fold_store(b: &mut FunctionBuilder, pool: &Pool, op: ReduceOp, slot: Value, o
         // The identity changes no partial. The same tree with one
         // maxps/minps per step (each keeps its first operand on ties, as
         // the combine does), and the result NaN if any partial is.
-        let mut nan: Vec<Value> = parts.chunks(2).map(|p| em.b.ins().fcmp(FloatCC::Unordered, p[0], p[1])).collect();
-        while nan.len() > 1 {
-            nan = nan.chunks(2).map(|p| em.b.ins().bor(p[0], p[1])).collect();
-        }
+        let nan = nan_lanes(em.b, &parts);
         let g: Vec<Value> = (0..4).map(|k| best(&mut em, op, parts[k], parts[k + 4])).collect();
         let (lo, hi) = (best(&mut em, op, g[0], g[2]), best(&mut em, op, g[1], g[3]));
         let w = best(&mut em, op, lo, hi);
@@ -397,7 +389,7 @@ fn fold_store(b: &mut FunctionBuilder, pool: &Pool, op: ReduceOp, slot: Value, o
         let pair = lanes_moved(&mut em, x, [1, 0, 3, 2]);
         let r = best(&mut em, op, x, pair);
         let r = em.b.ins().extractlane(r, 0);
-        let any_nan = em.b.ins().vany_true(nan[0]);
+        let any_nan = em.b.ins().vany_true(nan);
         let quiet = em.b.ins().f32const(f32::NAN);
         let r = em.b.ins().select(any_nan, quiet, r);
         em.b.ins().store(MemFlagsData::new().with_notrap(), r, out, 0);
@@ -413,6 +405,17 @@ fn fold_store(b: &mut FunctionBuilder, pool: &Pool, op: ReduceOp, slot: Value, o
     let (x0, x1) = (combine(&mut em, op, lane[0], lane[2]), combine(&mut em, op, lane[1], lane[3]));
     let r = combine(&mut em, op, x0, x1);
     em.b.ins().store(MemFlagsData::new().with_notrap(), r, out, 0);
+}
+
+/// The lanes (a mask) in which any of `values` is NaN: one unordered
+/// compare per two vectors (a last odd one with itself), or-ed pairwise.
+fn nan_lanes(b: &mut FunctionBuilder, values: &[Value]) -> Value {
+    let mut masks: Vec<Value> =
+        values.chunks(2).map(|p| b.ins().fcmp(FloatCC::Unordered, p[0], p[p.len() - 1])).collect();
+    while masks.len() > 1 {
+        masks = masks.chunks(2).map(|p| if p.len() == 2 { b.ins().bor(p[0], p[1]) } else { p[0] }).collect();
+    }
+    masks[0]
 }
 
 /// `v` with its lanes rearranged: lane `l` of the result is lane

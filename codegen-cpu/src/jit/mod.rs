@@ -81,6 +81,21 @@ pub(crate) enum Output {
     FoldStore(ReduceOp),
 }
 
+/// What one call of a compiled stage may cover beyond one tile at one
+/// point; every address steps by a constant per row (see `row_steps`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Rows {
+    /// One tile, at the executor's current point.
+    One,
+    /// Consecutive points of the next-to-last outer dimension (outer tiles)
+    /// or of the last (inner tiles); a kernel runs so when all its stages
+    /// can (`exec/rows.rs`).
+    Points,
+    /// An [`Output::Accumulate`] stage's whole reduction: one reduction
+    /// step per row, the accumulator the same.
+    Reduction,
+}
+
 /// A compiled stage.
 #[derive(Clone)]
 pub struct JitStage {
@@ -93,14 +108,8 @@ pub struct JitStage {
     /// registers feed the loads' indirect parts).
     pub(crate) pre: Vec<usize>,
     pub(crate) output: Output,
-    /// Whether one call may cover several rows: consecutive points of the
-    /// next-to-last outer dimension (outer tiles) or of the last (inner
-    /// tiles), every address affine in it (see `row_steps`).
-    pub(crate) rows: bool,
-    /// An [`Output::Accumulate`] stage whose call may run its whole
-    /// reduction: one reduction step per row, every load a fixed step
-    /// further each time, the accumulator the same.
-    pub(crate) whole_reduction: bool,
+    /// What one call may cover beyond one tile.
+    pub(crate) rows: Rows,
     /// The function's constants (bit patterns), read on entry.
     pub(crate) constants: Arc<[u32]>,
     _code: Arc<Code>,
@@ -271,21 +280,13 @@ pub fn compile_program(steps: &mut [CpuStep], bufs: &[BufPlan]) {
             let compiled = lower::compile_stage(&mut module, stage, &supported, output, rows.as_ref(), &name);
             if let Ok((id, constants)) = compiled {
                 let pre = supported.analysis.pre();
-                let whole_reduction = rows.is_some() && matches!(output, Output::Accumulate(_));
-                let (tile_var, rows) = (tv, rows.is_some() && !whole_reduction);
-                let loads = supported.loads;
-                pending.push(Pending {
-                    kernel: k,
-                    stage: s,
-                    id,
-                    tile_var,
-                    output,
-                    rows,
-                    whole_reduction,
-                    constants,
-                    loads,
-                    pre,
-                });
+                let rows = match (rows, output) {
+                    (None, _) => Rows::One,
+                    (Some(_), Output::Accumulate(_)) => Rows::Reduction,
+                    (Some(_), _) => Rows::Points,
+                };
+                let (tile_var, loads) = (tv, supported.loads);
+                pending.push(Pending { kernel: k, stage: s, id, tile_var, output, rows, constants, loads, pre });
             }
         }
     }
@@ -294,9 +295,9 @@ pub fn compile_program(steps: &mut [CpuStep], bufs: &[BufPlan]) {
     for (k, step) in steps.iter().enumerate() {
         let CpuStep::Kernel(kernel) = step else { continue };
         let mine: Vec<_> = pending.iter_mut().filter(|p| p.kernel == k).collect();
-        let all_rows = mine.len() == kernel.stages.len() && mine.iter().all(|p| p.rows);
+        let all_rows = mine.len() == kernel.stages.len() && mine.iter().all(|p| p.rows == Rows::Points);
         if !all_rows || !same_point_reads(kernel, bufs) {
-            mine.into_iter().for_each(|p| p.rows = false);
+            mine.into_iter().filter(|p| p.rows == Rows::Points).for_each(|p| p.rows = Rows::One);
         }
     }
     if pending.is_empty() || module.finalize_definitions().is_err() {
@@ -321,7 +322,6 @@ pub fn compile_program(steps: &mut [CpuStep], bufs: &[BufPlan]) {
                 pre: p.pre,
                 output: p.output,
                 rows: p.rows,
-                whole_reduction: p.whole_reduction,
                 constants: p.constants.into(),
                 _code: code.clone(),
             });
@@ -336,20 +336,19 @@ struct Pending {
     id: cranelift_module::FuncId,
     tile_var: Option<usize>,
     output: Output,
-    rows: bool,
-    whole_reduction: bool,
+    rows: Rows,
     constants: Vec<u32>,
     loads: Vec<analysis::JitLoad>,
     pre: Vec<usize>,
 }
 
 /// The row steps of a stage one call may run for several rows (see
-/// [`JitStage::rows`]), or `None`. Outer tiles: a pointwise stage, rows
+/// [`Rows`]), or `None`. Outer tiles: a pointwise stage, rows
 /// along the next-to-last outer dimension. Inner tiles: rows along the last
 /// outer dimension, for a pointwise stage over one inner dimension that
 /// fits a tile, or a reduction that is one call ([`Output::FoldStore`]).
 /// Either: an outer-tiled reduction over one dimension, one step per row
-/// ([`JitStage::whole_reduction`]).
+/// ([`Rows::Reduction`]).
 fn row_steps(kernel: &KernelPlan, stage: &StagePlan, supported: &Supported, output: Output) -> Option<RowSteps> {
     let m = kernel.outer.len();
     if !supported.analysis.pre().is_empty() {
@@ -447,10 +446,14 @@ fn output(kernel: &KernelPlan, stage: &StagePlan, tile_var: Option<usize>, bufs:
     }
 }
 
+/// The shortest reduction [`Output::FoldStore`] takes: below it the
+/// interpreter's few lanes cost less than a call.
+const ONE_CALL_MIN: i64 = 16;
+
 /// Whether the executor runs an inner reduction over `red` as one call of
-/// at least the 16 fold lanes (see [`Output::FoldStore`]).
+/// at least [`ONE_CALL_MIN`] lanes (see [`Output::FoldStore`]).
 pub(crate) fn one_call(kernel: &KernelPlan, red: &[i64]) -> bool {
-    matches!(red, [n] if *n >= 16 && *n <= kernel.tile as i64)
+    matches!(red, [n] if *n >= ONE_CALL_MIN && *n <= kernel.tile as i64)
 }
 
 /// Whether the stage writes one float32 element per point, directly.

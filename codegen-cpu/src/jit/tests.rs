@@ -207,7 +207,7 @@ fn column_reduction_matches_interpreter_bitwise() {
         let stage = f32_stage(2, Some((op, vec![4])), insts, 2, &i0, 3);
         let kernel = one_stage(vec![37], TileMode::Outer, stage, 16);
         let bufs = [buf(&[4, 37], &[37, 1], DType::F32), buf(&[37], &[1], DType::F32), buf(&[37], &[1], DType::F32)];
-        let whole = compile(&kernel, &bufs).stages[0].jit.as_ref().is_some_and(|j| j.whole_reduction);
+        let whole = compile(&kernel, &bufs).stages[0].jit.as_ref().is_some_and(|j| j.rows == super::Rows::Reduction);
         assert!(whole, "{op:?}: one call does not run the whole reduction");
         let (jit, interp, compiled) = both(kernel, 2, 37);
         assert!(compiled, "stage was not compiled");
@@ -495,7 +495,10 @@ fn stages_run_by_rows_bitwise() {
         buf(&[4, 37], &[37, 1], DType::F32),
     ];
     let compiled = compile(&kernel, &bufs);
-    assert!(compiled.stages.iter().all(|s| s.jit.as_ref().is_some_and(|j| j.rows)), "not compiled by rows");
+    assert!(
+        compiled.stages.iter().all(|s| s.jit.as_ref().is_some_and(|j| j.rows == super::Rows::Points)),
+        "not compiled by rows"
+    );
     let [_, jit] = run_on_inputs(&compiled, &bufs, [4 * 37, 4 * 37]);
     let [_, interp] = run_on_inputs(&kernel, &bufs, [4 * 37, 4 * 37]);
     assert_eq!(jit, interp);
@@ -581,7 +584,10 @@ fn inner_stages_run_by_rows_bitwise() {
         buf(&[4], &[1], DType::F32),
     ];
     let compiled = compile(&kernel, &bufs);
-    assert!(compiled.stages.iter().all(|s| s.jit.as_ref().is_some_and(|j| j.rows)), "not compiled by rows");
+    assert!(
+        compiled.stages.iter().all(|s| s.jit.as_ref().is_some_and(|j| j.rows == super::Rows::Points)),
+        "not compiled by rows"
+    );
     assert_eq!(run_on_inputs(&compiled, &bufs, [4 * 37, 4]), run_on_inputs(&kernel, &bufs, [4 * 37, 4]));
 }
 
