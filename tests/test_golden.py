@@ -58,6 +58,20 @@ CASES = {
             for t in (torch.randn(1, 4, 5, 5), torch.randn(6, 4, 3, 3), torch.randn(4, 6, 3, 3))
         ),
     ),
+    # A small weight over a large NCHW input: the library convolution runs
+    # channels-last, the batch norm's scale and shift are stored per channel,
+    # and the last kernel reads the channels-last result by columns.
+    "conv_bn_relu_channels_last_library": (
+        lambda x, w, m, v, g, b: F.relu(F.batch_norm(F.conv2d(x, w, padding=1), m, v, g, b) + x),
+        (
+            torch.randn(2, 16, 24, 24),
+            torch.randn(16, 16, 3, 3),
+            torch.randn(16),
+            torch.rand(16) + 0.5,
+            torch.randn(16),
+            torch.randn(16),
+        ),
+    ),
 }
 
 

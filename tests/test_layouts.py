@@ -138,3 +138,94 @@ def test_convolutions_train_in_either_layout(layout) -> None:
     net64(x64).square().sum().backward()
     for p, p64 in zip(net32.parameters(), net64.parameters()):
         assert_same(p.grad, p64.grad.float(), p64.grad)
+
+
+_ALIAS_CASES = {
+    "clone": lambda x: x.clone(),
+    "contiguous_of_transpose": lambda x: x.t().contiguous(),
+    "channels_last_copy": lambda x: x.view(1, 4, 6, 1).contiguous(memory_format=torch.channels_last),
+    "copy_into_new": lambda x: torch.empty_like(x).copy_(x),
+    "clone_beside_a_sum": lambda x: (x.clone(), x.sum()),
+    "view": lambda x: x.view(24),
+    "transpose": lambda x: x.t(),
+    "detach": lambda x: x.detach(),
+}
+
+
+@pytest.mark.parametrize("name", list(_ALIAS_CASES))
+def test_outputs_alias_inputs_exactly_where_eager_does(name) -> None:
+    """A copy of an input (clone, contiguous, copy_) comes back as a new
+    tensor with eager's strides, so writing to it leaves the input alone; a
+    view comes back as a view."""
+    fn = _ALIAS_CASES[name]
+    torch._dynamo.reset()
+    x = torch.randn(4, 6)
+    before = x.clone()
+    got, want = torch.compile(fn, backend="rdyn")(x), fn(x)
+    got, want = (got[0], want[0]) if isinstance(got, tuple) else (got, want)
+    assert got.stride() == want.stride()
+    assert torch.equal(got, want)
+    aliases = want.untyped_storage().data_ptr() == x.untyped_storage().data_ptr()
+    assert (got.untyped_storage().data_ptr() == x.untyped_storage().data_ptr()) == aliases
+    if not aliases:
+        got.add_(1)
+        assert torch.equal(x, before), "writing to a copy changed the input"
+
+
+def _conv_bn_block(channels: int) -> torch.nn.Module:
+    """conv, batch norm, ReLU, conv, batch norm, residual add, ReLU, with
+    non-trivial running statistics."""
+
+    class Block(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv1 = torch.nn.Conv2d(channels, channels, 3, padding=1, bias=False)
+            self.bn1 = torch.nn.BatchNorm2d(channels)
+            self.conv2 = torch.nn.Conv2d(channels, channels, 3, padding=1)
+            self.bn2 = torch.nn.BatchNorm2d(channels)
+
+        def forward(self, x):
+            y = torch.relu(self.bn1(self.conv1(x)))
+            return torch.relu(x + self.bn2(self.conv2(y)))
+
+    block = Block()
+    with torch.no_grad():
+        for bn in (block.bn1, block.bn2):
+            bn.running_mean.uniform_(-0.5, 0.5)
+            bn.running_var.uniform_(0.5, 1.5)
+            bn.weight.uniform_(0.5, 1.5)
+            bn.bias.uniform_(-0.5, 0.5)
+    return block
+
+
+@pytest.mark.parametrize("train", [False, True], ids=["inference", "training"])
+def test_small_weight_convolutions_run_channels_last(train) -> None:
+    """A 3x3 convolution whose weight is small beside its NCHW input runs
+    channels-last (its input and weight copied so, its result read so by
+    the batch norm and the residual add); the output is NCHW like eager's,
+    with float64 eager's values, and in training so are the gradients."""
+    torch.manual_seed(3)
+    block64 = _conv_bn_block(16).double()
+    block32 = _conv_bn_block(16)
+    block32.load_state_dict({k: v.float() if v.is_floating_point() else v for k, v in block64.state_dict().items()})
+    block64.train(train)
+    block32.train(train)
+    x64 = torch.randn(2, 16, 24, 24, dtype=torch.float64)
+    x32 = x64.float()
+    if not train:
+        with torch.no_grad():
+            report = rdyn.explain(block32, x32)
+        layouts = _library_layouts(report)
+        assert layouts and all(strides[1] == 1 for _, strides in layouts), layouts
+        assert report.fallback_ops == {}
+        with torch.no_grad():
+            got = torch.compile(block32, backend="rdyn")(x32)
+            want = block32(x32)
+            assert got.stride() == want.stride()
+            assert_same(got, want, block64(x64))
+        return
+    loss = torch.compile(lambda t: block32(t).square().mean(), backend="rdyn")(x32)
+    loss.backward()
+    block64(x64).square().mean().backward()
+    for (name, p), p64 in zip(block32.named_parameters(), block64.parameters()):
+        assert_same(p.grad, p64.grad.float(), p64.grad, what=name)

@@ -183,8 +183,13 @@ pub(crate) fn kernel_plan(
         stages.push(compile_stage(program, buffers, &extents, stage, inner, reduce, &index, syms)?);
     }
     let mode = choose_mode(&new_outer, &stages);
-    let tile = if serial { 1 } else { outer_tile(&new_outer, mode, &stages, crate::parallel::threads()) };
-    let mut kernel = KernelPlan { name, outer: new_outer, mode, stages, serial, tile };
+    let columns = if serial { None } else { column_tile(&new_outer, mode, &stages) };
+    let tile = match (serial, columns) {
+        (true, _) => 1,
+        (false, Some(tile)) => tile,
+        (false, None) => outer_tile(&new_outer, mode, &stages, crate::parallel::threads()),
+    };
+    let mut kernel = KernelPlan { name, outer: new_outer, mode, stages, serial, tile, columns: columns.is_some() };
     if !serial {
         for k in 0..kernel.stages.len() {
             if let Some(var) = crate::jit::tile_var(&kernel, &kernel.stages[k]) {
@@ -218,6 +223,44 @@ fn outer_tile(outer: &[i64], mode: TileMode, stages: &[StagePlan], threads: usiz
     }
     let per_row = want.div_ceil(rows);
     last.div_ceil(per_row).next_multiple_of(16).clamp(NARROWEST, full)
+}
+
+/// The tile of an outer-tiled kernel that reads a transposed layout, run
+/// by columns; `None` for any other kernel.
+///
+/// A transposed read is a load whose lanes are each a cache line or more
+/// apart and whose next row is close: `x[c, w]` read from a channels-last
+/// `x` while writing a contiguous result. Row by row, every row walks the
+/// whole strided range and L1 has lost it before the next row comes back
+/// to the same lines. By columns, the rows of one column share the lines
+/// the column's first row brought in; a column spans what fits L1 (wider
+/// columns keep the contiguous reads and writes long enough for the
+/// prefetcher). NHWC to NCHW of `[2, 32, 56, 56]`, 2 threads: 69 to 35 µs;
+/// with a per-channel scale and an NCHW addend, 76 to 57 µs.
+fn column_tile(outer: &[i64], mode: TileMode, stages: &[StagePlan]) -> Option<usize> {
+    const LINE_ELEMS: i64 = 16;
+    const L1_BYTES: i64 = 32 << 10;
+    let m = outer.len();
+    if mode != TileMode::Outer || m < 2 || outer[m - 2] < 4 {
+        return None;
+    }
+    let (lane_var, row_var) = (m as u32 - 1, m as u32 - 2);
+    let widest = stages
+        .iter()
+        .filter(|s| s.inner.is_empty() && s.reduce.is_none())
+        .flat_map(|s| &s.insts)
+        .filter_map(|inst| {
+            let InstOp::Load { dtype, index, .. } = &inst.op else { return None };
+            let (lane, row) = (index.step(lane_var)?.abs(), index.step(row_var)?.abs());
+            (lane >= LINE_ELEMS && row < lane).then_some(lane * dtype.itemsize() as i64)
+        })
+        .max()?;
+    if outer[m - 1] * widest <= L1_BYTES {
+        return None;
+    }
+    let tile = ((L1_BYTES / widest) as usize / 16 * 16).clamp(32, crate::exec::TILE);
+    // A column as wide as the rows is the rows themselves.
+    (tile < outer[m - 1] as usize).then_some(tile)
 }
 
 fn choose_mode(outer: &[i64], stages: &[StagePlan]) -> TileMode {

@@ -254,6 +254,10 @@ pub struct KernelPlan {
     pub serial: bool,
     /// Lanes per tile.
     pub tile: usize,
+    /// Outer tiles run column by column: every row's tile at one column of
+    /// the last dimension, then the next column (see `lower_kernel`'s
+    /// `transposes`), rather than each row's tiles in turn.
+    pub columns: bool,
 }
 
 #[derive(Clone, Debug)]
@@ -537,11 +541,12 @@ impl CpuProgram {
         let mut out = String::new();
         let _ = writeln!(
             out,
-            "cpu kernel {} outer {:?} tile {:?}{}",
+            "cpu kernel {} outer {:?} tile {:?}{}{}",
             kernel.name,
             kernel.outer,
             kernel.mode,
-            if kernel.serial { " serial" } else { " parallel" }
+            if kernel.serial { " serial" } else { " parallel" },
+            if kernel.columns { format!(" by columns of {}", kernel.tile) } else { String::new() }
         );
         for stage in &kernel.stages {
             let red = match &stage.reduce {

@@ -91,6 +91,7 @@ ops! {
     SplitWithSizes => "split_with_sizes", SliceScatter => "slice_scatter", SelectScatter => "select_scatter",
     EmptyPermuted => "empty_permuted", Angle => "angle", Polygamma => "polygamma",
     ScatterAdd => "scatter_add", BatchNormInference => "_native_batch_norm_legit_no_training",
+    NativeBatchNorm => "native_batch_norm",
     LayerNorm => "native_layer_norm",
     Mm => "mm", Bmm => "bmm", Addmm => "addmm", Convolution => "convolution",
     ConvolutionBackward => "convolution_backward",
@@ -112,6 +113,33 @@ ops! {
     ShiftedChebyshevW => "special_shifted_chebyshev_polynomial_w",
     HermiteH => "special_hermite_polynomial_h", HermiteHe => "special_hermite_polynomial_he",
     LaguerreL => "special_laguerre_polynomial_l", LegendreP => "special_legendre_polynomial_p",
+}
+
+impl Op {
+    /// Whether the op's output is a view of its first tensor argument in
+    /// eager PyTorch (it shares that tensor's storage).
+    pub fn is_view(self) -> bool {
+        use Op::*;
+        matches!(
+            self,
+            View | UnsafeView
+                | Reshape
+                | Permute
+                | Expand
+                | Squeeze
+                | Unsqueeze
+                | Slice
+                | Select
+                | AsStrided
+                | Unfold
+                | T
+                | Transpose
+                | Diagonal
+                | Detach
+                | Alias
+                | SplitWithSizes
+        )
+    }
 }
 
 /// Split an FX target name (`aten.add.Tensor`, `aten::add.Tensor`) into its

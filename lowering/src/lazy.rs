@@ -196,6 +196,15 @@ impl Lowerer<'_> {
         self.view_buffer(lazy, Some(strides))
     }
 
+    /// A buffer holding `lazy` laid out by `strides`: the source itself when
+    /// it is a view with them, else a copy.
+    pub(crate) fn buffer_with_strides(&mut self, lazy: &Lazy, strides: Vec<Expr>) -> BufId {
+        match self.as_view_with_strides(lazy, &strides) {
+            Some(view) => view,
+            None => self.realize(lazy, Some(strides)),
+        }
+    }
+
     /// A buffer holding `lazy` for a library or eager call: the source itself
     /// when it is a strided view, else a new contiguous buffer.
     pub(crate) fn buffer_for_extern(&mut self, lazy: &Lazy) -> BufId {

@@ -203,11 +203,7 @@ impl Lowerer<'_> {
         for v in node.tensor_inputs() {
             let lazy = self.value(v, &node.target)?;
             let strides = self.meta_strides(v);
-            let buf = match self.as_view_with_strides(&lazy, &strides) {
-                Some(view) => view,
-                None => self.realize(&lazy, Some(strides)),
-            };
-            inputs.push(buf);
+            inputs.push(self.buffer_with_strides(&lazy, strides));
         }
         let mut outputs = Vec::new();
         let mut lazies = Vec::new();
@@ -282,6 +278,32 @@ impl Lowerer<'_> {
         scalars.topo(&[lazy.value]).iter().map(|id| op_cost(&scalars.get(*id).op)).sum()
     }
 
+    /// Whether `v` is a graph input seen through view ops only (what eager
+    /// returns as an alias of that input).
+    fn views_input(&self, v: ValueId) -> bool {
+        let mut v = v;
+        loop {
+            if self.graph.inputs.contains(&Input::Tensor(v)) {
+                return true;
+            }
+            let producer = self.graph.nodes.iter().find(|n| n.outputs.contains(&v));
+            match producer.and_then(|n| n.op.is_view().then(|| n.tensor_inputs().first().copied()).flatten()) {
+                Some(base) => v = base,
+                None => return false,
+            }
+        }
+    }
+
+    /// A view of a buffer this program writes (or of an extern output), laid
+    /// out as PyTorch says: never of a graph input.
+    fn as_view_of_own(&mut self, lazy: &Lazy, strides: &[Expr]) -> Option<BufId> {
+        let (buf, _, _) = self.strided_source(lazy)?;
+        if matches!(self.prog.buffer(self.prog.storage_of(buf)).role, BufRole::Input(_)) {
+            return None;
+        }
+        self.as_view_with_strides(lazy, strides)
+    }
+
     fn lower_outputs(&mut self) -> Result<(), LowerError> {
         let mut done: BTreeMap<ValueId, BufId> = BTreeMap::new();
         let outputs = self.graph.outputs.clone();
@@ -293,12 +315,15 @@ impl Lowerer<'_> {
                     } else {
                         let lazy = self.value(*v, "output")?;
                         let strides = self.meta_strides(*v);
-                        let buf = match self.as_input_view(&lazy) {
+                        // Only a view in the ATen graph may come back as an
+                        // alias of an input; a clone of one must be a copy.
+                        let alias = match self.views_input(*v) {
+                            true => self.as_input_view(&lazy),
+                            false => None,
+                        };
+                        let buf = match alias.or_else(|| self.as_view_of_own(&lazy, &strides)) {
                             Some(view) => view,
-                            None => match self.as_view_with_strides(&lazy, &strides) {
-                                Some(view) => view,
-                                None => self.realize(&lazy, Some(strides)),
-                            },
+                            None => self.realize(&lazy, Some(strides)),
                         };
                         done.insert(*v, buf);
                         ProgramOutput::Buffer(buf)

@@ -13,18 +13,24 @@ use crate::LowerError;
 type Res = Result<Handled, LowerError>;
 
 impl Lowerer<'_> {
-    /// `(x - mean) / sqrt(var + eps) * weight + bias`, per channel (dim 1);
-    /// the saved mean / rstd outputs are empty in inference.
-    pub(crate) fn batch_norm_inference(&mut self, node: &Node) -> Res {
+    /// `x · alpha + beta` per channel (dim 1), with `alpha = weight /
+    /// sqrt(var + eps)` and `beta = bias - mean · alpha`, as ATen's CPU
+    /// kernel computes it; the saved mean / rstd outputs are empty in
+    /// inference. When the channels are the input's innermost dimension
+    /// (after a channels-last convolution), alpha and beta are stored per
+    /// channel first: computed in the kernel, the square root and divide
+    /// would run for every element rather than once per channel.
+    /// `eps_at`: the position of `eps` (6 in `_native_batch_norm_legit_no_training`,
+    /// 7 in `native_batch_norm`, after `training`).
+    pub(crate) fn batch_norm_inference(&mut self, node: &Node, eps_at: usize) -> Res {
         let (sizes, out) = self.out_meta(node)?;
         let x = self.operand(node.arg(0, "input"), &sizes, out, &node.target)?;
-        let eps = node.arg(6, "eps").as_float().unwrap_or(1e-5);
+        let eps = node.arg(eps_at, "eps").as_float().unwrap_or(1e-5);
+        // Per-channel values over their own `[channels]` domain.
         let channel = |lw: &mut Self, arg: &Arg| -> Result<Option<ScalarId>, LowerError> {
             let Arg::Tensor(v) = arg else { return Ok(None) };
             let lazy = lw.value(*v, &node.target)?;
-            // Channel vectors index dim 1 of the input.
-            let view = lw.view(&lazy, sizes.clone(), &[Expr::v(1)]);
-            Ok(Some(lw.prog.scalars.cast(view.value, out)))
+            Ok(Some(lw.prog.scalars.cast(lazy.value, out)))
         };
         let weight = channel(self, node.arg(1, "weight"))?;
         let bias = channel(self, node.arg(2, "bias"))?;
@@ -32,18 +38,42 @@ impl Lowerer<'_> {
             .ok_or_else(|| crate::unsupported(&node.target, "no running mean"))?;
         let var = channel(self, node.arg(4, "running_var"))?
             .ok_or_else(|| crate::unsupported(&node.target, "no running var"))?;
+        let per_channel = self.channels_innermost(node);
+        // A per-channel value, stored per channel when `per_channel`.
+        let channels = vec![sizes[1].clone()];
+        let stored = |lw: &mut Self, value: ScalarId| {
+            let lazy = Lazy { sizes: channels.clone(), value, dtype: out };
+            match per_channel {
+                true => {
+                    let buf = lw.realize(&lazy, None);
+                    lw.load_buffer(buf).value
+                }
+                false => value,
+            }
+        };
         let s = &mut self.prog.scalars;
         let e = s.constant(eps, out);
         let ve = s.binary(BinaryOp::Add, var, e, out);
-        let rstd = s.unary(UnaryOp::Rsqrt, ve, out);
-        let centered = s.binary(BinaryOp::Sub, x, mean, out);
-        let mut y = s.binary(BinaryOp::Mul, centered, rstd, out);
+        let mut alpha = s.unary(UnaryOp::Rsqrt, ve, out);
         if let Some(w) = weight {
-            y = s.binary(BinaryOp::Mul, y, w, out);
+            alpha = s.binary(BinaryOp::Mul, alpha, w, out);
         }
-        if let Some(b) = bias {
-            y = s.binary(BinaryOp::Add, y, b, out);
-        }
+        let alpha = stored(self, alpha);
+        let s = &mut self.prog.scalars;
+        let shifted = s.binary(BinaryOp::Mul, mean, alpha, out);
+        let beta = match bias {
+            Some(b) => s.binary(BinaryOp::Sub, b, shifted, out),
+            None => s.unary(UnaryOp::Neg, shifted, out),
+        };
+        let beta = stored(self, beta);
+        let broadcast = |lw: &mut Self, value: ScalarId| {
+            let lazy = Lazy { sizes: channels.clone(), value, dtype: out };
+            lw.view(&lazy, sizes.clone(), &[Expr::v(1)]).value
+        };
+        let (alpha, beta) = (broadcast(self, alpha), broadcast(self, beta));
+        let s = &mut self.prog.scalars;
+        let scaled = s.binary(BinaryOp::Mul, x, alpha, out);
+        let y = s.binary(BinaryOp::Add, scaled, beta, out);
         let mut outs = vec![Lazy { sizes, value: y, dtype: out }];
         for v in node.outputs.iter().skip(1) {
             let meta = self.graph.meta(*v);
@@ -51,6 +81,14 @@ impl Lowerer<'_> {
             outs.push(Lazy { sizes: self.meta_sizes(*v), value: zero, dtype: meta.dtype });
         }
         Ok(Handled::Native(outs))
+    }
+
+    /// Whether the batch norm's input has more than one channel and they
+    /// are its innermost dimension in memory (stride 1).
+    fn channels_innermost(&self, node: &Node) -> bool {
+        let Ok(x) = self.tensor_arg(node, 0, "input") else { return false };
+        let wide = x.sizes.get(1).and_then(Expr::as_const).is_some_and(|c| c > 1);
+        wide && x.ndim() > 2 && self.strided_source(&x).is_some_and(|(_, strides, _)| strides[1] == Expr::c(1))
     }
 
     /// `native_layer_norm`: `(x - mean) · rstd · weight + bias` over the

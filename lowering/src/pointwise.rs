@@ -56,7 +56,11 @@ impl Lowerer<'_> {
             // ATen's fused attention: what `flash_attention_cpu` (Python)
             // leaves to it, attention with a mask.
             ConvolutionBackward | FlashAttentionCpu => self.library(node),
-            BatchNormInference => self.batch_norm_inference(node),
+            BatchNormInference => self.batch_norm_inference(node, 6),
+            // Batch statistics (training) are not lowered: eager.
+            NativeBatchNorm if matches!(node.arg(5, "training"), Arg::Bool(false)) => {
+                self.batch_norm_inference(node, 7)
+            }
             LayerNorm => self.layer_norm(node),
             _ => Err(crate::unsupported(&node.target, "no lowering for this op")),
         }

@@ -222,6 +222,7 @@ fn run_items(kernel: &KernelPlan, mem: &Memory, scratch: &mut Scratch, items: st
     }
     match kernel.mode {
         _ if rows::by_rows(kernel) => rows::run_rows(kernel, mem, scratch, items),
+        TileMode::Outer if kernel.columns => run_columns(kernel, mem, scratch, items),
         TileMode::Outer => {
             let last = kernel.outer[m - 1] as usize;
             let chunks = last.div_ceil(kernel.tile);
@@ -249,6 +250,38 @@ fn run_items(kernel: &KernelPlan, mem: &Memory, scratch: &mut Scratch, items: st
                     run_stage_inner(stage, s, m, kernel.tile, mem, scratch);
                 }
                 advance(&mut scratch.env, 0, &kernel.outer);
+            }
+        }
+    }
+}
+
+/// Outer tiles column by column ([`KernelPlan::columns`]): item `k` is row
+/// `k % rows` (of the next-to-last dimension) at column `k / rows % columns`
+/// (of the last) at point `k / (rows * columns)` of the dimensions before.
+fn run_columns(kernel: &KernelPlan, mem: &Memory, scratch: &mut Scratch, items: std::ops::Range<usize>) {
+    let m = kernel.outer.len();
+    let last = kernel.outer[m - 1] as usize;
+    let columns = last.div_ceil(kernel.tile);
+    let rows = kernel.outer[m - 2].max(1) as usize;
+    let head = &kernel.outer[..m - 2];
+    unravel(items.start / (rows * columns), head, &mut scratch.env, 0);
+    let mut column = items.start / rows % columns;
+    let mut row = items.start % rows;
+    for _ in items {
+        let start = column * kernel.tile;
+        let len = kernel.tile.min(last - start);
+        scratch.env[m - 2] = row as i64;
+        for (s, stage) in kernel.stages.iter().enumerate() {
+            scratch.env[m - 1] = start as i64;
+            run_stage_outer(stage, s, m, len, mem, scratch);
+        }
+        row += 1;
+        if row == rows {
+            row = 0;
+            column += 1;
+            if column == columns {
+                column = 0;
+                advance(&mut scratch.env, 0, head);
             }
         }
     }

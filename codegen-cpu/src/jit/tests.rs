@@ -113,7 +113,7 @@ fn inputs() -> (Vec<f32>, Vec<f32>) {
 
 /// A parallel kernel of one stage.
 fn one_stage(outer: Vec<i64>, mode: TileMode, stage: StagePlan, tile: usize) -> KernelPlan {
-    KernelPlan { name: "k".into(), outer, mode, stages: vec![stage], serial: false, tile }
+    KernelPlan { name: "k".into(), outer, mode, stages: vec![stage], serial: false, tile, columns: false }
 }
 
 /// `kernel` as `compile_program` leaves it for these buffers.
@@ -487,6 +487,7 @@ fn stages_run_by_rows_bitwise() {
         stages: vec![first, second],
         serial: false,
         tile: 256,
+        columns: false,
     };
     let bufs = vec![
         buf(&[4, 37], &[37, 1], DType::F32),
@@ -576,6 +577,7 @@ fn inner_stages_run_by_rows_bitwise() {
         stages: vec![sum, centre],
         serial: false,
         tile: 256,
+        columns: false,
     };
     let bufs = vec![
         buf(&[4, 37], &[37, 1], DType::F32),
