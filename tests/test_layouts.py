@@ -140,6 +140,11 @@ def test_convolutions_train_in_either_layout(layout) -> None:
         assert_same(p.grad, p64.grad.float(), p64.grad)
 
 
+def _stored(x):
+    """A value rdyn stores (expensive, several users)."""
+    return x.exp().sin().cos().tanh().exp()
+
+
 _ALIAS_CASES = {
     "clone": lambda x: x.clone(),
     "contiguous_of_transpose": lambda x: x.t().contiguous(),
@@ -149,27 +154,44 @@ _ALIAS_CASES = {
     "view": lambda x: x.view(24),
     "transpose": lambda x: x.t(),
     "detach": lambda x: x.detach(),
+    "output_and_its_views": lambda x: (lambda y: (y, y.t()[1:], y.view(-1)))(x + 1),
+    "views_of_one_intermediate": lambda x: (lambda y: (y.t(), y[0]))(x * 3),
+    "stored_value_and_its_clone": lambda x: (lambda y: (y, y.clone(), y + 1))(_stored(x)),
+    "clone_then_view_of_stored": lambda x: (lambda y: (y.clone(), y.t(), y + 1))(_stored(x)),
+    "product_and_its_clone": lambda x: (lambda y: (y, y.clone()))(x @ x.t()),
+    "views_of_a_product": lambda x: (lambda y: (y.t(), y.view(-1)))(x @ x.t()),
 }
 
 
+def _sharing(outputs, x):
+    """Per output: which outputs (and whether the input) share its storage."""
+    ptr = lambda t: t.untyped_storage().data_ptr()  # noqa: E731
+    return [([j for j, u in enumerate(outputs) if ptr(u) == ptr(o)], ptr(o) == ptr(x)) for o in outputs]
+
+
 @pytest.mark.parametrize("name", list(_ALIAS_CASES))
-def test_outputs_alias_inputs_exactly_where_eager_does(name) -> None:
-    """A copy of an input (clone, contiguous, copy_) comes back as a new
-    tensor with eager's strides, so writing to it leaves the input alone; a
-    view comes back as a view."""
+def test_outputs_share_storage_exactly_where_eager_does(name) -> None:
+    """Outputs share storage with the input and with each other exactly as
+    eager's do: a copy (clone, contiguous, copy_) comes back as a new
+    tensor with eager's strides, so writing to it changes nothing else; a
+    view comes back as a view, of the input or of the output it views."""
     fn = _ALIAS_CASES[name]
     torch._dynamo.reset()
     x = torch.randn(4, 6)
     before = x.clone()
     got, want = torch.compile(fn, backend="rdyn")(x), fn(x)
-    got, want = (got[0], want[0]) if isinstance(got, tuple) else (got, want)
-    assert got.stride() == want.stride()
-    assert torch.equal(got, want)
-    aliases = want.untyped_storage().data_ptr() == x.untyped_storage().data_ptr()
-    assert (got.untyped_storage().data_ptr() == x.untyped_storage().data_ptr()) == aliases
-    if not aliases:
-        got.add_(1)
-        assert torch.equal(x, before), "writing to a copy changed the input"
+    got = got if isinstance(got, tuple) else (got,)
+    want = want if isinstance(want, tuple) else (want,)
+    assert [t.stride() for t in got] == [t.stride() for t in want]
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w)
+    assert _sharing(got, x) == _sharing(want, x)
+    for k, (shared, with_input) in enumerate(_sharing(want, x)):
+        if shared == [k] and not with_input:
+            others = [t.clone() for t in got]
+            got[k].add_(1)
+            assert torch.equal(x, before), f"writing to output {k} changed the input"
+            assert all(torch.equal(t, o) for j, (t, o) in enumerate(zip(got, others)) if j != k)
 
 
 def _conv_bn_block(channels: int) -> torch.nn.Module:

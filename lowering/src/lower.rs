@@ -278,20 +278,59 @@ impl Lowerer<'_> {
         scalars.topo(&[lazy.value]).iter().map(|id| op_cost(&scalars.get(*id).op)).sum()
     }
 
-    /// Whether `v` is a graph input seen through view ops only (what eager
-    /// returns as an alias of that input).
-    fn views_input(&self, v: ValueId) -> bool {
-        let mut v = v;
-        loop {
-            if self.graph.inputs.contains(&Input::Tensor(v)) {
-                return true;
-            }
-            let producer = self.graph.nodes.iter().find(|n| n.outputs.contains(&v));
-            match producer.and_then(|n| n.op.is_view().then(|| n.tensor_inputs().first().copied()).flatten()) {
-                Some(base) => v = base,
-                None => return false,
+    /// The value `v` views through view ops only (itself if its producer is
+    /// no view op), and the indices of those view nodes, in graph order.
+    fn view_chain(&self, v: ValueId) -> (ValueId, Vec<usize>) {
+        let (mut v, mut chain) = (v, Vec::new());
+        while !self.graph.inputs.contains(&Input::Tensor(v)) {
+            let Some(k) = self.graph.nodes.iter().position(|n| n.outputs.contains(&v)) else { break };
+            let node = &self.graph.nodes[k];
+            match node.tensor_inputs().first() {
+                Some(&base) if node.op.is_view() => {
+                    chain.push(k);
+                    v = base;
+                }
+                _ => break,
             }
         }
+        chain.reverse();
+        (v, chain)
+    }
+
+    /// Whether graph outputs other than `v` share `base`'s storage: `base`
+    /// is one, or another output views it too.
+    fn shared_base(&self, base: ValueId, v: ValueId) -> bool {
+        self.graph.outputs.iter().any(|arg| match arg {
+            Arg::Tensor(u) if *u == base => true,
+            Arg::Tensor(u) if *u != v => self.view_chain(*u).0 == base,
+            _ => false,
+        })
+    }
+
+    /// The buffer holding `base`, a value that is no output but that several
+    /// outputs view, laid out as PyTorch says (stored once, under `base`).
+    fn base_buffer(&mut self, base: ValueId, outs: &mut Outputs) -> Result<BufId, LowerError> {
+        if let Some(buf) = outs.done.get(&base) {
+            return Ok(*buf);
+        }
+        let lazy = self.value(base, "output")?;
+        let strides = self.meta_strides(base);
+        let buf = self.own_buffer(&lazy, strides, base, outs);
+        outs.done.insert(base, buf);
+        Ok(buf)
+    }
+
+    /// A buffer holding `lazy` with `strides` for what views `base`: a view
+    /// of a buffer the program writes when no other output's storage is
+    /// that buffer's (unless it is `base`'s), else a copy.
+    fn own_buffer(&mut self, lazy: &Lazy, strides: Vec<Expr>, base: ValueId, outs: &mut Outputs) -> BufId {
+        let view = self.as_view_of_own(lazy, &strides).filter(|view| {
+            let storage = self.prog.storage_of(*view);
+            outs.owner.get(&storage).is_none_or(|owner| *owner == base)
+        });
+        let buf = view.unwrap_or_else(|| self.realize(lazy, Some(strides)));
+        outs.owner.entry(self.prog.storage_of(buf)).or_insert(base);
+        buf
     }
 
     /// A view of a buffer this program writes (or of an extern output), laid
@@ -305,30 +344,11 @@ impl Lowerer<'_> {
     }
 
     fn lower_outputs(&mut self) -> Result<(), LowerError> {
-        let mut done: BTreeMap<ValueId, BufId> = BTreeMap::new();
+        let mut state = Outputs::default();
         let outputs = self.graph.outputs.clone();
         for arg in &outputs {
             let out = match arg {
-                Arg::Tensor(v) => {
-                    if let Some(buf) = done.get(v) {
-                        ProgramOutput::Buffer(*buf)
-                    } else {
-                        let lazy = self.value(*v, "output")?;
-                        let strides = self.meta_strides(*v);
-                        // Only a view in the ATen graph may come back as an
-                        // alias of an input; a clone of one must be a copy.
-                        let alias = match self.views_input(*v) {
-                            true => self.as_input_view(&lazy),
-                            false => None,
-                        };
-                        let buf = match alias.or_else(|| self.as_view_of_own(&lazy, &strides)) {
-                            Some(view) => view,
-                            None => self.realize(&lazy, Some(strides)),
-                        };
-                        done.insert(*v, buf);
-                        ProgramOutput::Buffer(buf)
-                    }
-                }
+                Arg::Tensor(v) => ProgramOutput::Buffer(self.output_buffer(*v, &mut state)?),
                 Arg::Int(e) => ProgramOutput::Int(e.simplify(&self.syms)),
                 Arg::Bool(b) => ProgramOutput::Int(Expr::c(*b as i64)),
                 _ => ProgramOutput::None,
@@ -337,4 +357,53 @@ impl Lowerer<'_> {
         }
         Ok(())
     }
+
+    /// The buffer of graph output `v`, with PyTorch's strides. An output
+    /// that views an input or another output through view ops alone (and
+    /// only such an output) shares its storage, as eager's does; outputs
+    /// that view one value no output is share it too.
+    fn output_buffer(&mut self, v: ValueId, outs: &mut Outputs) -> Result<BufId, LowerError> {
+        if let Some(buf) = outs.done.get(&v) {
+            return Ok(*buf);
+        }
+        let (base, chain) = self.view_chain(v);
+        let of_input = self.graph.inputs.contains(&Input::Tensor(base));
+        if !of_input && !chain.is_empty() && self.shared_base(base, v) {
+            // Replay the views over the base's buffer, so that this output's
+            // lazy reads that buffer.
+            let base_buf = match self.graph.outputs.contains(&Arg::Tensor(base)) {
+                true => self.output_buffer(base, outs)?,
+                false => self.base_buffer(base, outs)?,
+            };
+            self.env[base.0 as usize] = Some(self.load_buffer(base_buf));
+            for k in chain {
+                let node = &self.graph.nodes[k];
+                if let Ok(Handled::Native(lazies) | Handled::Extern(lazies)) = self.lower_node(node) {
+                    for (out, lazy) in node.outputs.iter().zip(lazies) {
+                        self.env[out.0 as usize] = Some(lazy);
+                    }
+                }
+            }
+        }
+        let lazy = self.value(v, "output")?;
+        let strides = self.meta_strides(v);
+        // Only a view in the ATen graph may come back as an alias of an
+        // input; a clone of one must be a copy.
+        let buf = match of_input.then(|| self.as_input_view(&lazy)).flatten() {
+            Some(view) => view,
+            None => self.own_buffer(&lazy, strides, base, outs),
+        };
+        outs.done.insert(v, buf);
+        Ok(buf)
+    }
+}
+
+/// What [`Lowerer::lower_outputs`] has given buffers so far.
+#[derive(Default)]
+struct Outputs {
+    /// Per output (or viewed base) value, its buffer.
+    done: BTreeMap<ValueId, BufId>,
+    /// Per storage buffer an output's buffer lies in, the value whose views
+    /// may share it (the output itself, or the base its views share).
+    owner: BTreeMap<BufId, ValueId>,
 }

@@ -228,3 +228,28 @@ fn masked_fill_of_a_negated_mask_swaps_the_select() {
     check(&text, &["where", "return"]);
     assert!(!text.contains(" not ") && !text.contains(" and "), "{text}");
 }
+
+#[test]
+fn outputs_share_storage_only_through_views() {
+    // return (clone(x), t(x)): the clone is a copy, the transpose x itself.
+    let mut b = Builder::new();
+    let x = b.input(&[4, 6]);
+    let c = b.node("aten.clone.default", vec![t(x)], &[4, 6]);
+    let tr = b.node("aten.t.default", vec![t(x)], &[6, 4]);
+    b.graph.values[tr.0 as usize].strides = vec![Expr::c(1), Expr::c(6)];
+    let (text, _) = b.lower(&[c, tr]);
+    check(&text, &["buf1: float32[4, 6] strides [6, 1] offset 0 (temp)", "(view of buf0)", "buf1[6*i0 + i1] = stage"]);
+    check(&text, &["return (buf1, buf2)"]);
+
+    // y = x + 1; return (y, clone(y), t(y)): y and t(y) share a buffer, the
+    // clone has its own.
+    let mut b = Builder::new();
+    let x = b.input(&[4, 6]);
+    let y = b.node("aten.add.Tensor", vec![t(x), Arg::Float(1.5)], &[4, 6]);
+    let c = b.node("aten.clone.default", vec![t(y)], &[4, 6]);
+    let tr = b.node("aten.t.default", vec![t(y)], &[6, 4]);
+    b.graph.values[tr.0 as usize].strides = vec![Expr::c(1), Expr::c(6)];
+    let (text, _) = b.lower(&[y, c, tr]);
+    assert_eq!(text.matches(" = stage").count(), 2, "{text}");
+    check(&text, &["buf3: float32[6, 4] strides [1, 6] offset 0 (view of buf1)", "return (buf1, buf2, buf3)"]);
+}
