@@ -374,3 +374,40 @@ def test_input_free_kernels_run_once_per_arena() -> None:
     result = subprocess.run([sys.executable, "-c", INPUT_FREE], env=env, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "ok" in result.stdout
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_logsumexp_of_infinite_and_nan_rows(dtype) -> None:
+    """logsumexp is `max + log(sum(exp(x - max)))`, or the max where it is
+    infinite: rows with +inf, all -inf, NaN, empty and ordinary rows, kept
+    dims or not, against eager bit for bit where eager's result is not
+    finite, and against float64 elsewhere."""
+    inf, nan = float("inf"), float("nan")
+    rows = [
+        [1.0, 2.0, 3.0, -1.0],
+        [inf, 1.0, 2.0, 3.0],
+        [-inf, -inf, -inf, -inf],
+        [inf, -inf, 0.0, 1.0],
+        [nan, 1.0, inf, 0.0],
+        [-inf, 5.0, -inf, 88.0],
+        [100.0, 100.0, -100.0, 0.5],
+    ]
+    x64 = torch.tensor(rows, dtype=torch.float64)
+    x = x64.to(dtype)
+
+    def fn(x):
+        return torch.logsumexp(x, -1), torch.logsumexp(x, 1, keepdim=True), torch.logsumexp(x[:, :0], -1)
+
+    got, want, ref = torch.compile(fn, backend="rdyn")(x), fn(x), fn(x64)
+    for g, w, r in zip(got, want, ref):
+        assert g.shape == w.shape and g.dtype == w.dtype
+        assert torch.equal(g.isnan(), w.isnan())
+        finite = torch.isfinite(w)
+        assert torch.equal(g[~finite & ~w.isnan()], w[~finite & ~w.isnan()])
+        assert_same(g[finite], w[finite], r[finite])
+
+
+def test_log_softmax_and_logsumexp_share_one_exp_pass() -> None:
+    """The sum of `exp(x - max)` both need is computed once."""
+    kernels = _kernels(lambda x: (torch.log_softmax(x, -1), torch.logsumexp(x, -1)), torch.randn(8, 64))
+    assert sum(k.source.count(" exp ") for k in kernels) == 1, "\n".join(k.source for k in kernels)

@@ -267,31 +267,39 @@ impl Lowerer<'_> {
                     vec![var]
                 }
             }
+            // `max + log(sum(exp(x - max)))`, or the max itself where it is
+            // infinite. PyTorch's decomposition shifts by 0 there instead,
+            // which gives the same: +inf when an element is +inf, -inf when
+            // all are (or none); elsewhere it is this very expression. Its
+            // sum is the one `log_softmax` over the same input computes, so
+            // the two share one pass of `exp` (the suite's reduction block
+            // computed it twice).
             Logsumexp => {
                 let acc = acc_dtype(if out.is_float() { out } else { DType::F32 });
                 let xf = self.cast_lazy(x.clone(), acc);
                 let m = self.reduce(&xf, &dims, true, ReduceOp::Max, acc);
-                let s = &mut self.prog.scalars;
-                let inf = s.unary(UnaryOp::IsInf, m.value, DType::Bool);
-                let zero = s.constant(0.0, acc);
-                let m_safe = s.select(inf, zero, m.value, acc);
-                let m_safe = Lazy { value: m_safe, ..m };
-                let mb = self.broadcast_to(&m_safe, &x.sizes);
+                let mb = self.broadcast_to(&m, &x.sizes);
                 let s = &mut self.prog.scalars;
                 let d = s.binary(BinaryOp::Sub, xf.value, mb.value, acc);
                 let e = s.unary(UnaryOp::Exp, d, acc);
                 let e = Lazy { sizes: x.sizes.clone(), value: e, dtype: acc };
-                let total = self.reduce(&e, &dims, keep, ReduceOp::Sum, acc);
-                let m_out = if keep {
-                    m_safe
-                } else {
-                    let map = self.keepdim_map(ndim, &dims);
-                    self.view(&m_safe, total.sizes.clone(), &map)
-                };
+                // Kept dims, as `log_softmax`'s sum has them.
+                let total = self.reduce(&e, &dims, true, ReduceOp::Sum, acc);
                 let s = &mut self.prog.scalars;
                 let l = s.unary(UnaryOp::Log, total.value, acc);
-                let v = s.binary(BinaryOp::Add, l, m_out.value, acc);
-                vec![self.cast_lazy(Lazy { value: v, ..total }, out)]
+                let v = s.binary(BinaryOp::Add, l, m.value, acc);
+                // `|max| == inf` (compiled code has no `isinf`).
+                let size = s.unary(UnaryOp::Abs, m.value, acc);
+                let infinity = s.constant(f64::INFINITY, acc);
+                let inf = s.binary(BinaryOp::Eq, size, infinity, DType::Bool);
+                let v = s.select(inf, m.value, v, acc);
+                let mut result = Lazy { value: v, ..total };
+                if !keep {
+                    let sizes = (0..ndim).filter(|d| !dims.contains(d)).map(|d| x.sizes[d].clone()).collect();
+                    let map = self.keepdim_map(ndim, &dims);
+                    result = self.view(&result, sizes, &map);
+                }
+                vec![self.cast_lazy(result, out)]
             }
             _ => return Err(crate::unsupported(&node.target, "no lowering for this reduction")),
         };

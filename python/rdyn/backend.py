@@ -101,6 +101,7 @@ KEPT_WHOLE = (
     *(getattr(op, o) for op in (aten.clamp, aten.clamp_min, aten.clamp_max, aten.hardtanh) for o in op.overloads()),
     aten.silu.default,
     aten.native_layer_norm.default,
+    aten.logsumexp.default,
 )
 for _op in KEPT_WHOLE:
     DECOMPOSITIONS.pop(_op, None)
