@@ -230,12 +230,7 @@ fn run_items(kernel: &KernelPlan, mem: &Memory, scratch: &mut Scratch, items: st
             unravel(items.start / chunks, prefix, &mut scratch.env, 0);
             let mut chunk = items.start % chunks;
             for _ in items {
-                let start = chunk * kernel.tile;
-                let len = kernel.tile.min(last - start);
-                for (s, stage) in kernel.stages.iter().enumerate() {
-                    scratch.env[m - 1] = start as i64;
-                    run_stage_outer(stage, s, m, len, mem, scratch);
-                }
+                run_outer_tile(kernel, chunk * kernel.tile, mem, scratch);
                 chunk += 1;
                 if chunk == chunks {
                     chunk = 0;
@@ -268,13 +263,8 @@ fn run_columns(kernel: &KernelPlan, mem: &Memory, scratch: &mut Scratch, items: 
     let mut column = items.start / rows % columns;
     let mut row = items.start % rows;
     for _ in items {
-        let start = column * kernel.tile;
-        let len = kernel.tile.min(last - start);
         scratch.env[m - 2] = row as i64;
-        for (s, stage) in kernel.stages.iter().enumerate() {
-            scratch.env[m - 1] = start as i64;
-            run_stage_outer(stage, s, m, len, mem, scratch);
-        }
+        run_outer_tile(kernel, column * kernel.tile, mem, scratch);
         row += 1;
         if row == rows {
             row = 0;
@@ -284,6 +274,17 @@ fn run_columns(kernel: &KernelPlan, mem: &Memory, scratch: &mut Scratch, items: 
                 advance(&mut scratch.env, 0, head);
             }
         }
+    }
+}
+
+/// Every stage of an outer-tiled kernel over its tile from `start` along
+/// the last outer dimension, at the outer point in `scratch.env`.
+fn run_outer_tile(kernel: &KernelPlan, start: usize, mem: &Memory, scratch: &mut Scratch) {
+    let m = kernel.outer.len();
+    let len = kernel.tile.min(kernel.outer[m - 1] as usize - start);
+    for (s, stage) in kernel.stages.iter().enumerate() {
+        scratch.env[m - 1] = start as i64;
+        run_stage_outer(stage, s, m, len, mem, scratch);
     }
 }
 
