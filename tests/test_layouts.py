@@ -251,3 +251,26 @@ def test_small_weight_convolutions_run_channels_last(train) -> None:
     block64(x64).square().mean().backward()
     for (name, p), p64 in zip(block32.named_parameters(), block64.parameters()):
         assert_same(p.grad, p64.grad.float(), p64.grad, what=name)
+
+
+@pytest.mark.parametrize(
+    "src,dst", [(torch.float32, torch.int32), (torch.int32, torch.float32), (torch.float16, torch.int16)]
+)
+def test_view_as_another_dtype_reinterprets_bits(src, dst) -> None:
+    """`x.view(dtype)` is the same bits read as another type (it used to
+    convert the values): the result and what is computed from it match
+    eager bit for bit; the view itself runs as ATen's, counted."""
+
+    def fn(x):
+        v = x.view(dst)
+        return v, v * 2 + 1
+
+    x = torch.randn(4, 6).mul(100).to(src)
+    torch._dynamo.reset()
+    rdyn.reset_stats()
+    got, want = torch.compile(fn, backend="rdyn")(x), fn(x)
+    for g, w in zip(got, want):
+        assert g.dtype == w.dtype
+        torch.testing.assert_close(g, w, rtol=0, atol=0, equal_nan=True)
+    assert got[0].untyped_storage().data_ptr() == x.untyped_storage().data_ptr()
+    assert rdyn.stats()["fallback_ops"].get("aten.view.dtype") == 1

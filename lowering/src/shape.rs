@@ -32,9 +32,14 @@ pub(crate) fn int_list(arg: &Arg, op: &str) -> Result<Vec<i64>, LowerError> {
 impl Lowerer<'_> {
     pub(crate) fn view_op(&mut self, node: &Node) -> Res {
         let x = self.tensor_arg(node, 0, "self")?;
-        let (sizes, _) = self.out_meta(node)?;
+        let (sizes, dtype) = self.out_meta(node)?;
         let n = x.ndim();
         let op = &node.target;
+        // `view(dtype)` reinterprets the bits, which no scalar op here
+        // does (a cast would convert the values): ATen's.
+        if dtype != x.dtype {
+            return Err(crate::unsupported(op, format!("a view of {} as {dtype} reinterprets its bits", x.dtype)));
+        }
         // Dim-taking views of 0-dim tensors are identities or errors in
         // eager; leave them to ATen.
         if n == 0
