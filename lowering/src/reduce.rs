@@ -288,10 +288,7 @@ impl Lowerer<'_> {
                 let s = &mut self.prog.scalars;
                 let l = s.unary(UnaryOp::Log, total.value, acc);
                 let v = s.binary(BinaryOp::Add, l, m.value, acc);
-                // `|max| == inf` (compiled code has no `isinf`).
-                let size = s.unary(UnaryOp::Abs, m.value, acc);
-                let infinity = s.constant(f64::INFINITY, acc);
-                let inf = s.binary(BinaryOp::Eq, size, infinity, DType::Bool);
+                let inf = s.unary(UnaryOp::IsInf, m.value, DType::Bool);
                 let v = s.select(inf, m.value, v, acc);
                 let mut result = Lazy { value: v, ..total };
                 if !keep {

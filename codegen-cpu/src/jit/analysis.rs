@@ -304,6 +304,7 @@ pub(super) fn inline_op(stage: &StagePlan, op: &InstOp) -> bool {
                     | UnaryOp::Trunc
                     | UnaryOp::Round
                     | UnaryOp::IsNan
+                    | UnaryOp::IsInf
                     | UnaryOp::Not
             )
         }

@@ -743,6 +743,11 @@ fn unary(em: &mut Em, op: UnaryOp, x: Value) -> Value {
             let m = em.is_nan(x);
             em.one_if(m)
         }
+        UnaryOp::IsInf => {
+            let size = em.b.ins().fabs(x);
+            let m = em.cmpc(FloatCC::Equal, size, f32::INFINITY);
+            em.one_if(m)
+        }
         // `Not` (nothing else passes `inline`).
         _ => {
             let m = em.cmpc(FloatCC::Equal, x, 0.0);

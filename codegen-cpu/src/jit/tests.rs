@@ -80,7 +80,9 @@ fn pointwise_stage(out_t: bool) -> StagePlan {
         f32_inst(2, Where(7, 6, 5)),
         f32_inst(3, Unary(UnaryOp::Floor, 2)),
         f32_inst(4, Binary(B::Pow, 3, 9)),
-        f32_inst(5, Binary(B::Add, 4, 2)),
+        f32_inst(6, Unary(UnaryOp::IsInf, 0)),
+        f32_inst(3, Binary(B::Add, 4, 6)),
+        f32_inst(5, Binary(B::Add, 3, 2)),
     ];
     let mut stage = f32_stage(2, None, insts, 5, &store, 10);
     stage.regs[7] = Kind::I64;
