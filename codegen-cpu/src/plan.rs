@@ -256,7 +256,7 @@ pub struct KernelPlan {
     pub tile: usize,
     /// Outer tiles run column by column: every row's tile at one column of
     /// the last dimension, then the next column (see `lower_kernel`'s
-    /// `transposes`), rather than each row's tiles in turn.
+    /// `column_tile`), rather than each row's tiles in turn.
     pub columns: bool,
 }
 

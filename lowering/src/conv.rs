@@ -19,7 +19,7 @@
 //! kernel reads NCHW as it is, one channel plane at a time.
 
 use crate::ir::graph::{Arg, Node, ValueId};
-use crate::ir::loops::{BinaryOp, BufRole, Buffer, Extern, ExternKind, Step};
+use crate::ir::loops::{BinaryOp, Extern, ExternKind, Step};
 use crate::ir::{DType, Device, Expr};
 use crate::lazy::Lazy;
 use crate::lower::{Handled, Lowerer};
@@ -94,26 +94,15 @@ impl Lowerer<'_> {
 
     /// The library convolution on channels-last copies of its input and
     /// weight (the copies fuse into whatever computes them), returning a
-    /// channels-last result that what follows reads as it is.
+    /// channels-last result that what follows reads as it is; the bias as
+    /// PyTorch lays it out.
     fn channels_last_library(&mut self, node: &Node) -> Res {
-        let (sizes, dtype) = self.out_meta(node)?;
-        let mut inputs = Vec::new();
-        for (pos, name) in [(0, "input"), (1, "weight")] {
-            let lazy = self.tensor_arg(node, pos, name)?;
-            let strides = channels_last_strides(&lazy.sizes);
-            inputs.push(self.buffer_with_strides(&lazy, strides));
-        }
-        if let Arg::Tensor(v) = node.arg(2, "bias") {
-            let bias = self.value(*v, &node.target)?;
-            let strides = self.meta_strides(*v);
-            inputs.push(self.buffer_with_strides(&bias, strides));
-        }
-        let strides = channels_last_strides(&sizes);
-        let out =
-            self.prog.add_buffer(Buffer { dtype, sizes, strides, offset: Expr::zero(), role: BufRole::ExternOut });
         let kind = ExternKind::Library { node: node.index, target: node.target.clone() };
-        self.prog.steps.push(Step::Extern(Extern { kind, inputs, outputs: vec![out] }));
-        Ok(Handled::Extern(vec![self.load_buffer(out)]))
+        let strides_of = |lw: &Self, v: ValueId| match lw.meta_sizes(v) {
+            sizes if sizes.len() == 4 => channels_last_strides(&sizes),
+            _ => lw.meta_strides(v),
+        };
+        Ok(Handled::Extern(self.extern_call_laid_out(node, kind, &strides_of)?))
     }
 
     /// The kernel's parameters when `node` is a depthwise 2-D convolution

@@ -199,10 +199,21 @@ impl Lowerer<'_> {
     pub(crate) fn extern_call(&mut self, node: &Node, kind: ExternKind) -> Result<Vec<Lazy>, LowerError> {
         // ATen kernels may rely on the layout PyTorch's metadata promises
         // (e.g. after a contiguous clone): pass exactly that layout.
+        self.extern_call_laid_out(node, kind, &|lw, v| lw.meta_strides(v))
+    }
+
+    /// As [`Self::extern_call`], each tensor input and output laid out by
+    /// `strides_of` (its strides for a value).
+    pub(crate) fn extern_call_laid_out(
+        &mut self,
+        node: &Node,
+        kind: ExternKind,
+        strides_of: &dyn Fn(&Self, ValueId) -> Vec<Expr>,
+    ) -> Result<Vec<Lazy>, LowerError> {
         let mut inputs = Vec::new();
         for v in node.tensor_inputs() {
             let lazy = self.value(v, &node.target)?;
-            let strides = self.meta_strides(v);
+            let strides = strides_of(self, v);
             inputs.push(self.buffer_with_strides(&lazy, strides));
         }
         let mut outputs = Vec::new();
@@ -212,7 +223,7 @@ impl Lowerer<'_> {
             let buf = self.prog.add_buffer(Buffer {
                 dtype: meta.dtype,
                 sizes: self.meta_sizes(*v),
-                strides: self.meta_strides(*v),
+                strides: strides_of(self, *v),
                 offset: Expr::zero(),
                 role: BufRole::ExternOut,
             });
@@ -280,10 +291,10 @@ impl Lowerer<'_> {
 
     /// The value `v` views through view ops only (itself if its producer is
     /// no view op), and the indices of those view nodes, in graph order.
-    fn view_chain(&self, v: ValueId) -> (ValueId, Vec<usize>) {
+    /// `producer`: per value, the index of the node that computes it.
+    fn view_chain(&self, v: ValueId, producer: &[Option<usize>]) -> (ValueId, Vec<usize>) {
         let (mut v, mut chain) = (v, Vec::new());
-        while !self.graph.inputs.contains(&Input::Tensor(v)) {
-            let Some(k) = self.graph.nodes.iter().position(|n| n.outputs.contains(&v)) else { break };
+        while let Some(k) = producer[v.0 as usize] {
             let node = &self.graph.nodes[k];
             match node.tensor_inputs().first() {
                 Some(&base) if node.op.is_view() => {
@@ -295,16 +306,6 @@ impl Lowerer<'_> {
         }
         chain.reverse();
         (v, chain)
-    }
-
-    /// Whether graph outputs other than `v` share `base`'s storage: `base`
-    /// is one, or another output views it too.
-    fn shared_base(&self, base: ValueId, v: ValueId) -> bool {
-        self.graph.outputs.iter().any(|arg| match arg {
-            Arg::Tensor(u) if *u == base => true,
-            Arg::Tensor(u) if *u != v => self.view_chain(*u).0 == base,
-            _ => false,
-        })
     }
 
     /// The buffer holding `base`, a value that is no output but that several
@@ -344,7 +345,19 @@ impl Lowerer<'_> {
     }
 
     fn lower_outputs(&mut self) -> Result<(), LowerError> {
+        let mut producer = vec![None; self.graph.values.len()];
+        for (k, node) in self.graph.nodes.iter().enumerate() {
+            node.outputs.iter().for_each(|v| producer[v.0 as usize] = Some(k));
+        }
         let mut state = Outputs::default();
+        for arg in &self.graph.outputs {
+            let Arg::Tensor(v) = arg else { continue };
+            let (base, chain) = self.view_chain(*v, &producer);
+            // An output is its own base; a base viewed by two outputs, or
+            // viewed by one and itself an output, is shared.
+            *state.viewers.entry(base).or_insert(0) += if chain.is_empty() { 2 } else { 1 };
+            state.chains.insert(*v, (base, chain));
+        }
         let outputs = self.graph.outputs.clone();
         for arg in &outputs {
             let out = match arg {
@@ -366,9 +379,9 @@ impl Lowerer<'_> {
         if let Some(buf) = outs.done.get(&v) {
             return Ok(*buf);
         }
-        let (base, chain) = self.view_chain(v);
+        let (base, chain) = outs.chains.get(&v).cloned().unwrap_or((v, Vec::new()));
         let of_input = self.graph.inputs.contains(&Input::Tensor(base));
-        if !of_input && !chain.is_empty() && self.shared_base(base, v) {
+        if !of_input && !chain.is_empty() && outs.viewers.get(&base).is_some_and(|n| *n >= 2) {
             // Replay the views over the base's buffer, so that this output's
             // lazy reads that buffer.
             let base_buf = match self.graph.outputs.contains(&Arg::Tensor(base)) {
@@ -406,4 +419,10 @@ struct Outputs {
     /// Per storage buffer an output's buffer lies in, the value whose views
     /// may share it (the output itself, or the base its views share).
     owner: BTreeMap<BufId, ValueId>,
+    /// Per output, the value it views and the view nodes in between
+    /// (itself and none when it is no view).
+    chains: BTreeMap<ValueId, (ValueId, Vec<usize>)>,
+    /// Per viewed value, the outputs viewing it (one that is itself an
+    /// output counts twice: its views share its storage).
+    viewers: BTreeMap<ValueId, usize>,
 }
