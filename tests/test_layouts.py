@@ -274,3 +274,67 @@ def test_view_as_another_dtype_reinterprets_bits(src, dst) -> None:
         torch.testing.assert_close(g, w, rtol=0, atol=0, equal_nan=True)
     assert got[0].untyped_storage().data_ptr() == x.untyped_storage().data_ptr()
     assert rdyn.stats()["fallback_ops"].get("aten.view.dtype") == 1
+
+
+# Ops whose result eager lays out by its own rule, not by the input's: a
+# decomposition into pointwise ops follows the input, so rdyn's gave a
+# transposed softmax of a transposed input (found by tests/test_fuzz.py).
+_LAID_OUT_BY_ATEN = {
+    "softmax": lambda x: torch.softmax(x, -1),
+    "softmax_dim0": lambda x: torch.softmax(x, 0),
+    "repeat": lambda x: x.repeat(2, 1, 1),
+    "max_pool1d": lambda x: F.max_pool1d(x, 2),
+    "max_pool2d": lambda x: F.max_pool2d(x.unsqueeze(0), 2),
+    "adaptive_avg_pool1d": lambda x: F.adaptive_avg_pool1d(x, 3),
+    "xlogy_mixed_layouts": lambda x: torch.xlogy(x.contiguous().abs(), x * x + 1),
+}
+
+
+# max_pool1d of a transposed input: AOTAutograd's own metadata (ATen's meta
+# kernel) differs from eager's result there, for every backend.
+_LAYOUT_CASES = [(n, lay) for n in _LAID_OUT_BY_ATEN for lay in ("transposed", "permuted")]
+_LAYOUT_CASES.remove(("max_pool1d", "transposed"))
+
+
+@pytest.mark.parametrize("name,layout", _LAYOUT_CASES)
+def test_results_laid_out_as_aten_lays_them_out(name, layout) -> None:
+    """Softmax and repeat are contiguous whatever the input; pooling follows
+    the input's suggested memory format; xlogy the layout of its first
+    operand: as eager's, values against a float64 reference."""
+    fn = _LAID_OUT_BY_ATEN[name]
+    g = torch.Generator().manual_seed(3)
+    base = torch.randn(3, 5, 8, generator=g, dtype=torch.float64)
+    x64 = base.transpose(1, 2) if layout == "transposed" else base.permute(2, 1, 0).contiguous().permute(2, 1, 0)
+    x = x64.float()
+    torch._dynamo.reset()
+    got, want = torch.compile(fn, backend="rdyn")(x), fn(x)
+    assert got.stride() == want.stride()
+    assert_same(got, want, fn(x64))
+
+
+@pytest.mark.parametrize("dynamic", [False, True], ids=["static", "dynamic"])
+@pytest.mark.parametrize(
+    "name,fn",
+    [
+        ("unfold", lambda x: (x * 2).unfold(0, 2, 2)),
+        ("unfold_of_transpose", lambda x: (x * 2).t().unfold(1, 3, 2)),
+        ("as_strided", lambda x: torch.as_strided(x * 2, (3, 3), (1, 2), 1)),
+        ("as_strided_of_slice", lambda x: torch.as_strided((x * 2)[1:], (3, 3), (1, 2))),
+    ],
+)
+def test_strided_views_of_computed_values(name, fn, dynamic) -> None:
+    """`as_strided` (and `unfold`, which decomposes to it) addresses the
+    storage as eager lays its input out. For a computed value that eager
+    holds transposed, rdyn used to store it row-major and read the view
+    from that: every element of `(x * 2).unfold(0, 2, 2)` was wrong.
+    With dynamic sizes the view of a computed value runs as ATen's (its
+    reach cannot be checked), counted."""
+    x64 = torch.randn(31, 16, dtype=torch.float64).t()
+    x = x64.float()
+    torch._dynamo.reset()
+    rdyn.reset_stats()
+    got, want = torch.compile(fn, backend="rdyn", dynamic=dynamic)(x), fn(x)
+    assert got.stride() == want.stride()
+    assert_same(got, want, fn(x64))
+    fallbacks = rdyn.stats()["fallback_ops"]
+    assert not fallbacks if not dynamic else set(fallbacks) <= {"aten.as_strided.default"}

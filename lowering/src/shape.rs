@@ -190,15 +190,15 @@ impl Lowerer<'_> {
             Op::AsStrided => {
                 let size = node.arg(1, "size").as_list().ok_or_else(|| crate::unsupported(op, "size"))?;
                 let stride = node.arg(2, "stride").as_list().ok_or_else(|| crate::unsupported(op, "stride"))?;
-                let buf = self.buffer_for_extern(&x);
-                let base = self.prog.storage_of(buf);
-                let own_offset = self.prog.buffer(buf).offset.clone();
-                let offset = match node.arg(3, "storage_offset") {
-                    Arg::None => own_offset,
-                    a => a.as_expr().ok_or_else(|| crate::unsupported(op, "storage_offset"))?,
-                };
                 let strides: Vec<Expr> = stride.iter().map(|s| s.as_expr().unwrap_or_else(Expr::zero)).collect();
                 let sizes_e: Vec<Expr> = size.iter().map(|s| s.as_expr().unwrap_or_else(Expr::zero)).collect();
+                let asked = match node.arg(3, "storage_offset") {
+                    Arg::None => None,
+                    a => Some(a.as_expr().ok_or_else(|| crate::unsupported(op, "storage_offset"))?),
+                };
+                let (buf, own_offset) = self.strided_storage(node, &x, asked.as_ref(), &sizes_e, &strides)?;
+                let base = self.prog.storage_of(buf);
+                let offset = asked.unwrap_or(own_offset);
                 let view = self.prog.add_buffer(Buffer {
                     dtype: x.dtype,
                     sizes: sizes_e,
@@ -211,6 +211,42 @@ impl Lowerer<'_> {
             _ => return Err(crate::unsupported(op, "no lowering for this view")),
         };
         Ok(Handled::Native(vec![out]))
+    }
+
+    /// The storage `as_strided` addresses, and `x`'s offset in it.
+    ///
+    /// Its strides and offset count elements of the storage as PyTorch lays
+    /// `x` out: a view reads the viewed storage itself; a computed value is
+    /// stored laid out as its metadata says (a row-major copy of a value
+    /// eager holds transposed would be read in the wrong order). Such a copy
+    /// is all of its storage, so a view that reaches before or past it (it
+    /// could in eager, where `x` may be a slice of something larger) runs
+    /// as ATen's.
+    fn strided_storage(
+        &mut self,
+        node: &Node,
+        x: &Lazy,
+        asked: Option<&Expr>,
+        sizes: &[Expr],
+        strides: &[Expr],
+    ) -> Result<(BufId, Expr), LowerError> {
+        let Arg::Tensor(src) = node.arg(0, "self") else {
+            return Err(crate::unsupported(&node.target, "self is not a tensor"));
+        };
+        let layout = self.meta_strides(*src);
+        if let Some(view) = self.as_view_with_strides(x, &layout) {
+            let offset = self.prog.buffer(view).offset.clone();
+            return Ok((view, offset));
+        }
+        let outside = || crate::unsupported(&node.target, "a view reaching outside a computed value's own elements");
+        let own = self.graph.meta(*src).offset.simplify(&self.syms);
+        let offset = asked.map_or(Expr::zero(), |o| o.sub(&own).simplify(&self.syms)).as_const().ok_or_else(outside)?;
+        let (lo, hi) = reach(sizes, strides).ok_or_else(outside)?;
+        let (_, own_hi) = reach(&x.sizes, &layout).ok_or_else(outside)?;
+        if hi >= lo && (offset + lo < 0 || offset + hi > own_hi) {
+            return Err(outside());
+        }
+        Ok((self.realize(x, Some(layout)), Expr::zero()))
     }
 
     /// Read `src` at per-dimension indices: `index[d]` is an expression over
@@ -724,4 +760,19 @@ impl Lowerer<'_> {
         let kind = ExternKind::Library { node: node.index, target: node.target.clone() };
         Ok(Handled::Extern(self.extern_call(node, kind)?))
     }
+}
+
+/// The lowest and highest element offsets a view of `sizes` and `strides`
+/// reaches from its start ((0, -1) when it is empty), if they are constants.
+fn reach(sizes: &[Expr], strides: &[Expr]) -> Option<(i64, i64)> {
+    let (mut lo, mut hi) = (0, 0);
+    for (n, s) in sizes.iter().zip(strides) {
+        let (n, s) = (n.as_const()?, s.as_const()?);
+        if n == 0 {
+            return Some((0, -1));
+        }
+        let span = (n - 1) * s;
+        (lo, hi) = (lo + span.min(0), hi + span.max(0));
+    }
+    Some((lo, hi))
 }

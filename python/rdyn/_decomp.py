@@ -11,6 +11,11 @@ every load is a plain strided view and the kernel is pointwise. The padded
 input has one user per window position, so it is stored once (no bounds
 checks in the window).
 
+Each result is laid out as ATen's kernel lays it out (a decomposition's
+pointwise ops would follow the input's layout instead): softmax and
+``repeat`` are contiguous, pooling follows the input's suggested memory
+format (channels-last or contiguous).
+
 Softmax normalises by multiplying with the reciprocal of the row sum, as
 ATen's own softmax kernels do: PyTorch's decomposition divides, and a
 divide costs several multiplies in the kernel rdyn builds (a softmax of
@@ -23,10 +28,10 @@ import math
 
 import torch
 from torch._decomp import get_decompositions
-from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND, elementwise_dtypes
+from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND, elementwise_dtypes, suggest_memory_format
 
 aten = torch.ops.aten
-_TORCH = get_decompositions([aten.max_pool2d_with_indices])
+_TORCH = get_decompositions([aten.max_pool2d_with_indices, aten._adaptive_avg_pool2d, aten.repeat])
 
 
 def _pair(v, default=None):
@@ -83,7 +88,20 @@ def max_pool2d_with_indices(x, kernel_size, stride=(), padding=0, dilation=1, ce
             # one op, so that when the indices are unused each partial
             # maximum has one user and the window stays one expression.
             best = torch.maximum(value, best)
-    return best, index
+    layout = suggest_memory_format(x)
+    return best.contiguous(memory_format=layout), index.contiguous(memory_format=layout)
+
+
+def adaptive_avg_pool2d(x, output_size):
+    """PyTorch's decomposition, laid out as ATen's kernel (the input's
+    suggested memory format)."""
+    out = _TORCH[aten._adaptive_avg_pool2d.default](x, output_size)
+    return out.contiguous(memory_format=suggest_memory_format(x))
+
+
+def repeat(x, repeats):
+    """PyTorch's decomposition, contiguous as ATen's ``repeat``."""
+    return _TORCH[aten.repeat.default](x, repeats).contiguous()
 
 
 def flash_attention_cpu(query, key, value, dropout_p=0.0, is_causal=False, *, attn_mask=None, scale=None):
@@ -163,11 +181,25 @@ def softmax(x, dim, half_to_float):
     else:
         unnormalized = torch.exp(x - torch.amax(x, dim, keepdim=True))
     out = unnormalized * torch.reciprocal(torch.sum(unnormalized, dim, keepdim=True))
-    return out if half_to_float else out.to(result)
+    return (out if half_to_float else out.to(result)).contiguous()
+
+
+def xlogy(a, b):
+    """``xlogy`` laid out as ATen's: PyTorch's decomposition tests
+    ``isnan(b)`` first, so where ``a`` and ``b`` differ in layout the
+    result followed ``b``'s; every op here reads ``a`` first. The value is
+    the same: 0 where ``a`` is 0 and ``b`` is not NaN, else ``a * log(b)``
+    (NaN where ``b`` is, 0 * log(NaN) included)."""
+    work, result = elementwise_dtypes(a, b, type_promotion_kind=ELEMENTWISE_TYPE_PROMOTION_KIND.INT_TO_FLOAT)
+    a, b = a.to(work), b.to(work)
+    return torch.where((a == 0) & ~torch.isnan(b), 0.0, a * torch.log(b)).to(result)
 
 
 DECOMPOSITIONS = {
     aten._softmax.default: softmax,
     aten.max_pool2d_with_indices.default: max_pool2d_with_indices,
     aten._scaled_dot_product_flash_attention_for_cpu.default: flash_attention_cpu,
+    aten._adaptive_avg_pool2d.default: adaptive_avg_pool2d,
+    aten.repeat.default: repeat,
+    aten.xlogy.Tensor: xlogy,
 }

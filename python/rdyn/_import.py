@@ -96,6 +96,7 @@ def import_graph(gm: fx.GraphModule):
     values = []
     tensor_of: dict[tuple[fx.Node, tuple], int] = {}
     int_nodes: dict[fx.Node, object] = {}
+    scalar_nodes: set[fx.Node] = set()
     inputs = []
     nodes = []
     out_positions: dict[int, list[tuple]] = {}
@@ -183,6 +184,11 @@ def import_graph(gm: fx.GraphModule):
         if isinstance(val, (torch.SymInt, int)) and not isinstance(val, bool):
             int_nodes[node] = _int_expr(val, syms)
             continue
+        if isinstance(val, (torch.SymFloat, torch.SymBool, float, bool)):
+            # A scalar (a size ratio of upsampling): the runner computes it
+            # for the eager nodes that read it.
+            scalar_nodes.add(node)
+            continue
         entries = _tensor_values(val)
         outputs = []
         for pos, t in entries:
@@ -217,6 +223,7 @@ def import_graph(gm: fx.GraphModule):
         "nodes": node_list,
         "tensor_of": tensor_of,
         "int_nodes": int_nodes,
+        "scalar_nodes": scalar_nodes,
         "out_positions": out_positions,
         # Module constants (get_attr) are passed as extra trailing inputs.
         "constants": [value for _, value in constants],

@@ -17,37 +17,72 @@ class GraphRunner:
         self.nodes = info["nodes"]
         self.tensor_of = info["tensor_of"]
         self.int_nodes = info["int_nodes"]
+        self.scalar_nodes = info.get("scalar_nodes", set())
         self.out_positions = info["out_positions"]
         self.placeholders = [n for n in self.nodes if n.op == "placeholder"]
         self.inputs = []
+        self._ints = {}
+        self._bound = None
         # Per node index: its fast call (see `_fast_call`), or False.
         self._fast = {}
 
     def set_inputs(self, args):
         self.inputs = args
         self._ints = {}
+        self._bound = None
 
     @staticmethod
     def alloc(sizes, strides, dtype):
         return torch.empty_strided(sizes, strides, dtype=dtype)
 
     def _int_value(self, node):
-        """The value of an int-valued node for the current call."""
+        """The value of a scalar node (int, or a float or bool in
+        ``scalar_nodes``) for the current call."""
         if node in self._ints:
             return self._ints[node]
         if node.op == "placeholder":
             value = self.inputs[self.placeholders.index(node)]
+        elif node.target in _TENSOR_METADATA:
+            value = self._metadata(node)
         else:
             args = [self._int_value(a) if isinstance(a, fx.Node) else a for a in node.args]
-            if node.target in (torch.ops.aten.sym_size.int, torch.ops.aten.sym_size):
-                tensor = self.inputs[self.placeholders.index(node.args[0])] if node.args[0].op == "placeholder" else None
-                if tensor is None:
-                    raise RuntimeError(f"rdyn: cannot evaluate {node.name} eagerly")
-                value = tensor.size(args[1])
-            else:
-                value = node.target(*args)
-        self._ints[node] = int(value)
+            value = node.target(*args)
+        val = node.meta.get("val")
+        convert = float if isinstance(val, (torch.SymFloat, float)) else bool if isinstance(val, (torch.SymBool, bool)) else int
+        self._ints[node] = convert(value)
         return self._ints[node]
+
+    def _metadata(self, node):
+        """A size, stride, element count or offset of a tensor: read from the
+        input itself, or for a value computed inside the graph, its
+        metadata's expression evaluated with this call's sizes."""
+        source = node.args[0]
+        if source.op == "placeholder":
+            tensor = self.inputs[self.placeholders.index(source)]
+            return _TENSOR_METADATA[node.target](tensor, *node.args[1:])
+        expr = node.meta["val"].node.expr
+        value = expr.xreplace(self._symbols())
+        if value.free_symbols:
+            raise RuntimeError(f"rdyn: cannot evaluate {node.name} ({expr}) eagerly")
+        return value
+
+    def _symbols(self):
+        """Each size symbol's value in this call, from the inputs that carry it."""
+        if self._bound is None:
+            bound = {}
+            for node, value in zip(self.placeholders, self.inputs):
+                val = node.meta.get("val")
+                if isinstance(val, torch.SymInt):
+                    pairs = [(val, value)]
+                elif isinstance(val, torch.Tensor) and isinstance(value, torch.Tensor):
+                    pairs = [*zip(val.shape, value.shape), *zip(val.stride(), value.stride())]
+                else:
+                    pairs = []
+                for sym, v in pairs:
+                    if isinstance(sym, torch.SymInt) and sym.node.expr.is_Symbol:
+                        bound[sym.node.expr] = int(v)
+            self._bound = bound
+        return self._bound
 
     def run_node(self, index, tensors, layouts):
         fast = self._fast.get(index)
@@ -110,14 +145,23 @@ class GraphRunner:
             if isinstance(a, fx.Node):
                 if (a, ()) in self.tensor_of:
                     return next(it)
-                if a in self.int_nodes:
+                if a in self.int_nodes or a in self.scalar_nodes:
                     return self._int_value(a)
-                raise RuntimeError(f"rdyn: node {node.name} reads {a.name}, which is neither a tensor nor an int")
+                raise RuntimeError(f"rdyn: node {node.name} reads {a.name}, which is neither a tensor nor a scalar")
             return a
 
         args = fx.node.map_aggregate(node.args, sub)
         kwargs = fx.node.map_aggregate(node.kwargs, sub)
         return self._outputs(index, node.target(*args, **kwargs), layouts)
+
+
+#: Tensor metadata an int node may read, by op.
+_TENSOR_METADATA = {
+    torch.ops.aten.sym_size.int: lambda t, d: t.size(d),
+    torch.ops.aten.sym_stride.int: lambda t, d: t.stride(d),
+    torch.ops.aten.sym_numel.default: lambda t: t.numel(),
+    torch.ops.aten.sym_storage_offset.default: lambda t: t.storage_offset(),
+}
 
 
 def _binding(op):
