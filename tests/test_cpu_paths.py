@@ -411,3 +411,34 @@ def test_log_softmax_and_logsumexp_share_one_exp_pass() -> None:
     """The sum of `exp(x - max)` both need is computed once."""
     kernels = _kernels(lambda x: (torch.log_softmax(x, -1), torch.logsumexp(x, -1)), torch.randn(8, 64))
     assert sum(k.source.count(" exp ") for k in kernels) == 1, "\n".join(k.source for k in kernels)
+
+
+_NARROW_SCALAR_OPS = {
+    "remainder": lambda x: x % -3,
+    "floor_divide": lambda x: x // -3,
+    "trunc_divide": lambda x: torch.div(x, -3, rounding_mode="trunc"),
+    "fmod": lambda x: torch.fmod(x, -3),
+    "greater": lambda x: x > -1,
+    "less": lambda x: x < 300,
+    "add": lambda x: x + 300,
+    "bitwise_and": lambda x: x & -2,
+    # clamp's bounds are compared as given: no wrapping.
+    "clamp": lambda x: torch.clamp(x, -5, 300),
+    "clamp_inside": lambda x: torch.clamp(x, -5, 5),
+}
+
+
+@pytest.mark.parametrize("dtype", [torch.uint8, torch.int8, torch.int16])
+@pytest.mark.parametrize("name", list(_NARROW_SCALAR_OPS))
+def test_scalars_meet_narrow_integers_in_their_dtype(name, dtype) -> None:
+    """A Python scalar meets a narrow integer tensor converted to the
+    tensor's dtype, as ATen converts it: `x % -3` of a uint8 `x` is
+    `x % 253`, and `x < 300` of an int8 `x` is `x < 44`. rdyn computed
+    with the scalar as written (found by tests/test_fuzz.py). clamp is the
+    exception: its bounds are not converted. Exact."""
+    fn = _NARROW_SCALAR_OPS[name]
+    x = torch.tensor([0, 1, 2, 3, 4, 5, 43, 44, 45, 100, 127, 7], dtype=torch.int64).to(dtype)
+    torch._dynamo.reset()
+    got, want = torch.compile(fn, backend="rdyn")(x), fn(x)
+    assert got.dtype == want.dtype
+    assert torch.equal(got, want), f"{got.tolist()} != {want.tolist()}"

@@ -260,3 +260,22 @@ def test_dynamic_square_images_lower() -> None:
         torch.testing.assert_close(compiled(x), fn(x))
     stats = rdyn.stats()
     assert stats["nodes_fallback"] == 0 and stats["nodes_native"] > 0
+
+
+def test_dynamic_eager_nodes_get_float_scalars_and_computed_strides() -> None:
+    """Under dynamic sizes a node rdyn leaves to ATen may read a float
+    computed from sizes (linear upsampling's `size / 5`) or a stride of a
+    value computed in the graph (`unfold` of one). The runner computes
+    both for each call's sizes; it used to raise (a float) or misread (a
+    stride) instead. Several sizes, one graph."""
+
+    def fn(x):
+        up = torch.nn.functional.interpolate(x, size=5, mode="linear")
+        return up, (x * 2).softmax(-1).unfold(0, 2, 2)
+
+    compiled = torch.compile(fn, backend="rdyn", dynamic=True)
+    with no_rust_panic():
+        for n in (4, 6, 9):
+            x = torch.randn(n, 3, n + 2, dtype=torch.float64)
+            assert_same(compiled(x), fn(x), what=f"outputs for {n}")
+    assert rdyn.stats()["graphs"] == 1

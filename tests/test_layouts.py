@@ -276,6 +276,11 @@ def test_view_as_another_dtype_reinterprets_bits(src, dst) -> None:
     assert rdyn.stats()["fallback_ops"].get("aten.view.dtype") == 1
 
 
+def _stats(x):
+    """Running mean and variance for a batch norm of ``x``."""
+    return torch.zeros(x.shape[1], dtype=x.dtype), torch.ones(x.shape[1], dtype=x.dtype)
+
+
 # Ops whose result eager lays out by its own rule, not by the input's: a
 # decomposition into pointwise ops follows the input, so rdyn's gave a
 # transposed softmax of a transposed input (found by tests/test_fuzz.py).
@@ -287,6 +292,9 @@ _LAID_OUT_BY_ATEN = {
     "max_pool2d": lambda x: F.max_pool2d(x.unsqueeze(0), 2),
     "adaptive_avg_pool1d": lambda x: F.adaptive_avg_pool1d(x, 3),
     "xlogy_mixed_layouts": lambda x: torch.xlogy(x.contiguous().abs(), x * x + 1),
+    "batch_norm_training": lambda x: F.batch_norm(x, None, None, training=True),
+    "batch_norm_running_stats": lambda x: F.batch_norm(x, *_stats(x), training=True),
+    "batch_norm_inference": lambda x: F.batch_norm(x, *_stats(x)),
 }
 
 
@@ -298,9 +306,11 @@ _LAYOUT_CASES.remove(("max_pool1d", "transposed"))
 
 @pytest.mark.parametrize("name,layout", _LAYOUT_CASES)
 def test_results_laid_out_as_aten_lays_them_out(name, layout) -> None:
-    """Softmax and repeat are contiguous whatever the input; pooling follows
-    the input's suggested memory format; xlogy the layout of its first
-    operand: as eager's, values against a float64 reference."""
+    """Softmax and repeat are contiguous whatever the input; pooling and
+    batch norm follow the input's suggested memory format; xlogy the layout
+    of its first operand: as eager's, values against a float64 reference.
+    (Batch norm's fake kernel follows the input: rdyn takes eager's layout,
+    not the metadata's.)"""
     fn = _LAID_OUT_BY_ATEN[name]
     g = torch.Generator().manual_seed(3)
     base = torch.randn(3, 5, 8, generator=g, dtype=torch.float64)

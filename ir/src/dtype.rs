@@ -85,6 +85,19 @@ impl DType {
         matches!(self, DType::U8 | DType::I8 | DType::I16 | DType::I32 | DType::I64)
     }
 
+    /// `v` converted to this integer dtype as C converts it (wrapping
+    /// around; nonzero is true for bool); other dtypes keep it.
+    pub fn wrap_int(self, v: i64) -> i64 {
+        match self {
+            DType::Bool => (v != 0) as i64,
+            DType::U8 => v as u8 as i64,
+            DType::I8 => v as i8 as i64,
+            DType::I16 => v as i16 as i64,
+            DType::I32 => v as i32 as i64,
+            _ => v,
+        }
+    }
+
     pub fn kind(self) -> Kind {
         match self {
             DType::F16 | DType::BF16 | DType::F32 => Kind::F32,
@@ -177,5 +190,15 @@ mod tests {
         assert_eq!(DType::promote(DType::F16, DType::BF16), DType::F32);
         assert_eq!(DType::promote(DType::Bool, DType::I64), DType::I64);
         assert_eq!(DType::from_name("torch.float32"), Some(DType::F32));
+    }
+
+    #[test]
+    fn integers_wrap_as_c_converts_them() {
+        assert_eq!(DType::U8.wrap_int(-3), 253);
+        assert_eq!(DType::I8.wrap_int(300), 44);
+        assert_eq!(DType::I16.wrap_int(40_000), -25_536);
+        assert_eq!(DType::I32.wrap_int(1 << 32), 0);
+        assert_eq!(DType::Bool.wrap_int(-7), 1);
+        assert_eq!(DType::I64.wrap_int(-3), -3);
     }
 }

@@ -304,6 +304,15 @@ impl Lowerer<'_> {
         } else {
             out
         };
+        // A Python scalar meets an integer tensor converted to the compute
+        // dtype, wrapping as ATen converts it: `x % -3` of a uint8 `x` is
+        // `x % 253`, `x < 300` of an int8 `x` is `x < 44`. (clamp's bounds
+        // are not converted: its lowering is not this one.)
+        let wrapped = |arg: Arg| match arg {
+            Arg::Int(e) if compute.is_int() => Arg::Int(e.as_const().map_or(e, |n| Expr::c(compute.wrap_int(n)))),
+            other => other,
+        };
+        let (a_arg, b_arg) = (wrapped(a_arg), wrapped(b_arg));
         let mut a = self.operand(&a_arg, &sizes, compute, &node.target)?;
         let mut b = self.operand(&b_arg, &sizes, compute, &node.target)?;
         let s = &mut self.prog.scalars;

@@ -13,8 +13,8 @@ checks in the window).
 
 Each result is laid out as ATen's kernel lays it out (a decomposition's
 pointwise ops would follow the input's layout instead): softmax and
-``repeat`` are contiguous, pooling follows the input's suggested memory
-format (channels-last or contiguous).
+``repeat`` are contiguous, pooling and batch norm follow the input's
+suggested memory format (channels-last or contiguous).
 
 Softmax normalises by multiplying with the reciprocal of the row sum, as
 ATen's own softmax kernels do: PyTorch's decomposition divides, and a
@@ -31,7 +31,9 @@ from torch._decomp import get_decompositions
 from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND, elementwise_dtypes, suggest_memory_format
 
 aten = torch.ops.aten
-_TORCH = get_decompositions([aten.max_pool2d_with_indices, aten._adaptive_avg_pool2d, aten.repeat])
+_TORCH = get_decompositions(
+    [aten.max_pool2d_with_indices, aten._adaptive_avg_pool2d, aten.repeat, aten._native_batch_norm_legit_functional]
+)
 
 
 def _pair(v, default=None):
@@ -97,6 +99,42 @@ def adaptive_avg_pool2d(x, output_size):
     suggested memory format)."""
     out = _TORCH[aten._adaptive_avg_pool2d.default](x, output_size)
     return out.contiguous(memory_format=suggest_memory_format(x))
+
+
+def batch_norm_training(x, *args):
+    """PyTorch's decomposition of training batch norm with running
+    statistics, its result laid out as ATen's (the input's suggested memory
+    format)."""
+    out, *rest = _TORCH[aten._native_batch_norm_legit_functional.default](x, *args)
+    return (out.contiguous(memory_format=suggest_memory_format(x)), *rest)
+
+
+class _Traced:
+    """Whether a decomposition below is tracing its own op (which must then
+    be traced as it is, not decomposed again)."""
+
+    active = False
+
+
+def _in_suggested_format(op):
+    """``op`` traced as it is, its first result then copied into the
+    input's suggested memory format: the fake kernels of the batch norms
+    rdyn lowers whole lay their result out like the input, ATen's kernels
+    contiguously (or channels-last), and what the graph computes from it
+    follows the fake layout. The copy is a no-op, and no node, where the
+    two agree."""
+
+    def traced(x, *args, **kwargs):
+        if _Traced.active:
+            return NotImplemented
+        _Traced.active = True
+        try:
+            out, *rest = op(x, *args, **kwargs)
+        finally:
+            _Traced.active = False
+        return (out.contiguous(memory_format=suggest_memory_format(x)), *rest)
+
+    return traced
 
 
 def repeat(x, repeats):
@@ -201,5 +239,15 @@ DECOMPOSITIONS = {
     aten._scaled_dot_product_flash_attention_for_cpu.default: flash_attention_cpu,
     aten._adaptive_avg_pool2d.default: adaptive_avg_pool2d,
     aten.repeat.default: repeat,
+    aten._native_batch_norm_legit_functional.default: batch_norm_training,
+    **{
+        op: _in_suggested_format(op)
+        for op in (
+            aten._native_batch_norm_legit.default,
+            aten._native_batch_norm_legit.no_stats,
+            aten._native_batch_norm_legit_no_training.default,
+            aten.native_batch_norm.default,
+        )
+    },
     aten.xlogy.Tensor: xlogy,
 }
