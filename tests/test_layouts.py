@@ -330,6 +330,7 @@ def test_results_laid_out_as_aten_lays_them_out(name, layout) -> None:
         ("unfold_of_transpose", lambda x: (x * 2).t().unfold(1, 3, 2)),
         ("as_strided", lambda x: torch.as_strided(x * 2, (3, 3), (1, 2), 1)),
         ("as_strided_of_slice", lambda x: torch.as_strided((x * 2)[1:], (3, 3), (1, 2))),
+        ("as_strided_of_slice_at", lambda x: (lambda y: torch.as_strided(y, (3, 3), (1, 2), y.storage_offset() + 5))((x * 2)[1:])),
     ],
 )
 def test_strided_views_of_computed_values(name, fn, dynamic) -> None:

@@ -196,9 +196,8 @@ impl Lowerer<'_> {
                     Arg::None => None,
                     a => Some(a.as_expr().ok_or_else(|| crate::unsupported(op, "storage_offset"))?),
                 };
-                let (buf, own_offset) = self.strided_storage(node, &x, asked.as_ref(), &sizes_e, &strides)?;
+                let (buf, offset) = self.strided_storage(node, &x, asked.as_ref(), &sizes_e, &strides)?;
                 let base = self.prog.storage_of(buf);
-                let offset = asked.unwrap_or(own_offset);
                 let view = self.prog.add_buffer(Buffer {
                     dtype: x.dtype,
                     sizes: sizes_e,
@@ -213,7 +212,8 @@ impl Lowerer<'_> {
         Ok(Handled::Native(vec![out]))
     }
 
-    /// The storage `as_strided` addresses, and `x`'s offset in it.
+    /// The storage `as_strided` addresses, and the view's offset in it
+    /// (`asked`, given in eager's storage, or `x`'s own).
     ///
     /// Its strides and offset count elements of the storage as PyTorch lays
     /// `x` out: a view reads the viewed storage itself; a computed value is
@@ -235,7 +235,7 @@ impl Lowerer<'_> {
         };
         let layout = self.meta_strides(*src);
         if let Some(view) = self.as_view_with_strides(x, &layout) {
-            let offset = self.prog.buffer(view).offset.clone();
+            let offset = asked.cloned().unwrap_or_else(|| self.prog.buffer(view).offset.clone());
             return Ok((view, offset));
         }
         let outside = || crate::unsupported(&node.target, "a view reaching outside a computed value's own elements");
@@ -246,7 +246,8 @@ impl Lowerer<'_> {
         if hi >= lo && (offset + lo < 0 || offset + hi > own_hi) {
             return Err(outside());
         }
-        Ok((self.realize(x, Some(layout)), Expr::zero()))
+        // The copy starts where `x` does in eager's storage.
+        Ok((self.realize(x, Some(layout)), Expr::c(offset)))
     }
 
     /// Read `src` at per-dimension indices: `index[d]` is an expression over
