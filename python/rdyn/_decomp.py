@@ -94,19 +94,22 @@ def max_pool2d_with_indices(x, kernel_size, stride=(), padding=0, dilation=1, ce
     return best.contiguous(memory_format=layout), index.contiguous(memory_format=layout)
 
 
-def adaptive_avg_pool2d(x, output_size):
-    """PyTorch's decomposition, laid out as ATen's kernel (the input's
-    suggested memory format)."""
-    out = _TORCH[aten._adaptive_avg_pool2d.default](x, output_size)
-    return out.contiguous(memory_format=suggest_memory_format(x))
+def _first_in_suggested_format(fn):
+    """``fn`` with its result (or first result) copied into its input's
+    suggested memory format, as ATen's kernel lays it out; the copy is no
+    node where the layouts already agree."""
 
+    def laid_out(x, *args, **kwargs):
+        out = fn(x, *args, **kwargs)
+        if out is NotImplemented:
+            return out
+        layout = suggest_memory_format(x)
+        if isinstance(out, torch.Tensor):
+            return out.contiguous(memory_format=layout)
+        first, *rest = out
+        return (first.contiguous(memory_format=layout), *rest)
 
-def batch_norm_training(x, *args):
-    """PyTorch's decomposition of training batch norm with running
-    statistics, its result laid out as ATen's (the input's suggested memory
-    format)."""
-    out, *rest = _TORCH[aten._native_batch_norm_legit_functional.default](x, *args)
-    return (out.contiguous(memory_format=suggest_memory_format(x)), *rest)
+    return laid_out
 
 
 class _Traced:
@@ -116,23 +119,18 @@ class _Traced:
     active = False
 
 
-def _in_suggested_format(op):
-    """``op`` traced as it is, its first result then copied into the
-    input's suggested memory format: the fake kernels of the batch norms
-    rdyn lowers whole lay their result out like the input, ATen's kernels
-    contiguously (or channels-last), and what the graph computes from it
-    follows the fake layout. The copy is a no-op, and no node, where the
-    two agree."""
+def _as_is(op):
+    """``op`` itself when traced (a decomposition returning
+    ``NotImplemented`` leaves the op in the graph)."""
 
-    def traced(x, *args, **kwargs):
+    def traced(*args, **kwargs):
         if _Traced.active:
             return NotImplemented
         _Traced.active = True
         try:
-            out, *rest = op(x, *args, **kwargs)
+            return op(*args, **kwargs)
         finally:
             _Traced.active = False
-        return (out.contiguous(memory_format=suggest_memory_format(x)), *rest)
 
     return traced
 
@@ -237,11 +235,17 @@ DECOMPOSITIONS = {
     aten._softmax.default: softmax,
     aten.max_pool2d_with_indices.default: max_pool2d_with_indices,
     aten._scaled_dot_product_flash_attention_for_cpu.default: flash_attention_cpu,
-    aten._adaptive_avg_pool2d.default: adaptive_avg_pool2d,
     aten.repeat.default: repeat,
-    aten._native_batch_norm_legit_functional.default: batch_norm_training,
+    # Pooling and batch norm in the input's suggested memory format: from
+    # PyTorch's decompositions, or, for the batch norms rdyn lowers whole,
+    # from the op itself (its fake kernel lays the result out like the
+    # input, and what the graph computes from it would follow).
     **{
-        op: _in_suggested_format(op)
+        op: _first_in_suggested_format(_TORCH[op])
+        for op in (aten._adaptive_avg_pool2d.default, aten._native_batch_norm_legit_functional.default)
+    },
+    **{
+        op: _first_in_suggested_format(_as_is(op))
         for op in (
             aten._native_batch_norm_legit.default,
             aten._native_batch_norm_legit.no_stats,

@@ -21,36 +21,36 @@ class GraphRunner:
         self.out_positions = info["out_positions"]
         self.placeholders = [n for n in self.nodes if n.op == "placeholder"]
         self.inputs = []
-        self._ints = {}
+        self._scalars = {}
         self._bound = None
         # Per node index: its fast call (see `_fast_call`), or False.
         self._fast = {}
 
     def set_inputs(self, args):
         self.inputs = args
-        self._ints = {}
+        self._scalars = {}
         self._bound = None
 
     @staticmethod
     def alloc(sizes, strides, dtype):
         return torch.empty_strided(sizes, strides, dtype=dtype)
 
-    def _int_value(self, node):
+    def _scalar_value(self, node):
         """The value of a scalar node (int, or a float or bool in
         ``scalar_nodes``) for the current call."""
-        if node in self._ints:
-            return self._ints[node]
+        if node in self._scalars:
+            return self._scalars[node]
         if node.op == "placeholder":
             value = self.inputs[self.placeholders.index(node)]
         elif node.target in _TENSOR_METADATA:
             value = self._metadata(node)
         else:
-            args = [self._int_value(a) if isinstance(a, fx.Node) else a for a in node.args]
+            args = [self._scalar_value(a) if isinstance(a, fx.Node) else a for a in node.args]
             value = node.target(*args)
         val = node.meta.get("val")
         convert = float if isinstance(val, (torch.SymFloat, float)) else bool if isinstance(val, (torch.SymBool, bool)) else int
-        self._ints[node] = convert(value)
-        return self._ints[node]
+        self._scalars[node] = convert(value)
+        return self._scalars[node]
 
     def _metadata(self, node):
         """A size, stride, element count or offset of a tensor: read from the
@@ -146,7 +146,7 @@ class GraphRunner:
                 if (a, ()) in self.tensor_of:
                     return next(it)
                 if a in self.int_nodes or a in self.scalar_nodes:
-                    return self._int_value(a)
+                    return self._scalar_value(a)
                 raise RuntimeError(f"rdyn: node {node.name} reads {a.name}, which is neither a tensor nor a scalar")
             return a
 
