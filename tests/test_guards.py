@@ -262,6 +262,24 @@ def test_dynamic_square_images_lower() -> None:
     assert stats["nodes_fallback"] == 0 and stats["nodes_native"] > 0
 
 
+@pytest.mark.parametrize("mode", ["nearest", "bilinear"])
+def test_dynamic_upsampling_lowers(mode) -> None:
+    """Upsampling by a scale under dynamic sizes computes its source index
+    from the size symbol (`scalar_tensor(s0)`, `full` of a size): it runs
+    in rdyn's kernels, no node left to ATen, one graph for every size."""
+    fn = lambda x: torch.nn.functional.interpolate(x, scale_factor=2.0, mode=mode) + 1  # noqa: E731
+    torch._dynamo.reset()
+    compiled = torch.compile(fn, backend="rdyn", dynamic=True)
+    rdyn.reset_stats()
+    with no_rust_panic():
+        for n in (5, 9, 12):
+            x = torch.randn(2, 3, n, n + 1)
+            assert_same(compiled(x), fn(x), fn(x.double()), what=f"output for {n}")
+    stats = rdyn.stats()
+    assert stats["graphs"] == 1, stats
+    assert stats["nodes_fallback"] == 0 and stats["nodes_native"] > 0, stats["fallback_ops"]
+
+
 def test_dynamic_eager_nodes_get_float_scalars_and_computed_strides() -> None:
     """Under dynamic sizes a node rdyn leaves to ATen may read a float
     computed from sizes (linear upsampling's `size / 5`) or a stride of a

@@ -271,6 +271,12 @@ impl Scalars {
                     d => self.int_constant(bits as i64, d),
                 };
             }
+            // A whole float that the integer dtype holds: `full(.., 3.0,
+            // dtype=int64)` is the constant 3.
+            let n = value as i64;
+            if value.fract() == 0.0 && value.abs() < 9.0e15 && dtype.wrap_int(n) == n {
+                return self.int_constant(n, dtype);
+            }
         }
         self.add(ScalarOp::Cast(x), dtype)
     }

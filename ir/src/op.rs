@@ -67,6 +67,9 @@ ops! {
     Lerp => "lerp", Addcmul => "addcmul", Addcdiv => "addcdiv",
     // copies and casts
     Clone => "clone", ToCopy => "_to_copy", Copy => "copy", Alias => "alias",
+    // prims.convert_element_type: the one prim that decompositions leave
+    // in graphs (upsampling's, under dynamic sizes).
+    ConvertElementType => "convert_element_type",
     LiftFreshCopy => "lift_fresh_copy", Contiguous => "contiguous",
     // reductions
     Sum => "sum", Mean => "mean", Prod => "prod", Amax => "amax", Amin => "amin",
@@ -142,9 +145,13 @@ impl Op {
     }
 }
 
-/// Split an FX target name (`aten.add.Tensor`, `aten::add.Tensor`) into its
+/// Split an FX target name (`aten.add.Tensor`, `aten::add.Tensor`,
+/// `prims.convert_element_type.default`) into its
 /// packet and overload.
 pub fn parse_target(target: &str) -> (Op, &str) {
+    if let Some(overload) = target.strip_prefix("prims.convert_element_type.") {
+        return (Op::ConvertElementType, overload);
+    }
     let rest = target.strip_prefix("aten.").or_else(|| target.strip_prefix("aten::")).unwrap_or("");
     if rest.is_empty() {
         return (Op::Other, "");
@@ -165,6 +172,7 @@ mod tests {
         assert_eq!(parse_target("aten.add.Tensor"), (Op::Add, "Tensor"));
         assert_eq!(parse_target("aten.relu.default"), (Op::Relu, "default"));
         assert_eq!(parse_target("aten.frobnicate.default"), (Op::Other, "default"));
-        assert_eq!(parse_target("prims.convert_element_type.default").0, Op::Other);
+        assert_eq!(parse_target("prims.convert_element_type.default"), (Op::ConvertElementType, "default"));
+        assert_eq!(parse_target("prims.mul.default").0, Op::Other);
     }
 }

@@ -35,7 +35,9 @@ impl Lowerer<'_> {
             Clamp | ClampMin | ClampMax | HardTanh => self.clamp(node),
             Lerp => self.lerp(node),
             Addcmul | Addcdiv => self.addc(node),
-            Clone | ToCopy | Alias | LiftFreshCopy | Contiguous | Detach | Copy => self.copy_like(node),
+            Clone | ToCopy | ConvertElementType | Alias | LiftFreshCopy | Contiguous | Detach | Copy => {
+                self.copy_like(node)
+            }
             Sum | Mean | Prod | Amax | Amin | Argmax | Argmin | Any | All | Var | Std | VarMean | Max | Min
             | Logsumexp => self.reduction(node),
             Cumsum | Cumprod => self.scan(node),
@@ -501,7 +503,8 @@ impl Lowerer<'_> {
         self.native(sizes, v, out)
     }
 
-    /// clone, _to_copy (dtype casts on the same device), alias, detach.
+    /// clone, _to_copy and prims.convert_element_type (dtype casts on the
+    /// same device), alias, detach.
     fn copy_like(&mut self, node: &Node) -> Res {
         let (sizes, out) = self.out_meta(node)?;
         let src = if node.op == Op::Copy { node.arg(1, "src") } else { node.arg(0, "self") };

@@ -419,21 +419,10 @@ impl Lowerer<'_> {
                 let v = s.binary(BinaryOp::Add, m, b, compute);
                 s.cast(v, out)
             }
-            Op::Full | Op::FullLike | Op::Fill => match node.arg(1, "fill_value") {
-                Arg::Tensor(v) => {
-                    let lazy = self.value(*v, op)?;
-                    let b = self.broadcast_to(&lazy, &sizes);
-                    self.prog.scalars.cast(b.value, out)
-                }
-                a => {
-                    let value = a.as_float().ok_or_else(|| crate::unsupported(op, "fill value"))?;
-                    self.prog.scalars.constant(value, out)
-                }
-            },
-            Op::ScalarTensor => {
-                let value = node.arg(0, "s").as_float().ok_or_else(|| crate::unsupported(op, "value"))?;
-                self.prog.scalars.constant(value, out)
-            }
+            // A number, a symbolic size (`scalar_tensor(s0)` in dynamic
+            // upsampling) or a tensor.
+            Op::Full | Op::FullLike | Op::Fill => self.operand(node.arg(1, "fill_value"), &sizes, out, op)?,
+            Op::ScalarTensor => self.operand(node.arg(0, "s"), &sizes, out, op)?,
             Op::Zeros | Op::ZerosLike | Op::Empty | Op::EmptyLike | Op::EmptyStrided | Op::EmptyPermuted => {
                 self.prog.scalars.constant(0.0, out)
             }
@@ -595,10 +584,20 @@ impl Lowerer<'_> {
         }
         let out_v = node.outputs.first().copied().ok_or_else(|| crate::invalid(op, "no output"))?;
         let strides = self.meta_strides(out_v);
+        let accumulate = match node.op {
+            Op::ScatterAdd => true,
+            Op::IndexPut => node.arg(3, "accumulate").as_bool().unwrap_or(false),
+            _ => false,
+        };
+        // Half precision accumulates in a float32 copy, rounded once at the
+        // end, as ATen's sorted scatter-add does: rounding after every add
+        // loses most of the sum's bits when many indices repeat.
+        let store = if accumulate { crate::reduce::acc_dtype(out) } else { out };
         let x = self.broadcast_to(&x, sizes);
+        let x = if store != x.dtype { self.cast_lazy(x, store) } else { x };
         let buf = self.realize(&x, Some(strides));
         let buffer = self.prog.buffer(buf).clone();
-        let (ranges, mut address, indirect_src, value, accumulate) = if node.op != Op::IndexPut {
+        let (ranges, mut address, indirect_src, value) = if node.op != Op::IndexPut {
             let d = norm_dim(node.arg(1, "dim").as_int().unwrap_or(0), sizes.len());
             let idx = self.tensor_arg(node, 2, "index")?;
             let ranges = idx.sizes.clone();
@@ -619,11 +618,10 @@ impl Lowerer<'_> {
                     address = address.add(&Expr::v(k as u32).mul(&buffer.strides[k]));
                 }
             }
-            (ranges, address, vec![(d, idx.value)], value, node.op == Op::ScatterAdd)
+            (ranges, address, vec![(d, idx.value)], value)
         } else {
             let list = node.arg(1, "indices").as_list().ok_or_else(|| crate::unsupported(op, "indices"))?.to_vec();
             let values = self.tensor_arg(node, 2, "values")?;
-            let accumulate = node.arg(3, "accumulate").as_bool().unwrap_or(false);
             let mut idx = Vec::new();
             for (d, item) in list.iter().enumerate() {
                 match item {
@@ -664,7 +662,7 @@ impl Lowerer<'_> {
                 let d = idx.len() + k;
                 address = address.add(&Expr::v((b_sizes.len() + k) as u32).mul(&buffer.strides[d]));
             }
-            (ranges, address, indirect, vb.value, accumulate)
+            (ranges, address, indirect, vb.value)
         };
         let mut store_indirect = Vec::new();
         for (d, v) in indirect_src {
@@ -672,13 +670,13 @@ impl Lowerer<'_> {
             let bounded = self.prog.scalars.add(ScalarOp::Bounded(v, sizes[d].clone()), DType::I64);
             store_indirect.push((bounded, buffer.strides[d].clone()));
         }
-        let mut value = self.prog.scalars.cast(value, out);
+        let mut value = self.prog.scalars.cast(value, store);
         if accumulate {
-            let old = self
-                .prog
-                .scalars
-                .add(ScalarOp::Load { buf, index: address.clone(), indirect: store_indirect.clone(), mask: None }, out);
-            value = self.prog.scalars.binary(BinaryOp::Add, old, value, out);
+            let old = self.prog.scalars.add(
+                ScalarOp::Load { buf, index: address.clone(), indirect: store_indirect.clone(), mask: None },
+                store,
+            );
+            value = self.prog.scalars.binary(BinaryOp::Add, old, value, store);
         }
         address = address.simplify(&self.ctx_for(&ranges));
         self.prog.steps.push(Step::Kernel(Kernel {
@@ -686,6 +684,7 @@ impl Lowerer<'_> {
             stages: vec![Stage { out: buf, ranges, reduce: None, value, store: address, store_indirect }],
         }));
         let lazy = self.load_buffer(buf);
+        let lazy = if store != out { self.cast_lazy(lazy, out) } else { lazy };
         Ok(Handled::Native(vec![lazy]))
     }
 

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field
 
 import torch
 from torch._dynamo.backends.common import aot_autograd
+from torch.fx.experimental.symbolic_shapes import optimization_hint
 
 from . import _rdyn
 from ._import import Unsupported, import_graph, on_device
@@ -44,6 +46,21 @@ class Report:
         return "\n".join(lines)
 
 
+def _hinted(x):
+    """`x` with its symbolic sizes replaced by the example's: describing a
+    graph reads sizes as integers, which under dynamic shapes would guard
+    them to the example's values (and fail for `mark_dynamic` sizes)."""
+    if isinstance(x, torch.SymInt):
+        return optimization_hint(x)
+    if not isinstance(x, torch.Tensor) or not any(isinstance(s, torch.SymInt) for s in (*x.shape, *x.stride())):
+        return x
+    mode = getattr(x, "fake_mode", None) or contextlib.nullcontext()
+    with mode:
+        return torch.empty_strided(
+            [optimization_hint(s) for s in x.shape], [optimization_hint(s) for s in x.stride()], dtype=x.dtype, device=x.device
+        )
+
+
 def _describe_into(report: Report, gm, inputs, device: str = "cpu") -> None:
     try:
         data, info = import_graph(gm)
@@ -54,7 +71,7 @@ def _describe_into(report: Report, gm, inputs, device: str = "cpu") -> None:
         data = on_device(data, "cuda:0")
     graph = _rdyn.CompiledGraph(data, GraphRunner(info), device)
     try:
-        desc = graph.describe(list(inputs) + info["constants"])
+        desc = graph.describe([_hinted(x) for x in inputs] + info["constants"])
     except NotImplementedError as e:
         report.notes.append(f"a graph runs eagerly on {device}: {e}")
         return
