@@ -4,7 +4,7 @@
 small function (pointwise math on float, integer and bool tensors, casts,
 reductions, views, cat/pad/gather, matrix products, pooling, mutation of a
 clone), the specs of its inputs (sizes, dtype, a contiguous, transposed,
-strided or expanded layout) and how to run it (through AOTAutograd, through
+strided, expanded or channels-last layout) and how to run it (through AOTAutograd, through
 ``torch.compile`` with dynamic sizes, or as a training step). Each line is
 run eagerly while the program is built, so every program is valid and its
 values stay finite and moderate; a line that raises or overflows is dropped.
@@ -48,7 +48,7 @@ MODES = (("aot", 60), ("dynamic", 20), ("train", 20))
 class Input:
     sizes: tuple[int, ...]
     dtype: torch.dtype
-    layout: str  # contiguous | transposed | strided | expanded
+    layout: str  # contiguous | transposed | strided | expanded | channels_last
 
     def make(self, gen: torch.Generator, requires_grad: bool) -> torch.Tensor:
         sizes = list(self.sizes)
@@ -56,6 +56,8 @@ class Input:
             base = _values(sizes[:-2] + [sizes[-1], sizes[-2]], self.dtype, gen).transpose(-1, -2)
         elif self.layout == "strided":
             base = _values(sizes[:-1] + [2 * sizes[-1]], self.dtype, gen)[..., ::2]
+        elif self.layout == "channels_last":
+            base = _values(sizes, self.dtype, gen).contiguous(memory_format=torch.channels_last)
         elif self.layout == "expanded":
             one = [1 if i == 0 else s for i, s in enumerate(sizes)]
             base = _values(one, self.dtype, gen).expand(sizes)
@@ -647,6 +649,8 @@ def _random_input(rng: random.Random, like: tuple[int, ...] | None) -> Input:
     layouts = ["contiguous"] * 6
     if len(sizes) >= 2:
         layouts += ["transposed"] * 2
+    if len(sizes) == 4:
+        layouts += ["channels_last"] * 2
     if len(sizes) >= 1:
         layouts += ["strided"] * 2
         if sizes[0] > 1:
