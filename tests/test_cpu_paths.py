@@ -472,3 +472,23 @@ def test_half_scatter_adds_accumulate_in_float32(name, dtype) -> None:
     # tens of ulps).
     assert error <= torch.finfo(dtype).eps * want.abs().max().item(), f"max error {error} against float64"
     assert_same(got, fn(x, index, s), want)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16, torch.int8, torch.bool])
+@pytest.mark.parametrize("shape", [(2, 32, 56, 56), (3, 19, 13, 11)])
+def test_layout_changes_are_blocked_transposes(dtype, shape) -> None:
+    """NCHW to channels-last and back (a convolution's input, its output
+    read by NCHW code) are copies that transpose: one kernel run as blocked
+    transposes (8 x 8 AVX squares for 4-byte elements, a plain loop for the
+    others and the edges), bit for bit eager's values."""
+    gen = torch.Generator().manual_seed(0)
+    x = (torch.randn(shape, generator=gen) * 50).to(dtype)
+    for fn, src in (
+        (lambda t: t.contiguous(memory_format=torch.channels_last), x),
+        (lambda t: t.contiguous(), x.contiguous(memory_format=torch.channels_last)),
+    ):
+        source = "\n".join(k.source for k in _kernels(fn, src))
+        assert source.count("as blocked transposes") == 1, source
+        (got,) = compile_aten(fn, [src])(src)
+        want = fn(src)
+        assert got.stride() == want.stride() and torch.equal(got, want)

@@ -21,6 +21,7 @@ pub mod parallel;
 pub mod plan;
 pub mod special;
 mod split;
+mod transpose;
 
 /// Why a CPU plan could not be built or run.
 #[derive(Debug, thiserror::Error, PartialEq)]

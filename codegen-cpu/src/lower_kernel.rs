@@ -189,7 +189,9 @@ pub(crate) fn kernel_plan(
         (false, Some(tile)) => tile,
         (false, None) => outer_tile(&new_outer, mode, &stages, crate::parallel::threads()),
     };
-    let mut kernel = KernelPlan { name, outer: new_outer, mode, stages, serial, tile, columns: columns.is_some() };
+    let mut kernel =
+        KernelPlan { name, outer: new_outer, mode, stages, serial, tile, columns: columns.is_some(), transpose: None };
+    kernel.transpose = crate::transpose::detect(&kernel, buffers);
     if !serial {
         for k in 0..kernel.stages.len() {
             if let Some(var) = crate::jit::tile_var(&kernel, &kernel.stages[k]) {

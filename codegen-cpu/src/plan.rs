@@ -258,6 +258,9 @@ pub struct KernelPlan {
     /// the last dimension, then the next column (see `lower_kernel`'s
     /// `column_tile`), rather than each row's tiles in turn.
     pub columns: bool,
+    /// Every stage is a copy into the transposed layout, run as blocked
+    /// transposes instead of tiles ([`crate::transpose`]).
+    pub transpose: Option<Vec<crate::transpose::TransposeCopy>>,
 }
 
 #[derive(Clone, Debug)]
@@ -546,7 +549,13 @@ impl CpuProgram {
             kernel.outer,
             kernel.mode,
             if kernel.serial { " serial" } else { " parallel" },
-            if kernel.columns { format!(" by columns of {}", kernel.tile) } else { String::new() }
+            if kernel.transpose.is_some() {
+                " as blocked transposes".to_string()
+            } else if kernel.columns {
+                format!(" by columns of {}", kernel.tile)
+            } else {
+                String::new()
+            }
         );
         for stage in &kernel.stages {
             let red = match &stage.reduce {

@@ -139,6 +139,10 @@ pub struct Memory<'a> {
 /// Run `kernel`. Returns false if a data-dependent index was out of range or
 /// an integer division by zero happened.
 pub fn run_kernel(kernel: &KernelPlan, mem: &Memory) -> bool {
+    if let Some(copies) = &kernel.transpose {
+        crate::transpose::run(copies, &kernel.outer, mem);
+        return true;
+    }
     let m = kernel.outer.len();
     let vars = kernel
         .stages

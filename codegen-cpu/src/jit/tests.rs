@@ -115,7 +115,16 @@ fn inputs() -> (Vec<f32>, Vec<f32>) {
 
 /// A parallel kernel of one stage.
 fn one_stage(outer: Vec<i64>, mode: TileMode, stage: StagePlan, tile: usize) -> KernelPlan {
-    KernelPlan { name: "k".into(), outer, mode, stages: vec![stage], serial: false, tile, columns: false }
+    KernelPlan {
+        name: "k".into(),
+        outer,
+        mode,
+        stages: vec![stage],
+        serial: false,
+        tile,
+        columns: false,
+        transpose: None,
+    }
 }
 
 /// `kernel` as `compile_program` leaves it for these buffers.
@@ -490,6 +499,7 @@ fn stages_run_by_rows_bitwise() {
         serial: false,
         tile: 256,
         columns: false,
+        transpose: None,
     };
     let bufs = vec![
         buf(&[4, 37], &[37, 1], DType::F32),
@@ -580,6 +590,7 @@ fn inner_stages_run_by_rows_bitwise() {
         serial: false,
         tile: 256,
         columns: false,
+        transpose: None,
     };
     let bufs = vec![
         buf(&[4, 37], &[37, 1], DType::F32),
