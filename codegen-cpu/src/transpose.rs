@@ -262,7 +262,7 @@ mod tests {
     fn blocks_match_the_plain_loop() {
         for (rows, cols) in [(8, 8), (1, 9), (9, 1), (13, 21), (64, 64), (17, 64), (64, 3), (40, 33)] {
             let (ss, ds) = (cols + 5, rows + 3);
-            let src: Vec<u32> = (0..rows * ss).map(|i| i as u32 * 2_654_435_761).collect();
+            let src: Vec<u32> = (0..rows * ss).map(|i| (i as u32).wrapping_mul(2_654_435_761)).collect();
             let block = Block { rows, cols, src_stride: ss as isize, dst_stride: ds as isize };
             let mut want = vec![0u32; cols * ds];
             let mut got = want.clone();
