@@ -288,6 +288,7 @@ _LAID_OUT_BY_ATEN = {
     "softmax": lambda x: torch.softmax(x, -1),
     "softmax_dim0": lambda x: torch.softmax(x, 0),
     "repeat": lambda x: x.repeat(2, 1, 1),
+    "index_select": lambda x: torch.index_select(x, 1, torch.tensor([2, 0, 1])),
     "max_pool1d": lambda x: F.max_pool1d(x, 2),
     "max_pool2d": lambda x: F.max_pool2d(x.unsqueeze(0), 2),
     "adaptive_avg_pool1d": lambda x: F.adaptive_avg_pool1d(x, 3),
@@ -306,7 +307,7 @@ _LAYOUT_CASES.remove(("max_pool1d", "transposed"))
 
 @pytest.mark.parametrize("name,layout", _LAYOUT_CASES)
 def test_results_laid_out_as_aten_lays_them_out(name, layout) -> None:
-    """Softmax and repeat are contiguous whatever the input; pooling and
+    """Softmax, repeat and index_select are contiguous whatever the input; pooling and
     batch norm follow the input's suggested memory format; xlogy the layout
     of its first operand: as eager's, values against a float64 reference.
     (Batch norm's fake kernel follows the input: rdyn takes eager's layout,
@@ -320,6 +321,18 @@ def test_results_laid_out_as_aten_lays_them_out(name, layout) -> None:
     got, want = torch.compile(fn, backend="rdyn")(x), fn(x)
     assert got.stride() == want.stride()
     assert_same(got, want, fn(x64))
+
+
+def test_index_select_of_channels_last_is_contiguous() -> None:
+    """ATen's index_select writes a contiguous result; its decomposition
+    (an `index`) follows a channels-last input's layout (found by
+    tests/test_fuzz.py, seed 15102)."""
+    x = torch.randn(3, 3, 8, 13).contiguous(memory_format=torch.channels_last)
+    fn = lambda x: torch.index_select(x, 2, torch.tensor([7, 6, 4])).asinh()  # noqa: E731
+    torch._dynamo.reset()
+    got, want = torch.compile(fn, backend="rdyn")(x), fn(x)
+    assert got.stride() == want.stride()
+    assert_same(got, want, fn(x.double()))
 
 
 @pytest.mark.parametrize("dynamic", [False, True], ids=["static", "dynamic"])

@@ -32,7 +32,13 @@ from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND, elementwise_dty
 
 aten = torch.ops.aten
 _TORCH = get_decompositions(
-    [aten.max_pool2d_with_indices, aten._adaptive_avg_pool2d, aten.repeat, aten._native_batch_norm_legit_functional]
+    [
+        aten.max_pool2d_with_indices,
+        aten._adaptive_avg_pool2d,
+        aten.repeat,
+        aten.index_select,
+        aten._native_batch_norm_legit_functional,
+    ]
 )
 
 
@@ -140,6 +146,13 @@ def repeat(x, repeats):
     return _TORCH[aten.repeat.default](x, repeats).contiguous()
 
 
+def index_select(x, dim, index):
+    """PyTorch's decomposition (an ``index``, which follows the input's
+    layout), contiguous as ATen's ``index_select`` (found by
+    tests/test_fuzz.py: a channels-last input gave a channels-last result)."""
+    return _TORCH[aten.index_select.default](x, dim, index).contiguous()
+
+
 def flash_attention_cpu(query, key, value, dropout_p=0.0, is_causal=False, *, attn_mask=None, scale=None):
     """``_scaled_dot_product_flash_attention_for_cpu`` as two batched matrix
     products around a softmax, which rdyn fuses (scale, causal mask, max,
@@ -236,6 +249,7 @@ DECOMPOSITIONS = {
     aten.max_pool2d_with_indices.default: max_pool2d_with_indices,
     aten._scaled_dot_product_flash_attention_for_cpu.default: flash_attention_cpu,
     aten.repeat.default: repeat,
+    aten.index_select.default: index_select,
     # Pooling and batch norm in the input's suggested memory format: from
     # PyTorch's decompositions, or, for the batch norms rdyn lowers whole,
     # from the op itself (its fake kernel lays the result out like the
