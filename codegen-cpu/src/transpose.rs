@@ -24,6 +24,10 @@ use crate::plan::{storage_root, BufPlan, IndexFn, InstOp, KernelPlan, TileMode};
 /// Block edge: a 64 x 64 block of float32 is 16 KiB on each side, in L1.
 const BLOCK: usize = 64;
 
+/// Outer dimensions a transposing copy may have (a block's point lives on
+/// the stack: no allocation per block).
+const MAX_DIMS: usize = 16;
+
 /// One stage of a transposing copy: over the kernel's outer ranges,
 /// `dst[.. + b * dst_b + a] = src[.. + a * src_a + b]`.
 #[derive(Clone, Debug)]
@@ -47,6 +51,9 @@ pub(crate) fn detect(kernel: &KernelPlan, bufs: &[BufPlan]) -> Option<Vec<Transp
         return None;
     }
     let m = kernel.outer.len();
+    if m > MAX_DIMS {
+        return None;
+    }
     kernel
         .stages
         .iter()
@@ -104,7 +111,7 @@ fn run_one(copy: &TransposeCopy, outer: &[i64], mem: &Memory) {
     let items = heads * ba * bb;
     let (src, dst) = (mem.ptrs[copy.src.0 as usize], mem.ptrs[copy.dst.0 as usize]);
     let item = |k: usize| {
-        let mut env = vec![0i64; outer.len()];
+        let mut env = [0i64; MAX_DIMS];
         // Unravel the head point (every variable but a and b, in order).
         let mut flat = k / (ba * bb);
         for v in (0..outer.len()).rev().filter(|v| *v != copy.a && *v != copy.b) {

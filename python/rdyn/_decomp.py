@@ -13,7 +13,7 @@ checks in the window).
 
 Each result is laid out as ATen's kernel lays it out (a decomposition's
 pointwise ops would follow the input's layout instead): softmax and
-``repeat`` are contiguous, pooling and batch norm follow the input's
+``repeat`` and ``index_select`` are contiguous, pooling and batch norm follow the input's
 suggested memory format (channels-last or contiguous).
 
 Softmax normalises by multiplying with the reciprocal of the row sum, as
@@ -141,16 +141,16 @@ def _as_is(op):
     return traced
 
 
-def repeat(x, repeats):
-    """PyTorch's decomposition, contiguous as ATen's ``repeat``."""
-    return _TORCH[aten.repeat.default](x, repeats).contiguous()
+def _contiguous(fn):
+    """``fn`` with its result contiguous, as ATen's kernel writes it (the
+    decompositions of ``repeat`` and ``index_select``, an ``index``, follow
+    the input's layout; a channels-last input gave a channels-last result,
+    found by tests/test_fuzz.py)."""
 
+    def contiguous(*args, **kwargs):
+        return fn(*args, **kwargs).contiguous()
 
-def index_select(x, dim, index):
-    """PyTorch's decomposition (an ``index``, which follows the input's
-    layout), contiguous as ATen's ``index_select`` (found by
-    tests/test_fuzz.py: a channels-last input gave a channels-last result)."""
-    return _TORCH[aten.index_select.default](x, dim, index).contiguous()
+    return contiguous
 
 
 def flash_attention_cpu(query, key, value, dropout_p=0.0, is_causal=False, *, attn_mask=None, scale=None):
@@ -248,8 +248,7 @@ DECOMPOSITIONS = {
     aten._softmax.default: softmax,
     aten.max_pool2d_with_indices.default: max_pool2d_with_indices,
     aten._scaled_dot_product_flash_attention_for_cpu.default: flash_attention_cpu,
-    aten.repeat.default: repeat,
-    aten.index_select.default: index_select,
+    **{op: _contiguous(_TORCH[op]) for op in (aten.repeat.default, aten.index_select.default)},
     # Pooling and batch norm in the input's suggested memory format: from
     # PyTorch's decompositions, or, for the batch norms rdyn lowers whole,
     # from the op itself (its fake kernel lays the result out like the
