@@ -12,7 +12,7 @@ input has one user per window position, so it is stored once (no bounds
 checks in the window).
 
 Each result is laid out as ATen's kernel lays it out (a decomposition's
-pointwise ops would follow the input's layout instead): softmax and
+pointwise ops would follow the input's layout instead): softmax,
 ``repeat`` and ``index_select`` are contiguous, pooling and batch norm follow the input's
 suggested memory format (channels-last or contiguous).
 
