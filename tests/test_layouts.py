@@ -289,6 +289,8 @@ _LAID_OUT_BY_ATEN = {
     "softmax_dim0": lambda x: torch.softmax(x, 0),
     "repeat": lambda x: x.repeat(2, 1, 1),
     "index_select": lambda x: torch.index_select(x, 1, torch.tensor([2, 0, 1])),
+    "roll": lambda x: torch.roll(x, (1, -2), (1, 2)),
+    "roll_flat": lambda x: torch.roll(x, 3),
     "max_pool1d": lambda x: F.max_pool1d(x, 2),
     "max_pool2d": lambda x: F.max_pool2d(x.unsqueeze(0), 2),
     "adaptive_avg_pool1d": lambda x: F.adaptive_avg_pool1d(x, 3),
@@ -333,6 +335,21 @@ def test_index_select_of_channels_last_is_contiguous() -> None:
     got, want = torch.compile(fn, backend="rdyn")(x), fn(x)
     assert got.stride() == want.stride()
     assert_same(got, want, fn(x.double()))
+
+
+@pytest.mark.parametrize("dims", [(1, 3), (), (2,)], ids=["channels_and_width", "flat", "height"])
+def test_roll_of_channels_last_keeps_aten_layout(dims) -> None:
+    """ATen's roll keeps a channels-last input's layout when it rolls along
+    dims and is contiguous when it rolls the flattened tensor; the
+    decomposition followed the input either way (found by
+    tests/test_fuzz.py, seed 12865)."""
+    x = torch.randn(2, 3, 5, 7, dtype=torch.float64).contiguous(memory_format=torch.channels_last)
+    shifts = tuple(range(1, len(dims) + 1)) if dims else 4
+    fn = lambda x: torch.roll(x.sin(), shifts, dims) * 2  # noqa: E731
+    torch._dynamo.reset()
+    got, want = torch.compile(fn, backend="rdyn")(x.float()), fn(x.float())
+    assert got.stride() == want.stride()
+    assert_same(got, want, fn(x))
 
 
 @pytest.mark.parametrize("dynamic", [False, True], ids=["static", "dynamic"])

@@ -37,6 +37,7 @@ _TORCH = get_decompositions(
         aten._adaptive_avg_pool2d,
         aten.repeat,
         aten.index_select,
+        aten.roll,
         aten._native_batch_norm_legit_functional,
     ]
 )
@@ -153,6 +154,16 @@ def _contiguous(fn):
     return contiguous
 
 
+def roll(x, shifts, dims=()):
+    """``roll`` laid out as ATen's kernel: rolled along given dims, the
+    result takes the input's suggested memory format; flattened (no dims),
+    it is contiguous. PyTorch's decomposition (an ``index``) follows the
+    input's layout (a channels-last input, found by tests/test_fuzz.py,
+    seed 12865)."""
+    out = _TORCH[aten.roll.default](x, shifts, dims)
+    return out.contiguous(memory_format=suggest_memory_format(x) if len(dims) else torch.contiguous_format)
+
+
 def flash_attention_cpu(query, key, value, dropout_p=0.0, is_causal=False, *, attn_mask=None, scale=None):
     """``_scaled_dot_product_flash_attention_for_cpu`` as two batched matrix
     products around a softmax, which rdyn fuses (scale, causal mask, max,
@@ -267,4 +278,5 @@ DECOMPOSITIONS = {
         )
     },
     aten.xlogy.Tensor: xlogy,
+    aten.roll.default: roll,
 }
