@@ -265,7 +265,9 @@ pub fn compile_program(steps: &mut [CpuStep], bufs: &[BufPlan]) {
     let mut pending = Vec::new();
     for (k, step) in steps.iter().enumerate() {
         let CpuStep::Kernel(kernel) = step else { continue };
-        if kernel.serial {
+        // A serial kernel runs in the interpreter; a blocked transpose
+        // needs no compiled stage.
+        if kernel.serial || kernel.transpose.is_some() {
             continue;
         }
         for (s, stage) in kernel.stages.iter().enumerate() {
