@@ -448,6 +448,8 @@ _ACCUMULATING_OPS = {
     "index_add": lambda x, i, s: x.index_add(0, i, s),
     "scatter_add": lambda x, i, s: x.scatter_add(0, i[:, None].expand(-1, s.shape[1]), s),
     "index_put_accumulate": lambda x, i, s: x.index_put((i,), s, accumulate=True),
+    # Along dim 1: an index_put whose indices start with None (fuzz seed 18548).
+    "index_add_dim1": lambda x, i, s: x.t().index_add(1, i, s.t()),
 }
 
 
@@ -472,6 +474,71 @@ def test_half_scatter_adds_accumulate_in_float32(name, dtype) -> None:
     # tens of ulps).
     assert error <= torch.finfo(dtype).eps * want.abs().max().item(), f"max error {error} against float64"
     assert_same(got, fn(x, index, s), want)
+
+
+_INDEX = torch.tensor([0, 2, 2, 1])
+_INDEX_PUTS = {
+    # The points written are those of `x[indices]`: index dims in place of
+    # adjacent indexed dims, first when a None separates them.
+    "leading_none": lambda x: torch.ops.aten.index_put(x, [None, _INDEX], torch.ones(4, 4, 6, 7, dtype=x.dtype), True),
+    "adjacent": lambda x: torch.ops.aten.index_put(x, [None, _INDEX, _INDEX], x[:, _INDEX, _INDEX] * 2, True),
+    "separated": lambda x: torch.ops.aten.index_put(x, [_INDEX, None, _INDEX], x[_INDEX, :, _INDEX] * 3),
+    "broadcast": lambda x: torch.ops.aten.index_put(x, [None, _INDEX[:2, None], _INDEX], x[:, :1, _INDEX] - 1, True),
+    "last_dim": lambda x: torch.ops.aten.index_put(x, [None, None, None, _INDEX], x[..., _INDEX] + 5, True),
+    "index_copy": lambda x: x.index_copy(3, torch.tensor([6, 0]), x[..., :2] * 10),
+    "setitem": lambda x: (lambda y: (y.__setitem__((slice(None), _INDEX), 7.0), y)[1])(x.clone()),
+}
+
+
+@pytest.mark.parametrize("name", list(_INDEX_PUTS))
+def test_index_puts_with_whole_dims_lower(name) -> None:
+    """index_put with None entries (whole dims, as index_add and index_copy
+    along a later dim decompose) runs in rdyn's kernels, not eager's, and
+    writes eager's points."""
+    fn = _INDEX_PUTS[name]
+    x = torch.randn(4, 5, 6, 7, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    compiled = compile_aten(fn, [x.float()])
+    rdyn.reset_stats()
+    (got,) = compiled(x.float())
+    assert rdyn.stats()["fallback_ops"] == {}
+    assert_same(got, fn(x.float()), fn(x))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.int64])
+@pytest.mark.parametrize("include_self", [True, False], ids=["with_self", "without_self"])
+@pytest.mark.parametrize("reduce", ["sum", "prod", "mean", "amax", "amin"])
+@pytest.mark.parametrize("op", ["scatter_reduce", "index_reduce", "scatter"])
+def test_scatter_reductions_lower(op, reduce, include_self, dtype) -> None:
+    """scatter_reduce, index_reduce and scatter(reduce=...) run in rdyn's
+    serial scatter kernels: points no index names keep `self`; without
+    `self`, a point starts from the reduction's identity; a mean divides by
+    the count (floored for integers); half precision reduces in float32."""
+    if op == "index_reduce" and reduce == "sum":
+        pytest.skip("index_reduce has no sum (index_add is one)")
+    legacy = {"sum": "add", "prod": "multiply"}
+    if op == "scatter" and (reduce not in legacy or not include_self):
+        pytest.skip("scatter reduces by add or multiply, with self")
+    gen = torch.Generator().manual_seed(1)
+    x64 = torch.randn(5, 6, generator=gen, dtype=torch.float64) * 3
+    src64 = torch.rand(7, 6, generator=gen, dtype=torch.float64) + 0.5
+    if dtype == torch.int64:
+        x64, src64 = x64.round(), (src64 * 6 - 3).round()
+    index = torch.tensor([0, 3, 3, 1, 0, 3, 1])
+    if op == "scatter_reduce":
+        index = index[:, None].expand(7, 6).contiguous()
+        fn = lambda x, i, s: x.scatter_reduce(0, i, s, reduce, include_self=include_self)  # noqa: E731
+    elif op == "scatter":
+        index = index[:, None].expand(7, 6).contiguous()
+        fn = lambda x, i, s: x.scatter(0, i, s, reduce=legacy[reduce]) + x.scatter(1, i[:5], 1.5, reduce=legacy[reduce])  # noqa: E731
+    else:
+        fn = lambda x, i, s: x.index_reduce(0, i, s, reduce, include_self=include_self)  # noqa: E731
+    x, src = x64.to(dtype), src64.to(dtype)
+    compiled = compile_aten(fn, [x, index, src])
+    rdyn.reset_stats()
+    (got,) = compiled(x, index, src)
+    assert rdyn.stats()["fallback_ops"] == {}
+    reference = fn(x.double(), index, src.double()) if dtype.is_floating_point else None
+    assert_same(got, fn(x, index, src), reference)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16, torch.int8, torch.bool])

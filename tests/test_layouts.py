@@ -291,6 +291,7 @@ _LAID_OUT_BY_ATEN = {
     "index_select": lambda x: torch.index_select(x, 1, torch.tensor([2, 0, 1])),
     "roll": lambda x: torch.roll(x, (1, -2), (1, 2)),
     "roll_flat": lambda x: torch.roll(x, 3),
+    "logsigmoid": lambda x: F.logsigmoid(x),
     "max_pool1d": lambda x: F.max_pool1d(x, 2),
     "max_pool2d": lambda x: F.max_pool2d(x.unsqueeze(0), 2),
     "adaptive_avg_pool1d": lambda x: F.adaptive_avg_pool1d(x, 3),
@@ -309,8 +310,9 @@ _LAYOUT_CASES.remove(("max_pool1d", "transposed"))
 
 @pytest.mark.parametrize("name,layout", _LAYOUT_CASES)
 def test_results_laid_out_as_aten_lays_them_out(name, layout) -> None:
-    """Softmax, repeat and index_select are contiguous whatever the input; pooling and
-    batch norm follow the input's suggested memory format; xlogy the layout
+    """Softmax, repeat, index_select and logsigmoid are contiguous whatever the
+    input; pooling, batch norm and roll follow the input's suggested memory
+    format (a flattened roll is contiguous); xlogy the layout
     of its first operand: as eager's, values against a float64 reference.
     (Batch norm's fake kernel follows the input: rdyn takes eager's layout,
     not the metadata's.)"""
@@ -335,6 +337,23 @@ def test_index_select_of_channels_last_is_contiguous() -> None:
     got, want = torch.compile(fn, backend="rdyn")(x), fn(x)
     assert got.stride() == want.stride()
     assert_same(got, want, fn(x.double()))
+
+
+def test_logsigmoid_in_training_is_contiguous() -> None:
+    """ATen's log_sigmoid_forward writes contiguous results; its
+    decomposition followed a transposed input (found by tests/test_fuzz.py,
+    seed 2719); the gradient against a float64 reference."""
+    x64 = torch.randn(4, 13, 2, dtype=torch.float64).transpose(1, 2)
+    fn = lambda x: F.logsigmoid(x) * 3  # noqa: E731
+    torch._dynamo.reset()
+    x, x_ref = x64.float().requires_grad_(), x64.clone().requires_grad_()
+    got = torch.compile(fn, backend="rdyn")(x)
+    want = fn(x64.float())
+    assert got.stride() == want.stride()
+    assert_same(got, want, fn(x64))
+    got.sum().backward()
+    fn(x_ref).sum().backward()
+    assert_same(x.grad, x_ref.grad.float(), x_ref.grad)
 
 
 @pytest.mark.parametrize("dims", [(1, 3), (), (2,)], ids=["channels_and_width", "flat", "height"])

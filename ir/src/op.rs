@@ -93,7 +93,8 @@ ops! {
     // library calls
     SplitWithSizes => "split_with_sizes", SliceScatter => "slice_scatter", SelectScatter => "select_scatter",
     EmptyPermuted => "empty_permuted", Angle => "angle", Polygamma => "polygamma",
-    ScatterAdd => "scatter_add", BatchNormInference => "_native_batch_norm_legit_no_training",
+    ScatterAdd => "scatter_add", ScatterReduce => "scatter_reduce", IndexReduce => "index_reduce",
+    BatchNormInference => "_native_batch_norm_legit_no_training",
     NativeBatchNorm => "native_batch_norm",
     LayerNorm => "native_layer_norm",
     Mm => "mm", Bmm => "bmm", Addmm => "addmm", Convolution => "convolution",

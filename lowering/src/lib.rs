@@ -16,6 +16,7 @@ mod cse;
 mod dce;
 mod diagonal;
 mod forward;
+mod index;
 mod lazy;
 mod lower;
 mod norm;

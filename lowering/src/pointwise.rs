@@ -47,9 +47,8 @@ impl Lowerer<'_> {
             | Unfold | T | Transpose | Diagonal | Flip | Repeat => self.view_op(node),
             Cat | ConstantPadNd | Gather | Index | IndexSelect | Embedding | Scatter | IndexPut | Iota | Arange
             | Full | FullLike | Zeros | ZerosLike | Ones | OnesLike | ScalarTensor | Fill | Empty | EmptyLike
-            | EmptyStrided | Tril | Triu | Roll | ScatterAdd | SliceScatter | SelectScatter | EmptyPermuted => {
-                self.data_op(node)
-            }
+            | EmptyStrided | Tril | Triu | Roll | ScatterAdd | ScatterReduce | IndexReduce | SliceScatter
+            | SelectScatter | EmptyPermuted => self.data_op(node),
             SplitWithSizes => self.split(node),
             Angle => self.angle(node),
             Polygamma => self.polygamma(node),

@@ -2,9 +2,7 @@
 //! into libraries.
 
 use crate::ir::graph::{Arg, Node};
-use crate::ir::loops::{
-    contiguous_strides, BinaryOp, BufId, BufRole, Buffer, ExternKind, Kernel, ScalarId, ScalarOp, Stage, Step,
-};
+use crate::ir::loops::{contiguous_strides, BinaryOp, BufId, BufRole, Buffer, ExternKind, ScalarId, ScalarOp, Step};
 use crate::ir::op::Op;
 use crate::ir::{DType, Expr};
 use crate::lazy::{vars, Lazy};
@@ -13,7 +11,7 @@ use crate::LowerError;
 
 type Res = Result<Handled, LowerError>;
 
-fn norm_dim(d: i64, ndim: usize) -> usize {
+pub(crate) fn norm_dim(d: i64, ndim: usize) -> usize {
     let n = ndim.max(1) as i64;
     (if d < 0 { d + n } else { d }).clamp(0, n - 1) as usize
 }
@@ -254,7 +252,7 @@ impl Lowerer<'_> {
     /// the output variables, or a data value (`indirect`) for gathered dims.
     /// Indices that are index expressions provably inside the tensor make
     /// this a view (fusable, no buffer); the rest are bounds-checked gathers.
-    fn gather_load(
+    pub(crate) fn gather_load(
         &mut self,
         src: &Lazy,
         index: &[Option<Expr>],
@@ -397,7 +395,9 @@ impl Lowerer<'_> {
                 self.gather_load(&w, &[None, Some(Expr::v(k))], &[(0, idx.value)], &sizes)
             }
             Op::Index => self.advanced_index(node, &sizes)?,
-            Op::Scatter | Op::IndexPut | Op::ScatterAdd => return self.scatter(node, &sizes, out),
+            Op::Scatter | Op::IndexPut | Op::ScatterAdd | Op::ScatterReduce | Op::IndexReduce => {
+                return self.scatter(node, &sizes, out)
+            }
             Op::Iota | Op::Arange => {
                 let (start, step) = if node.op == Op::Iota {
                     (node.arg(1, "start").as_float().unwrap_or(0.0), node.arg(2, "step").as_float().unwrap_or(1.0))
@@ -518,174 +518,6 @@ impl Lowerer<'_> {
             _ => return Err(crate::unsupported(op, "no lowering for this op")),
         };
         Ok(Handled::Native(vec![Lazy { sizes, value, dtype: out }]))
-    }
-
-    /// `x[i0, :, i2]`-style indexing with tensors (aten.index.Tensor).
-    fn advanced_index(&mut self, node: &Node, sizes: &[Expr]) -> Result<ScalarId, LowerError> {
-        let op = node.target.as_str();
-        let x = self.tensor_arg(node, 0, "self")?;
-        let list = node.arg(1, "indices").as_list().ok_or_else(|| crate::unsupported(op, "indices"))?.to_vec();
-        let mut indexed = Vec::new();
-        for (d, item) in list.iter().enumerate() {
-            if let Arg::Tensor(v) = item {
-                let meta = self.graph.meta(*v);
-                if matches!(meta.dtype, DType::Bool | DType::U8) {
-                    return Err(crate::unsupported(op, "boolean mask index"));
-                }
-                indexed.push((d, self.value(*v, op)?));
-            }
-        }
-        if indexed.is_empty() {
-            return Err(crate::unsupported(op, "no index tensors"));
-        }
-        let n = x.ndim();
-        let adjacent = indexed.windows(2).all(|w| w[1].0 == w[0].0 + 1);
-        let first = indexed[0].0;
-        let n_indexed = indexed.len();
-        let b_ndim = sizes.len() + n_indexed - n;
-        let b_start = if adjacent { first } else { 0 };
-        let b_sizes: Vec<Expr> = sizes[b_start..b_start + b_ndim].to_vec();
-        let mut index = Vec::with_capacity(n);
-        let mut next_out = 0usize;
-        for d in 0..n {
-            if indexed.iter().any(|(k, _)| *k == d) {
-                index.push(None);
-                if adjacent && d == first {
-                    next_out += b_ndim;
-                }
-            } else {
-                if !adjacent && next_out == 0 {
-                    next_out = b_ndim;
-                }
-                index.push(Some(Expr::v(next_out as u32)));
-                next_out += 1;
-            }
-        }
-        let mut indirect = Vec::new();
-        for (d, lazy) in &indexed {
-            let b = self.broadcast_to(lazy, &b_sizes);
-            let map: Vec<Expr> = (0..b_ndim).map(|j| Expr::v((b_start + j) as u32)).collect();
-            let v = self.view(&b, sizes.to_vec(), &map);
-            indirect.push((*d, v.value));
-        }
-        Ok(self.gather_load(&x, &index, &indirect, sizes))
-    }
-
-    /// scatter(self, dim, index, src|value) and index_put(self, indices,
-    /// values, accumulate): copy `self`, then a serial scatter stage.
-    fn scatter(&mut self, node: &Node, sizes: &[Expr], out: DType) -> Res {
-        let op = node.target.as_str();
-        let x = self.tensor_arg(node, 0, "self")?;
-        if sizes.is_empty() {
-            return Err(crate::unsupported(op, "0-dim scatter"));
-        }
-        if node.op == Op::Scatter && !node.kwarg("reduce").is_none() {
-            return Err(crate::unsupported(op, "scatter with reduce"));
-        }
-        let out_v = node.outputs.first().copied().ok_or_else(|| crate::invalid(op, "no output"))?;
-        let strides = self.meta_strides(out_v);
-        let accumulate = match node.op {
-            Op::ScatterAdd => true,
-            Op::IndexPut => node.arg(3, "accumulate").as_bool().unwrap_or(false),
-            _ => false,
-        };
-        // Half precision accumulates in a float32 copy, rounded once at the
-        // end, as ATen's sorted scatter-add does: rounding after every add
-        // loses most of the sum's bits when many indices repeat.
-        let store = if accumulate { crate::reduce::acc_dtype(out) } else { out };
-        let x = self.broadcast_to(&x, sizes);
-        let x = if store != x.dtype { self.cast_lazy(x, store) } else { x };
-        let buf = self.realize(&x, Some(strides));
-        let buffer = self.prog.buffer(buf).clone();
-        let (ranges, mut address, indirect_src, value) = if node.op != Op::IndexPut {
-            let d = norm_dim(node.arg(1, "dim").as_int().unwrap_or(0), sizes.len());
-            let idx = self.tensor_arg(node, 2, "index")?;
-            let ranges = idx.sizes.clone();
-            let value = match node.arg(3, "src") {
-                Arg::Tensor(v) => {
-                    let src = self.value(*v, op)?;
-                    let map = vars(src.ndim());
-                    self.view(&src, ranges.clone(), &map).value
-                }
-                a => {
-                    let f = a.as_float().ok_or_else(|| crate::unsupported(op, "value"))?;
-                    self.prog.scalars.constant(f, out)
-                }
-            };
-            let mut address = buffer.offset.clone();
-            for k in 0..sizes.len() {
-                if k != d {
-                    address = address.add(&Expr::v(k as u32).mul(&buffer.strides[k]));
-                }
-            }
-            (ranges, address, vec![(d, idx.value)], value)
-        } else {
-            let list = node.arg(1, "indices").as_list().ok_or_else(|| crate::unsupported(op, "indices"))?.to_vec();
-            let values = self.tensor_arg(node, 2, "values")?;
-            let mut idx = Vec::new();
-            for (d, item) in list.iter().enumerate() {
-                match item {
-                    Arg::Tensor(v) => {
-                        if matches!(self.graph.meta(*v).dtype, DType::Bool | DType::U8) {
-                            return Err(crate::unsupported(op, "boolean mask index"));
-                        }
-                        idx.push((d, self.value(*v, op)?));
-                    }
-                    _ => return Err(crate::unsupported(op, "index_put with None indices")),
-                }
-            }
-            if idx.is_empty() {
-                return Err(crate::unsupported(op, "no index tensors"));
-            }
-            // The index tensors broadcast together.
-            let b_ndim = idx.iter().map(|(_, l)| l.ndim()).max().unwrap_or(0);
-            let mut b_sizes: Vec<Expr> = vec![Expr::c(1); b_ndim];
-            for (_, l) in &idx {
-                let shift = b_ndim - l.ndim();
-                for (k, size) in l.sizes.iter().enumerate() {
-                    if !size.is_const(1) {
-                        b_sizes[k + shift] = size.clone();
-                    }
-                }
-            }
-            let rest: Vec<Expr> = sizes[idx.len()..].to_vec();
-            let mut ranges = b_sizes.clone();
-            ranges.extend(rest.iter().cloned());
-            let mut indirect = Vec::new();
-            for (d, l) in &idx {
-                let b = self.broadcast_to(l, &b_sizes);
-                indirect.push((*d, b.value));
-            }
-            let vb = self.broadcast_to(&values, &ranges);
-            let mut address = buffer.offset.clone();
-            for (k, _) in rest.iter().enumerate() {
-                let d = idx.len() + k;
-                address = address.add(&Expr::v((b_sizes.len() + k) as u32).mul(&buffer.strides[d]));
-            }
-            (ranges, address, indirect, vb.value)
-        };
-        let mut store_indirect = Vec::new();
-        for (d, v) in indirect_src {
-            let v = self.prog.scalars.cast(v, DType::I64);
-            let bounded = self.prog.scalars.add(ScalarOp::Bounded(v, sizes[d].clone()), DType::I64);
-            store_indirect.push((bounded, buffer.strides[d].clone()));
-        }
-        let mut value = self.prog.scalars.cast(value, store);
-        if accumulate {
-            let old = self.prog.scalars.add(
-                ScalarOp::Load { buf, index: address.clone(), indirect: store_indirect.clone(), mask: None },
-                store,
-            );
-            value = self.prog.scalars.binary(BinaryOp::Add, old, value, store);
-        }
-        address = address.simplify(&self.ctx_for(&ranges));
-        self.prog.steps.push(Step::Kernel(Kernel {
-            outer: ranges.clone(),
-            stages: vec![Stage { out: buf, ranges, reduce: None, value, store: address, store_indirect }],
-        }));
-        let lazy = self.load_buffer(buf);
-        let lazy = if store != out { self.cast_lazy(lazy, out) } else { lazy };
-        Ok(Handled::Native(vec![lazy]))
     }
 
     /// mm, bmm, addmm through the GEMM library.

@@ -38,6 +38,7 @@ _TORCH = get_decompositions(
         aten.repeat,
         aten.index_select,
         aten.roll,
+        aten.log_sigmoid_forward,
         aten._native_batch_norm_legit_functional,
     ]
 )
@@ -143,13 +144,17 @@ def _as_is(op):
 
 
 def _contiguous(fn):
-    """``fn`` with its result contiguous, as ATen's kernel writes it (the
-    decompositions of ``repeat`` and ``index_select``, an ``index``, follow
-    the input's layout; a channels-last input gave a channels-last result,
-    found by tests/test_fuzz.py)."""
+    """``fn`` with its result (or results) contiguous, as ATen's kernel
+    writes them (the decompositions of ``repeat`` and ``index_select``, an
+    ``index``, follow the input's layout, as does ``log_sigmoid_forward``'s
+    pointwise math; a channels-last or transposed input gave a result laid
+    out like it, found by tests/test_fuzz.py)."""
 
     def contiguous(*args, **kwargs):
-        return fn(*args, **kwargs).contiguous()
+        out = fn(*args, **kwargs)
+        if isinstance(out, torch.Tensor):
+            return out.contiguous()
+        return tuple(t.contiguous() for t in out)
 
     return contiguous
 
@@ -259,7 +264,10 @@ DECOMPOSITIONS = {
     aten._softmax.default: softmax,
     aten.max_pool2d_with_indices.default: max_pool2d_with_indices,
     aten._scaled_dot_product_flash_attention_for_cpu.default: flash_attention_cpu,
-    **{op: _contiguous(_TORCH[op]) for op in (aten.repeat.default, aten.index_select.default)},
+    **{
+        op: _contiguous(_TORCH[op])
+        for op in (aten.repeat.default, aten.index_select.default, aten.log_sigmoid_forward.default)
+    },
     # Pooling and batch norm in the input's suggested memory format: from
     # PyTorch's decompositions, or, for the batch norms rdyn lowers whole,
     # from the op itself (its fake kernel lays the result out like the
