@@ -58,6 +58,12 @@ CASES = {
             for t in (torch.randn(1, 4, 5, 5), torch.randn(6, 4, 3, 3), torch.randn(4, 6, 3, 3))
         ),
     ),
+    # Serial scatter stages: identity, then max/add; a mean's counts
+    # scattered alongside and divided by.
+    "scatter_reduce_mean": (
+        lambda x, i, s: x.scatter_reduce(0, i, s, "mean", include_self=False) + x.scatter_reduce(0, i, s, "amax"),
+        (torch.randn(4, 3), torch.tensor([[0, 1, 0], [3, 3, 1]]), torch.randn(2, 3)),
+    ),
     # A small weight over a large NCHW input: the library convolution runs
     # channels-last, the batch norm's scale and shift are stored per channel,
     # and the last kernel reads the channels-last result by columns.
