@@ -356,14 +356,21 @@ def test_logsigmoid_in_training_is_contiguous() -> None:
     assert_same(x.grad, x_ref.grad.float(), x_ref.grad)
 
 
-@pytest.mark.parametrize("dims", [(1, 3), (), (2,)], ids=["channels_and_width", "flat", "height"])
-def test_roll_of_channels_last_keeps_aten_layout(dims) -> None:
+@pytest.mark.parametrize(
+    "sizes,dims",
+    [((2, 3, 5, 7), (1, 3)), ((2, 3, 5, 7), ()), ((2, 3, 5, 7), (2,)), ((7, 4, 13, 1), (3,)), ((2, 3, 5, 7), (3,))],
+    ids=["channels_and_width", "flat", "height", "size_1_width", "by_its_size"],
+)
+def test_roll_of_channels_last_keeps_aten_layout(sizes, dims) -> None:
     """ATen's roll keeps a channels-last input's layout when it rolls along
-    dims and is contiguous when it rolls the flattened tensor; the
-    decomposition followed the input either way (found by
-    tests/test_fuzz.py, seed 12865)."""
-    x = torch.randn(2, 3, 5, 7, dtype=torch.float64).contiguous(memory_format=torch.channels_last)
+    dims, except where a dim rolls by a multiple of its size (one of the two
+    slices it concatenates is empty), and is contiguous when it rolls the
+    flattened tensor; the decomposition followed the input every time
+    (found by tests/test_fuzz.py, seeds 12865 and 10379)."""
+    x = torch.randn(sizes, dtype=torch.float64).contiguous(memory_format=torch.channels_last)
     shifts = tuple(range(1, len(dims) + 1)) if dims else 4
+    if sizes[-1] == 7 and dims == (3,):
+        shifts = (14,)
     fn = lambda x: torch.roll(x.sin(), shifts, dims) * 2  # noqa: E731
     torch._dynamo.reset()
     got, want = torch.compile(fn, backend="rdyn")(x.float()), fn(x.float())

@@ -160,13 +160,24 @@ def _contiguous(fn):
 
 
 def roll(x, shifts, dims=()):
-    """``roll`` laid out as ATen's kernel: rolled along given dims, the
-    result takes the input's suggested memory format; flattened (no dims),
-    it is contiguous. PyTorch's decomposition (an ``index``) follows the
-    input's layout (a channels-last input, found by tests/test_fuzz.py,
-    seed 12865)."""
-    out = _TORCH[aten.roll.default](x, shifts, dims)
-    return out.contiguous(memory_format=suggest_memory_format(x) if len(dims) else torch.contiguous_format)
+    """``roll`` laid out as ATen's CPU kernel: along each dim, the
+    concatenation of the two slices that swap places, so ``cat`` picks the
+    layout (the input's suggested memory format, unless a slice is empty,
+    as when a dim of size 1 rolls: contiguous); flattened (no dims), and on
+    CUDA, contiguous. PyTorch's decomposition (an ``index``) follows the
+    input's layout (channels-last inputs, found by tests/test_fuzz.py,
+    seeds 12865 and 10379)."""
+    shifts = [shifts] if isinstance(shifts, int) else list(shifts)
+    dims = [dims] if isinstance(dims, int) else list(dims)
+    if not dims or len(shifts) != len(dims) or x.device.type != "cpu":
+        return _TORCH[aten.roll.default](x, shifts, dims).contiguous()
+    for shift, dim in zip(shifts, dims):
+        if x.numel() == 0:
+            return x.clone()
+        size = x.shape[dim]
+        start = (size - shift) % size
+        x = torch.cat([x.narrow(dim, start, size - start), x.narrow(dim, 0, start)], dim)
+    return x
 
 
 def flash_attention_cpu(query, key, value, dropout_p=0.0, is_causal=False, *, attn_mask=None, scale=None):
