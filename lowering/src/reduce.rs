@@ -306,28 +306,11 @@ impl Lowerer<'_> {
     /// The two passes variance and layer norm share, in `acc`: the mean over
     /// `dims` (kept as size 1), the deviation from it at each element, and
     /// the sum of squared deviations (kept when `keep`).
-    ///
-    /// The first pass sums deviations from a pivot, each row's first
-    /// element: the mean of equal values is then that value exactly, where
-    /// a plain sum rounds it by an ulp, which a layer norm of such a row
-    /// multiplies by `1/sqrt(eps)` (found by tests/test_fuzz.py on an
-    /// expanded input; ATen's Welford moments are exact there too). It
-    /// costs a subtraction per element: a layer norm over `[2048, 256]`
-    /// took 115 µs against 106.
     pub(crate) fn moments(&mut self, x: &Lazy, dims: &[usize], keep: bool, acc: DType) -> Moments {
         let xf = self.cast_lazy(x.clone(), acc);
-        let pivot = self.pivot(&xf, dims);
-        let from_pivot = match pivot {
-            Some(k) => Lazy { value: self.prog.scalars.binary(BinaryOp::Sub, xf.value, k, acc), ..xf.clone() },
-            None => xf.clone(),
-        };
-        let sum = self.reduce(&from_pivot, dims, true, ReduceOp::Sum, acc);
+        let sum = self.reduce(&xf, dims, true, ReduceOp::Sum, acc);
         let count = self.numel_of(x, dims, acc);
-        let mut mean_v = self.prog.scalars.binary(BinaryOp::Div, sum.value, count, acc);
-        if let Some(k) = pivot {
-            // The pivot reads reduced dims at 0: a value of the kept dims.
-            mean_v = self.prog.scalars.binary(BinaryOp::Add, k, mean_v, acc);
-        }
+        let mean_v = self.prog.scalars.binary(BinaryOp::Div, sum.value, count, acc);
         let mean = Lazy { value: mean_v, ..sum };
         let mean_b = self.broadcast_to(&mean, &x.sizes);
         let s = &mut self.prog.scalars;
@@ -336,18 +319,6 @@ impl Lowerer<'_> {
         let squares =
             self.reduce(&Lazy { sizes: x.sizes.clone(), value: sq, dtype: acc }, dims, keep, ReduceOp::Sum, acc);
         Moments { mean, centered, squares, count }
-    }
-
-    /// Each row's first element (the reduced dims at 0); None where a
-    /// reduced dim may be empty. A row whose pivot is infinite or NaN gets
-    /// a NaN mean, as from ATen's Welford moments (a plain sum gave inf).
-    fn pivot(&mut self, xf: &Lazy, dims: &[usize]) -> Option<ScalarId> {
-        if !dims.iter().all(|&d| xf.sizes[d].as_const().is_some_and(|n| n >= 1)) {
-            return None;
-        }
-        let map: Vec<Expr> =
-            (0..xf.ndim()).map(|d| if dims.contains(&d) { Expr::zero() } else { Expr::v(d as u32) }).collect();
-        Some(self.view(xf, xf.sizes.clone(), &map).value)
     }
 
     /// Index map from a reduced (no keepdim) tensor into its keepdim form.
