@@ -13,8 +13,10 @@ checks in the window).
 
 Each result is laid out as ATen's kernel lays it out (a decomposition's
 pointwise ops would follow the input's layout instead): softmax,
-``repeat`` and ``index_select`` are contiguous, pooling and batch norm follow the input's
-suggested memory format (channels-last or contiguous).
+``repeat``, ``index_select`` and ``log_sigmoid_forward`` are contiguous,
+pooling and batch norm follow the input's suggested memory format
+(channels-last or contiguous), and ``roll`` is ATen's concatenation of two
+slices, whose layout ``cat`` picks.
 
 Softmax normalises by multiplying with the reciprocal of the row sum, as
 ATen's own softmax kernels do: PyTorch's decomposition divides, and a
