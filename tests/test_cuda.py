@@ -187,6 +187,26 @@ def test_cuda_not_available_is_a_clear_error() -> None:
 
 
 @needs_ptxas
+@pytest.mark.parametrize(
+    "name, fn",
+    [
+        ("softmax", lambda x: torch.softmax(x, -1)),
+        ("layer_norm", lambda x: torch.nn.functional.layer_norm(x, x.shape[-1:])),
+        ("argmax", lambda x: x.argmax(-1)),
+        ("sum", lambda x: x.sum(-1)),
+    ],
+)
+def test_long_rows_assemble(name: str, fn) -> None:
+    """Rows long enough for 1024-thread blocks and the loops that keep four
+    loads per thread in flight (OpInfo's small samples never reach them)."""
+    report = rdyn.explain(fn, torch.randn(8, 20000), device="cuda")
+    sources = [k.source for k in report.kernels if k.device == "cuda" and k.source.startswith(".version")]
+    assert sources, report
+    assert any(".maxntid 1024" in s and "$L_unrolled" in s for s in sources), sources[0][:2000]
+    assemble(one_module(sources))
+
+
+@needs_ptxas
 def test_golden_ptx_assembles() -> None:
     files = sorted((ROOT / "tests" / "golden" / "cuda").glob("*.txt"))
     assert files, "no golden PTX (run test_golden.py with RDYN_BLESS=1)"

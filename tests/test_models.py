@@ -130,19 +130,46 @@ def float64_inputs(inputs: tuple[Any, ...]) -> tuple[Any, ...]:
     return tuple(x.to(torch.float64) if x.is_floating_point() else x for x in inputs)
 
 
-DEVICES = ["cpu", pytest.param("wgpu", marks=pytest.mark.skipif(not wgpu_available(), reason="no wgpu adapter"))]
+CUDA = pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU"))
+DEVICES = ["cpu", pytest.param("wgpu", marks=pytest.mark.skipif(not wgpu_available(), reason="no wgpu adapter")), CUDA]
+
+
+def on_device(name: str, device: str) -> tuple[nn.Module, tuple[Any, ...]]:
+    """The model and its inputs, on CUDA for ``device="cuda"``."""
+    model, inputs = build(name)
+    if device == "cuda":
+        model = model.cuda()
+        inputs = tuple(x.cuda() if isinstance(x, torch.Tensor) else x for x in inputs)
+    return model, inputs
+
+
+@pytest.fixture(autouse=True)
+def _no_tf32():
+    """cuDNN's convolutions in float32 rounding (TF32 is its default on
+    CUDA), so eager, its float64 copy and rdyn's library calls agree to
+    float32 tolerances. (Matrix products use TF32 only when asked.)"""
+    if not torch.cuda.is_available():
+        yield
+        return
+    with torch.backends.cudnn.flags(enabled=True, allow_tf32=False):
+        yield
+
+
+def _options(device: str) -> dict[str, str]:
+    # CUDA is chosen by the inputs' device; wgpu runs CPU tensors on the GPU.
+    return {} if device == "cuda" else {"device": device}
 
 
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("name", list(MODELS))
 def test_inference(name: str, device: str) -> None:
-    model, inputs = build(name)
+    model, inputs = on_device(name, device)
     model.eval()
     pick = MODELS[name].outputs
     with torch.no_grad():
         expected = pick(model(*inputs))
         reference = pick(float64_copy(model)(*float64_inputs(inputs)))
-        compiled = torch.compile(model, backend="rdyn", options={"device": device})
+        compiled = torch.compile(model, backend="rdyn", options=_options(device))
         with no_rust_panic():
             actual = pick(compiled(*inputs))
             again = pick(compiled(*inputs))  # the cached program
@@ -164,9 +191,10 @@ def _training_step(model: nn.Module, inputs: tuple[Any, ...], pick: Callable[[An
     return loss.detach()
 
 
+@pytest.mark.parametrize("device", ["cpu", CUDA])
 @pytest.mark.parametrize("name", TRAINING_MODELS)
-def test_training_step(name: str) -> None:
-    model, inputs = build(name)
+def test_training_step(name: str, device: str) -> None:
+    model, inputs = on_device(name, device)
     model.train()
     pick = MODELS[name].outputs
     compiled_model = copy.deepcopy(model)

@@ -11,7 +11,11 @@ use crate::{PtxError, PTX_TARGET, PTX_VERSION};
 
 /// Threads per block.
 pub const BLOCK: u32 = 256;
-const WARPS: u32 = BLOCK / 32;
+/// Threads per block of a row kernel whose rows hold at least `LONG_ROW`
+/// points: fewer rows in flight, so a row that several stages read (a
+/// softmax reads its input three times) stays in L2 between them.
+const LONG_BLOCK: u32 = 1024;
+const LONG_ROW: i64 = 8192;
 /// Blocks a grid-stride kernel launches at most.
 const MAX_GRID: i64 = 65_535;
 
@@ -95,6 +99,58 @@ fn counted_loop(
     let p = f.setp("ge", "s64", &i, &end.to_string());
     f.ins(format!("@{p} bra {done}"));
     body(f, &i)?;
+    f.ins(format!("add.s64 {i}, {i}, {step}"));
+    f.ins(format!("bra {top}"));
+    f.place(&done);
+    Ok(())
+}
+
+/// Points a block thread handles together in its reduction and row loops.
+const UNROLL: i64 = 4;
+
+/// `for (i = start; i < end; i += step)`, `UNROLL` points at a time while
+/// that many remain: `compute` emits each point's value before `consume`
+/// folds or stores any of them, so their loads are in flight together
+/// (a thread with one load outstanding cannot fill HBM's pipe). The points
+/// are consumed in the loop's order, so results match the plain loop
+/// bit for bit. The rest run one at a time.
+fn unrolled_loop<T>(
+    f: &mut Func,
+    em: &mut Emitter<'_>,
+    start: &str,
+    end: i64,
+    step: i64,
+    mut compute: impl FnMut(&mut Func, &mut Emitter<'_>, &str) -> Result<T, PtxError>,
+    mut consume: impl FnMut(&mut Func, &mut Emitter<'_>, &str, T) -> Result<(), PtxError>,
+) -> Result<(), PtxError> {
+    let i = f.mov(Class::S64, start);
+    if end >= UNROLL * step {
+        let (top, rest) = (f.label("unrolled"), f.label("rest"));
+        f.place(&top);
+        let last = f.reg(Class::S64);
+        f.ins(format!("add.s64 {last}, {i}, {}", (UNROLL - 1) * step));
+        let p = f.setp("ge", "s64", &last, &end.to_string());
+        f.ins(format!("@{p} bra {rest}"));
+        let mut points = Vec::new();
+        for u in 0..UNROLL {
+            let at = f.reg(Class::S64);
+            f.ins(format!("add.s64 {at}, {i}, {}", u * step));
+            let value = compute(f, em, &at)?;
+            points.push((at, value));
+        }
+        for (at, value) in points {
+            consume(f, em, &at, value)?;
+        }
+        f.ins(format!("add.s64 {i}, {i}, {}", UNROLL * step));
+        f.ins(format!("bra {top}"));
+        f.place(&rest);
+    }
+    let (top, done) = (f.label("loop"), f.label("done"));
+    f.place(&top);
+    let p = f.setp("ge", "s64", &i, &end.to_string());
+    f.ins(format!("@{p} bra {done}"));
+    let value = compute(f, em, &i)?;
+    consume(f, em, &i, value)?;
     f.ins(format!("add.s64 {i}, {i}, {step}"));
     f.ins(format!("bra {top}"));
     f.place(&done);
@@ -248,6 +304,8 @@ fn warp_reduce(f: &mut Func, op: ReduceOp, class: Class, acc: &str, acci: &str, 
 }
 
 struct Launch {
+    /// Threads per block.
+    block: u32,
     tid: String,
     lane: String,
     warp: String,
@@ -269,9 +327,11 @@ fn reduce_stage(f: &mut Func, em: &mut Emitter<'_>, l: &Launch, stage: &Stage, m
         unravel(f, em, ii, &inner, m);
         let acc = f.mov(class, &identity(reduce.op, class));
         let acci = f.mov(Class::S64, "-1");
-        counted_loop(f, &l.tid, red_n, &BLOCK.to_string(), |f, r| {
+        let point = |f: &mut Func, em: &mut Emitter<'_>, r: &str| {
             unravel(f, em, r, &red, m + inner.len());
-            let (v, _) = value(f, em, stage)?;
+            Ok(value(f, em, stage)?.0)
+        };
+        let fold = |f: &mut Func, _: &mut Emitter<'_>, r: &str, v: String| {
             if arg {
                 let p = arg_better(f, reduce.op == ReduceOp::ArgMax, class, &acc, &acci, &v, r);
                 f.ins(format!("@{p} mov.{} {acc}, {v}", sel_ty(class)));
@@ -280,7 +340,8 @@ fn reduce_stage(f: &mut Func, em: &mut Emitter<'_>, l: &Launch, stage: &Stage, m
             } else {
                 combine(f, reduce.op, class, &acc, &v)
             }
-        })?;
+        };
+        unrolled_loop(f, em, &l.tid, red_n, l.block as i64, point, fold)?;
         warp_reduce(f, reduce.op, class, &acc, &acci, 32)?;
         // Lane 0 of each warp parks its result in shared memory.
         let lane0 = f.setp("eq", "s64", &l.lane, "0");
@@ -294,14 +355,15 @@ fn reduce_stage(f: &mut Func, em: &mut Emitter<'_>, l: &Launch, stage: &Stage, m
         let (skip, stored) = (f.label("skip"), f.label("stored"));
         let not_w0 = f.setp("ne", "s64", &l.warp, "0");
         f.ins(format!("@{not_w0} bra {skip}"));
-        let have = f.setp("lt", "s64", &l.lane, &WARPS.to_string());
+        let warps = l.block / 32;
+        let have = f.setp("lt", "s64", &l.lane, &warps.to_string());
         let slot0 = f.reg(Class::S64);
         f.ins(format!("mad.lo.s64 {slot0}, {}, 16, {}", l.lane, l.smem));
         f.ins(format!("mov.{} {acc}, {}", sel_ty(class), identity(reduce.op, class)));
         f.ins(format!("mov.b64 {acci}, -1"));
         f.ins(format!("@{have} ld.shared.{mty} {acc}, [{slot0}]"));
         f.ins(format!("@{have} ld.shared.b64 {acci}, [{slot0}+8]"));
-        warp_reduce(f, reduce.op, class, &acc, &acci, WARPS)?;
+        warp_reduce(f, reduce.op, class, &acc, &acci, warps)?;
         let t0 = f.setp("ne", "s64", &l.tid, "0");
         f.ins(format!("@{t0} bra {stored}"));
         let (result, result_kind) = if arg {
@@ -328,10 +390,21 @@ fn inner_pointwise_stage(
 ) -> Result<(), PtxError> {
     let inner = concrete_all(&stage.ranges[m..], em.syms)?;
     let n: i64 = inner.iter().product();
-    counted_loop(f, &l.tid, n, &BLOCK.to_string(), |f, j| {
+    let kind = em.program.scalars.dtype(stage.value).kind();
+    let point = |f: &mut Func, em: &mut Emitter<'_>, j: &str| {
         unravel(f, em, j, &inner, m);
-        pointwise_stage_at(f, em, stage)
-    })
+        let (v, regs) = value(f, em, stage)?;
+        Ok((v, regs, em.vars.clone()))
+    };
+    // Each point is stored at its own loop variables.
+    let put = |f: &mut Func,
+               em: &mut Emitter<'_>,
+               _: &str,
+               (v, regs, vars): (String, HashMap<ScalarId, String>, Vec<String>)| {
+        em.vars = vars;
+        store_stage(f, em, stage, &v, kind, &regs)
+    };
+    unrolled_loop(f, em, &l.tid, n, l.block as i64, point, put)
 }
 
 /// The PTX for `kernel`, with sizes from `syms`.
@@ -372,6 +445,7 @@ pub fn kernel_ptx(program: &Program, kernel: &Kernel, syms: &Ctx, name: String) 
     let serial = kernel.stages.iter().any(|s| !s.store_indirect.is_empty());
     let pointwise = !serial && kernel.stages.iter().all(|s| s.ranges.len() == m && s.reduce.is_none());
     let (grid, shared);
+    let mut block = BLOCK;
     if serial {
         grid = 1;
         shared = false;
@@ -413,7 +487,16 @@ pub fn kernel_ptx(program: &Program, kernel: &Kernel, syms: &Ctx, name: String) 
         f.ins(format!("shr.u64 {warp}, {tid}, 5"));
         let smem = f.reg(Class::S64);
         f.ins(format!("mov.u64 {smem}, {name}_smem"));
-        let l = Launch { tid, lane, warp, smem };
+        let row = |stage: &Stage| -> Result<i64, PtxError> {
+            let ranges = concrete_all(&stage.ranges[m..], syms)?;
+            let red = stage.reduce.as_ref().map(|r| concrete_all(&r.ranges, syms)).transpose()?;
+            Ok(ranges.iter().chain(red.iter().flatten()).product())
+        };
+        let longest = kernel.stages.iter().map(row).collect::<Result<Vec<_>, _>>()?.into_iter().max().unwrap_or(0);
+        if longest >= LONG_ROW {
+            block = LONG_BLOCK;
+        }
+        let l = Launch { block, tid, lane, warp, smem };
         let step = grid.to_string();
         counted_loop(&mut f, &cta, outer_n, &step, |f, o| {
             unravel(f, &mut em, o, &outer, 0);
@@ -437,14 +520,14 @@ pub fn kernel_ptx(program: &Program, kernel: &Kernel, syms: &Ctx, name: String) 
     }
     let _ = writeln!(src, "\t.param .u64 {name}_err\n)");
     if !serial {
-        let _ = writeln!(src, ".maxntid {BLOCK}, 1, 1");
+        let _ = writeln!(src, ".maxntid {block}, 1, 1");
     }
     let _ = writeln!(src, "{{");
     src.push_str(&f.decls());
     if shared {
-        let _ = writeln!(src, "\t.shared .align 16 .b8 {name}_smem[{}];", WARPS * 16);
+        let _ = writeln!(src, "\t.shared .align 16 .b8 {name}_smem[{}];", block / 32 * 16);
     }
     src.push_str(&f.body);
     let _ = writeln!(src, "\tret;\n}}");
-    Ok(PtxKernel { name, source: src, params, grid: grid as u32, block: if serial { 1 } else { BLOCK }, error_flag })
+    Ok(PtxKernel { name, source: src, params, grid: grid as u32, block: if serial { 1 } else { block }, error_flag })
 }

@@ -16,7 +16,7 @@ impl Lowerer<'_> {
     /// `x · alpha + beta` per channel (dim 1), with `alpha = weight /
     /// sqrt(var + eps)` and `beta = bias - mean · alpha`, as ATen's CPU
     /// kernel computes it; the saved mean / rstd outputs are empty in
-    /// inference. When the channels are the input's innermost dimension
+    /// inference on the CPU, the running mean and inverse std on CUDA. When the channels are the input's innermost dimension
     /// (after a channels-last convolution), alpha and beta are stored per
     /// channel first: computed in the kernel, the square root and divide
     /// would run for every element rather than once per channel.
@@ -54,7 +54,8 @@ impl Lowerer<'_> {
         let s = &mut self.prog.scalars;
         let e = s.constant(eps, out);
         let ve = s.binary(BinaryOp::Add, var, e, out);
-        let mut alpha = s.unary(UnaryOp::Rsqrt, ve, out);
+        let invstd = s.unary(UnaryOp::Rsqrt, ve, out);
+        let mut alpha = invstd;
         if let Some(w) = weight {
             alpha = s.binary(BinaryOp::Mul, alpha, w, out);
         }
@@ -75,10 +76,16 @@ impl Lowerer<'_> {
         let scaled = s.binary(BinaryOp::Mul, x, alpha, out);
         let y = s.binary(BinaryOp::Add, scaled, beta, out);
         let mut outs = vec![Lazy { sizes, value: y, dtype: out }];
-        for v in node.outputs.iter().skip(1) {
+        // The saved statistics: empty on the CPU; on CUDA, ATen returns the
+        // running mean and `1 / sqrt(running_var + eps)`.
+        for (v, saved) in node.outputs.iter().skip(1).zip([mean, invstd]) {
             let meta = self.graph.meta(*v);
-            let zero = self.prog.scalars.constant(0.0, meta.dtype);
-            outs.push(Lazy { sizes: self.meta_sizes(*v), value: zero, dtype: meta.dtype });
+            let sizes = self.meta_sizes(*v);
+            let value = match sizes.iter().any(|s| s.as_const() == Some(0)) {
+                true => self.prog.scalars.constant(0.0, meta.dtype),
+                false => self.prog.scalars.cast(saved, meta.dtype),
+            };
+            outs.push(Lazy { sizes, value, dtype: meta.dtype });
         }
         Ok(Handled::Native(outs))
     }

@@ -161,17 +161,31 @@ def _unsupported_graph(gm, reason):
     return _boxed(run)
 
 
+def _devices(gm: torch.fx.GraphModule, example_inputs) -> set[torch.device]:
+    """The devices of the graph's inputs and of every tensor it makes: a
+    graph without tensor inputs (`torch.arange(n, device="cuda")`) runs
+    where its factories put their results."""
+    devices = {t.device for t in example_inputs if isinstance(t, torch.Tensor)}
+    for node in gm.graph.nodes:
+        if node.op == "call_function":
+            for v in torch.utils._pytree.tree_leaves(node.meta.get("val")):
+                if isinstance(v, torch.Tensor):
+                    devices.add(v.device)
+    return devices
+
+
 def compile_aten_graph(gm: torch.fx.GraphModule, example_inputs, options: Options | None = None):
     """Compile an ATen-level FX graph; returns a boxed callable (one list
     argument -> list of outputs)."""
     options = options or Options()
     start = time.perf_counter()
-    devices = {t.device.type for t in example_inputs if isinstance(t, torch.Tensor)}
+    tensor_devices = _devices(gm, example_inputs)
+    devices = {d.type for d in tensor_devices}
     device = options.device
     if "cuda" in devices:
         if devices != {"cuda"}:
             return _unsupported_graph(gm, f"a graph mixing tensors on {sorted(devices)}")
-        indices = {t.device.index or 0 for t in example_inputs if isinstance(t, torch.Tensor)}
+        indices = {d.index or 0 for d in tensor_devices}
         if indices != {0} or torch.cuda.current_device() != 0:
             return _unsupported_graph(gm, "rdyn runs CUDA graphs on device 0 only for now")
         device = "cuda"

@@ -7,7 +7,11 @@ from dataclasses import dataclass, field
 
 import torch
 from torch._dynamo.backends.common import aot_autograd
-from torch.fx.experimental.symbolic_shapes import optimization_hint
+
+try:
+    from torch.fx.experimental.symbolic_shapes import optimization_hint
+except ImportError:  # torch < 2.13 names it size_hint
+    from torch.fx.experimental.symbolic_shapes import size_hint as optimization_hint
 
 from . import _rdyn
 from ._import import Unsupported, import_graph, on_device
