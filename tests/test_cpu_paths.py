@@ -245,6 +245,24 @@ def test_layer_norm_gelu_residual_is_one_kernel() -> None:
         torch.testing.assert_close(g.grad, r.grad.float(), rtol=1e-4, atol=1e-4)
 
 
+def test_moments_of_an_expanded_input_are_exact() -> None:
+    """An input expanded along the normalized dims is its own mean, exactly,
+    with deviations of exactly 0, as eager's Welford gives: layer norm
+    returns the bias, the variance is 0. The rounded `sum / n` would be an
+    ulp off, which layer norm scales by `1/sqrt(eps)`. (Equal values that
+    are stored, not expanded, still take `sum / n`: fuzz seed 8986.)"""
+    g = torch.Generator().manual_seed(0)
+    x = (torch.randn(6, 1, generator=g) * 100).expand(6, 300)
+    w, b = torch.randn(300, generator=g), torch.randn(300, generator=g)
+
+    def fn(x, w, b):
+        return torch.nn.functional.layer_norm(x, (300,), w, b), *torch.var_mean(x, -1)
+
+    got = torch.compile(fn, backend="rdyn")(x, w, b)
+    for k, (r, e) in enumerate(zip(got, fn(x, w, b))):
+        assert torch.equal(r, e), (k, (r - e).abs().max())
+
+
 PROFILE = textwrap.dedent(
     """
     import torch, rdyn

@@ -14,7 +14,7 @@ use std::collections::{HashMap, HashSet};
 use std::fmt;
 
 use crate::dtype::DType;
-use crate::expr::{Ctx, Expr};
+use crate::expr::{Ctx, Expr, Var};
 
 /// A buffer (`buf3`).
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -560,6 +560,17 @@ impl Scalars {
         let out = self.add(op, node.dtype);
         memo.insert(id, out);
         out
+    }
+
+    /// Whether the value of `root` depends on loop variable `var`.
+    pub fn mentions_var(&self, root: ScalarId, var: Var) -> bool {
+        self.topo(&[root]).into_iter().any(|id| match &self.get(id).op {
+            ScalarOp::Load { index, indirect, .. } => {
+                index.mentions_var(var) || indirect.iter().any(|(_, stride)| stride.mentions_var(var))
+            }
+            ScalarOp::Index(e) | ScalarOp::Bounded(_, e) => e.mentions_var(var),
+            _ => false,
+        })
     }
 
     /// Nodes reachable from `roots`, in dependency order (operands first).

@@ -9,7 +9,7 @@
 use crate::ir::graph::{Arg, Node};
 use crate::ir::loops::{contiguous_strides, BinaryOp, Kernel, Reduce, ReduceOp, ScalarId, Stage, Step, UnaryOp};
 use crate::ir::op::Op;
-use crate::ir::{DType, Expr};
+use crate::ir::{DType, Expr, Var};
 use crate::lazy::{vars, Lazy};
 use crate::lower::{Handled, Lowerer};
 use crate::LowerError;
@@ -306,12 +306,30 @@ impl Lowerer<'_> {
     /// The two passes variance and layer norm share, in `acc`: the mean over
     /// `dims` (kept as size 1), the deviation from it at each element, and
     /// the sum of squared deviations (kept when `keep`).
+    ///
+    /// When `x` does not vary along `dims` (an input expanded along them),
+    /// its mean is its value there, exactly, as eager's Welford gives; the
+    /// rounded `sum / n` would be an ulp off, which a layer norm scales by
+    /// `1/sqrt(eps)`.
     pub(crate) fn moments(&mut self, x: &Lazy, dims: &[usize], keep: bool, acc: DType) -> Moments {
         let xf = self.cast_lazy(x.clone(), acc);
-        let sum = self.reduce(&xf, dims, true, ReduceOp::Sum, acc);
         let count = self.numel_of(x, dims, acc);
-        let mean_v = self.prog.scalars.binary(BinaryOp::Div, sum.value, count, acc);
-        let mean = Lazy { value: mean_v, ..sum };
+        let repeated = !dims.is_empty()
+            && dims.iter().all(|&d| {
+                x.sizes[d].as_const().is_some_and(|n| n >= 1)
+                    && !self.prog.scalars.mentions_var(xf.value, Var(d as u32))
+            });
+        let mean = if repeated {
+            let sizes =
+                (0..x.ndim()).map(|d| if dims.contains(&d) { Expr::c(1) } else { x.sizes[d].clone() }).collect();
+            let map: Vec<Expr> =
+                (0..x.ndim()).map(|d| if dims.contains(&d) { Expr::zero() } else { Expr::v(d as u32) }).collect();
+            self.view(&xf, sizes, &map)
+        } else {
+            let sum = self.reduce(&xf, dims, true, ReduceOp::Sum, acc);
+            let mean_v = self.prog.scalars.binary(BinaryOp::Div, sum.value, count, acc);
+            Lazy { value: mean_v, ..sum }
+        };
         let mean_b = self.broadcast_to(&mean, &x.sizes);
         let s = &mut self.prog.scalars;
         let centered = s.binary(BinaryOp::Sub, xf.value, mean_b.value, acc);
