@@ -296,6 +296,7 @@ _LAID_OUT_BY_ATEN = {
     "max_pool2d": lambda x: F.max_pool2d(x.unsqueeze(0), 2),
     "adaptive_avg_pool1d": lambda x: F.adaptive_avg_pool1d(x, 3),
     "xlogy_mixed_layouts": lambda x: torch.xlogy(x.contiguous().abs(), x * x + 1),
+    "xlog1py_mixed_layouts": lambda x: torch.special.xlog1py(x, x.contiguous().abs()),
     "batch_norm_training": lambda x: F.batch_norm(x, None, None, training=True),
     "batch_norm_running_stats": lambda x: F.batch_norm(x, *_stats(x), training=True),
     "batch_norm_inference": lambda x: F.batch_norm(x, *_stats(x)),
@@ -312,8 +313,8 @@ _LAYOUT_CASES.remove(("max_pool1d", "transposed"))
 def test_results_laid_out_as_aten_lays_them_out(name, layout) -> None:
     """Softmax, repeat, index_select and logsigmoid are contiguous whatever the
     input; pooling, batch norm and roll follow the input's suggested memory
-    format (a flattened roll is contiguous); xlogy the layout
-    of its first operand: as eager's, values against a float64 reference.
+    format (a flattened roll is contiguous); xlogy and xlog1py the
+    layout of their first operand: as eager's, values against a float64 reference.
     (Batch norm's fake kernel follows the input: rdyn takes eager's layout,
     not the metadata's.)"""
     fn = _LAID_OUT_BY_ATEN[name]

@@ -15,8 +15,9 @@ Each result is laid out as ATen's kernel lays it out (a decomposition's
 pointwise ops would follow the input's layout instead): softmax,
 ``repeat``, ``index_select`` and ``log_sigmoid_forward`` are contiguous,
 pooling and batch norm follow the input's suggested memory format
-(channels-last or contiguous), and ``roll`` is ATen's concatenation of two
-slices, whose layout ``cat`` picks.
+(channels-last or contiguous), ``roll`` is ATen's concatenation of two
+slices, whose layout ``cat`` picks, and ``xlogy``/``xlog1py`` follow their
+first operand where the operands' layouts differ.
 
 Softmax normalises by multiplying with the reciprocal of the row sum, as
 ATen's own softmax kernels do: PyTorch's decomposition divides, and a
@@ -262,15 +263,20 @@ def softmax(x, dim, half_to_float):
     return (out if half_to_float else out.to(result)).contiguous()
 
 
-def xlogy(a, b):
-    """``xlogy`` laid out as ATen's: PyTorch's decomposition tests
-    ``isnan(b)`` first, so where ``a`` and ``b`` differ in layout the
-    result followed ``b``'s; every op here reads ``a`` first. The value is
-    the same: 0 where ``a`` is 0 and ``b`` is not NaN, else ``a * log(b)``
-    (NaN where ``b`` is, 0 * log(NaN) included)."""
-    work, result = elementwise_dtypes(a, b, type_promotion_kind=ELEMENTWISE_TYPE_PROMOTION_KIND.INT_TO_FLOAT)
-    a, b = a.to(work), b.to(work)
-    return torch.where((a == 0) & ~torch.isnan(b), 0.0, a * torch.log(b)).to(result)
+def _xlog(log):
+    """``xlogy`` (``log``) or ``special.xlog1py`` (``log1p``) laid out as
+    ATen's: PyTorch's decompositions test ``isnan(b)`` first, so where ``a``
+    and ``b`` differ in layout the result followed ``b``'s; every op here
+    reads ``a`` first. The value is the same: 0 where ``a`` is 0 and ``b``
+    is not NaN, else ``a * log(b)`` (NaN where ``b`` is, 0 * log(NaN)
+    included)."""
+
+    def xlog(a, b):
+        work, result = elementwise_dtypes(a, b, type_promotion_kind=ELEMENTWISE_TYPE_PROMOTION_KIND.INT_TO_FLOAT)
+        a, b = a.to(work), b.to(work)
+        return torch.where((a == 0) & ~torch.isnan(b), 0.0, a * log(b)).to(result)
+
+    return xlog
 
 
 DECOMPOSITIONS = {
@@ -298,6 +304,7 @@ DECOMPOSITIONS = {
             aten.native_batch_norm.default,
         )
     },
-    aten.xlogy.Tensor: xlogy,
+    aten.xlogy.Tensor: _xlog(torch.log),
+    aten.special_xlog1py.default: _xlog(torch.log1p),
     aten.roll.default: roll,
 }
