@@ -82,6 +82,9 @@ DECOMPOSITIONS = {
             aten._upsample_bilinear2d_aa,
             aten.bucketize,
             aten._batch_norm_with_update_functional,
+            # In core ATen's table in torch 2.15, not in 2.11: without it every
+            # norm (F.normalize, cosine_similarity, linalg.norm) ran eagerly.
+            aten.linalg_vector_norm,
         ]
     ),
     **RDYN_DECOMPOSITIONS,
