@@ -267,3 +267,34 @@ def test_flash_attention_compiles_without_fallback() -> None:
     ]
     assert_same(torch.compile(lambda q, k, v: sdpa(q, k, v, attn_mask=mask), backend="rdyn")(*args),
                 sdpa(*args, attn_mask=mask), sdpa(q64, k64, v64, attn_mask=mask.double()))
+
+
+@pytest.mark.parametrize("mode", ["nearest", "nearest-exact"])
+def test_nearest_upsampling_needs_no_float64(mode) -> None:
+    """PyTorch's decomposition computes nearest upsampling's source index
+    as `arange(n).to(float64) * 1.0 + 0.0` rounded to float32; rdyn drops
+    the identities and the float64 detour (an index is exact in either),
+    so the kernel is float32 only and runs on GPUs without float64 (wgpu).
+    The result is eager's, bit for bit."""
+    x = torch.randn(2, 3, 5, 7)
+
+    def fn(t):
+        return torch.nn.functional.interpolate(t, scale_factor=1.7, mode=mode)
+
+    kernels = [k for k in rdyn.explain(fn, x).kernels if k.name.startswith("k")]
+    assert kernels and not any("F64" in k.source for k in kernels), [k.source for k in kernels]
+    (got,) = compile_aten(fn, [x])(x)
+    assert torch.equal(got, fn(x))
+
+
+def test_adding_zero_keeps_the_sign_of_zero() -> None:
+    """`x + 0.0` is `x` only where `x` cannot be -0.0 (-0.0 + 0.0 is +0.0);
+    `x * 1.0` and `x + -0.0` are always `x`."""
+    x = torch.tensor([-0.0, 0.0, -1.5, float("inf"), float("nan")])
+
+    def fn(t):
+        return t * 1.0 + 0.0, t + -0.0, t * 1.0
+
+    for got, want in zip(compile_aten(fn, [x])(x), fn(x)):
+        assert torch.equal(got.signbit(), want.signbit()) and torch.equal(got.isnan(), want.isnan())
+        assert torch.equal(got[~want.isnan()], want[~want.isnan()])

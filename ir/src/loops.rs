@@ -261,6 +261,17 @@ impl Scalars {
         if self.dtype(x) == dtype {
             return x;
         }
+        // A narrower float from a float64 that holds an integer exactly (an
+        // index, or an integer of at most 32 bits): one rounding either way,
+        // so convert the integer directly (WGSL has no float64).
+        if let ScalarOp::Cast(inner) = self.get(x).op {
+            if self.dtype(x) == DType::F64
+                && matches!(dtype, DType::F32 | DType::F16 | DType::BF16)
+                && self.exact_in_f64(inner)
+            {
+                return self.cast(inner, dtype);
+            }
+        }
         if let ScalarOp::Const { bits } = self.get(x).op {
             let from = self.dtype(x);
             let value = if from.is_float() { f64::from_bits(bits) } else { bits as i64 as f64 };
@@ -302,6 +313,22 @@ impl Scalars {
                 return b;
             }
         }
+        // `x * 1.0` is `x`, and so is `x + 0.0` where `x` cannot be -0.0
+        // (it was converted from an integer); `x + -0.0` always is.
+        // Decompositions build index arithmetic this way (nearest
+        // upsampling: `arange(n).to(float64) * 1.0 + 0.0`).
+        if dtype.is_float() && matches!(op, BinaryOp::Mul | BinaryOp::Add) {
+            for (x, c) in [(a, b), (b, a)] {
+                if self.dtype(x) == dtype && self.is_float_identity(op, c, dtype) {
+                    let signed_zero_safe = op == BinaryOp::Mul
+                        || self.float_const(c).is_some_and(|v| v.is_sign_negative())
+                        || matches!(self.get(x).op, ScalarOp::Cast(i) if !self.dtype(i).is_float());
+                    if signed_zero_safe {
+                        return x;
+                    }
+                }
+            }
+        }
         // `x / c` for a constant power of two is exactly `x * (1 / c)`: both
         // round the same real number once (subnormal, infinite and NaN
         // results included), and a multiply costs a fraction of a divide
@@ -313,6 +340,31 @@ impl Scalars {
             }
         }
         self.add(ScalarOp::Binary(op, a, b), dtype)
+    }
+
+    /// The value of a float constant.
+    fn float_const(&self, c: ScalarId) -> Option<f64> {
+        match self.get(c).op {
+            ScalarOp::Const { bits } if self.dtype(c).is_float() => Some(f64::from_bits(bits)),
+            _ => None,
+        }
+    }
+
+    /// Whether `c` is a constant of `dtype` that `op` leaves any value
+    /// unchanged with: 1 for a product, ±0 for a sum.
+    fn is_float_identity(&self, op: BinaryOp, c: ScalarId, dtype: DType) -> bool {
+        self.dtype(c) == dtype
+            && self.float_const(c).is_some_and(|v| match op {
+                BinaryOp::Mul => v == 1.0,
+                _ => v == 0.0,
+            })
+    }
+
+    /// Whether `x` is an integer that float64 holds exactly: a loop index,
+    /// or a value of an integer dtype of at most 32 bits.
+    fn exact_in_f64(&self, x: ScalarId) -> bool {
+        matches!(self.get(x).op, ScalarOp::Index(_))
+            || matches!(self.dtype(x), DType::Bool | DType::U8 | DType::I8 | DType::I16 | DType::I32)
     }
 
     /// `1 / c` when `c` is a float32/float64 constant of `dtype` that is a
