@@ -3,7 +3,7 @@ compiled with ``backend="rdyn"`` on CUDA tensors and compared with eager
 PyTorch in float64. One line per case (ok, or the first line of what went
 wrong), then rdyn's counters. Needs an NVIDIA GPU.
 
-    RDYN_STRICT=1 python tools/cuda_smoke.py [-k SUBSTRING] [--log-ptx]
+    RDYN_STRICT=1 python tools/cuda_smoke.py [-k SUBSTRING]
 """
 
 from __future__ import annotations
@@ -79,7 +79,7 @@ def training_cases():
     yield "grad linear", lambda x, w, b: F.linear(x, w, b), [(32, 64), (16, 64), (16,)]
 
 
-def run_training(name, fn, shapes) -> str | None:
+def run_training(fn, shapes) -> str | None:
     torch.manual_seed(0)
     tensors = [torch.randn(*s, device="cuda") for s in shapes]
     weight = None
@@ -142,10 +142,31 @@ def compare(got, want, dtype) -> str | None:
     return None
 
 
+def run_forward(fn, shapes, dtype) -> str | None:
+    torch.manual_seed(0)
+    tensors = [torch.randn(*s, device="cuda", dtype=dtype) for s in shapes]
+    torch._dynamo.reset()
+    got = torch.compile(fn, backend="rdyn")(*tensors)
+    torch.cuda.synchronize()
+    return compare(got, ref(fn, tensors), dtype)
+
+
+def report(name: str, run) -> bool:
+    """Run one case, print its line; whether it passed. Every case runs,
+    whatever the ones before it raised."""
+    try:
+        problem = run()
+    except Exception as e:
+        problem = f"{type(e).__name__}: {str(e).strip().splitlines()[0][:300]}"
+        if os.environ.get("RDYN_SMOKE_TRACE"):
+            traceback.print_exc()
+    print(f"{'ok  ' if problem is None else 'FAIL'} {name}{'' if problem is None else ': ' + problem}", flush=True)
+    return problem is None
+
+
 def main() -> int:
     p = argparse.ArgumentParser()
-    p.add_argument("-k", default="")
-    p.add_argument("--log-ptx", action="store_true")
+    p.add_argument("-k", default="", help="run only the cases whose name contains this")
     args = p.parse_args()
     if not torch.cuda.is_available():
         print("cuda_smoke: no CUDA GPU")
@@ -153,34 +174,13 @@ def main() -> int:
     torch.backends.cuda.matmul.allow_tf32 = False
     print(torch.__version__, torch.cuda.get_device_name())
     failed = 0
-    for case in cases():
-        name, fn, shapes = case[:3]
-        if args.k not in name:
-            continue
-        dtype = case[3] if len(case) > 3 else torch.float32
-        torch.manual_seed(0)
-        tensors = [torch.randn(*s, device="cuda", dtype=dtype) for s in shapes]
-        torch._dynamo.reset()
-        try:
-            got = torch.compile(fn, backend="rdyn")(*tensors)
-            torch.cuda.synchronize()
-            problem = compare(got, ref(fn, tensors), dtype)
-        except Exception as e:  # report every case
-            problem = f"{type(e).__name__}: {str(e).strip().splitlines()[0][:300]}"
-            if os.environ.get("RDYN_SMOKE_TRACE"):
-                traceback.print_exc()
-        failed += problem is not None
-        print(f"{'ok  ' if problem is None else 'FAIL'} {name}{'' if problem is None else ': ' + problem}", flush=True)
+    for name, fn, shapes, *dtype in cases():
+        if args.k in name:
+            failed += not report(name, lambda: run_forward(fn, shapes, dtype[0] if dtype else torch.float32))
     with torch.backends.cudnn.flags(enabled=True, allow_tf32=False):
         for name, fn, shapes in training_cases():
-            if args.k not in name:
-                continue
-            try:
-                problem = run_training(name, fn, shapes)
-            except Exception as e:  # report every case
-                problem = f"{type(e).__name__}: {str(e).strip().splitlines()[0][:300]}"
-            failed += problem is not None
-            print(f"{'ok  ' if problem is None else 'FAIL'} {name}{'' if problem is None else ': ' + problem}", flush=True)
+            if args.k in name:
+                failed += not report(name, lambda: run_training(fn, shapes))
         if args.k in "resnet18 grads":
             torch._dynamo.reset()
             print("resnet18 grads:", resnet18_grads(), flush=True)

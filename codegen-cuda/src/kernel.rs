@@ -145,16 +145,10 @@ fn unrolled_loop<T>(
         f.ins(format!("bra {top}"));
         f.place(&rest);
     }
-    let (top, done) = (f.label("loop"), f.label("done"));
-    f.place(&top);
-    let p = f.setp("ge", "s64", &i, &end.to_string());
-    f.ins(format!("@{p} bra {done}"));
-    let value = compute(f, em, &i)?;
-    consume(f, em, &i, value)?;
-    f.ins(format!("add.s64 {i}, {i}, {step}"));
-    f.ins(format!("bra {top}"));
-    f.place(&done);
-    Ok(())
+    counted_loop(f, &i, end, &step.to_string(), |f, at| {
+        let value = compute(f, em, at)?;
+        consume(f, em, at, value)
+    })
 }
 
 /// Compute a stage's value at the current loop variables; its register.

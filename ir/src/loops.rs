@@ -16,6 +16,8 @@ use std::fmt;
 use crate::dtype::DType;
 use crate::expr::{Ctx, Expr, Var};
 
+mod simplify;
+
 /// A buffer (`buf3`).
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct BufId(pub u32);
@@ -256,133 +258,8 @@ impl Scalars {
         self.add(ScalarOp::Const { bits: value as u64 }, dtype)
     }
 
-    /// `x` converted to `dtype` (no node when it already has it).
-    pub fn cast(&mut self, x: ScalarId, dtype: DType) -> ScalarId {
-        if self.dtype(x) == dtype {
-            return x;
-        }
-        // A narrower float from a float64 that holds an integer exactly (an
-        // index, or an integer of at most 32 bits): one rounding either way,
-        // so convert the integer directly (WGSL has no float64).
-        if let ScalarOp::Cast(inner) = self.get(x).op {
-            if self.dtype(x) == DType::F64
-                && matches!(dtype, DType::F32 | DType::F16 | DType::BF16)
-                && self.exact_in_f64(inner)
-            {
-                return self.cast(inner, dtype);
-            }
-        }
-        if let ScalarOp::Const { bits } = self.get(x).op {
-            let from = self.dtype(x);
-            let value = if from.is_float() { f64::from_bits(bits) } else { bits as i64 as f64 };
-            if dtype.is_float() || !from.is_float() {
-                return match dtype {
-                    DType::Bool => self.int_constant((value != 0.0) as i64, dtype),
-                    d if d.is_float() => self.constant(value, d),
-                    d => self.int_constant(bits as i64, d),
-                };
-            }
-            // A whole float that the integer dtype holds: `full(.., 3.0,
-            // dtype=int64)` is the constant 3.
-            let n = value as i64;
-            if value.fract() == 0.0 && value.abs() < 9.0e15 && dtype.wrap_int(n) == n {
-                return self.int_constant(n, dtype);
-            }
-        }
-        self.add(ScalarOp::Cast(x), dtype)
-    }
-
     pub fn unary(&mut self, op: UnaryOp, x: ScalarId, dtype: DType) -> ScalarId {
         self.add(ScalarOp::Unary(op, x), dtype)
-    }
-
-    pub fn binary(&mut self, op: BinaryOp, a: ScalarId, b: ScalarId, dtype: DType) -> ScalarId {
-        if let Some(folded) = self.fold_index(op, a, b, dtype) {
-            return folded;
-        }
-        // `m & true` and `m | false` on booleans are `m` (a causal mask
-        // built as `ones(..).tril()` ands the comparison with a constant).
-        if dtype == DType::Bool && matches!(op, BinaryOp::And | BinaryOp::Or) {
-            let identity = u64::from(op == BinaryOp::And);
-            let is_identity =
-                |id: ScalarId| self.dtype(id) == DType::Bool && self.get(id).op == ScalarOp::Const { bits: identity };
-            if is_identity(b) {
-                return a;
-            }
-            if is_identity(a) {
-                return b;
-            }
-        }
-        // `x * 1.0` is `x`, and so is `x + 0.0` where `x` cannot be -0.0
-        // (it was converted from an integer); `x + -0.0` always is.
-        // Decompositions build index arithmetic this way (nearest
-        // upsampling: `arange(n).to(float64) * 1.0 + 0.0`).
-        if dtype.is_float() && matches!(op, BinaryOp::Mul | BinaryOp::Add) {
-            for (x, c) in [(a, b), (b, a)] {
-                if self.dtype(x) == dtype && self.is_float_identity(op, c, dtype) {
-                    let signed_zero_safe = op == BinaryOp::Mul
-                        || self.float_const(c).is_some_and(|v| v.is_sign_negative())
-                        || matches!(self.get(x).op, ScalarOp::Cast(i) if !self.dtype(i).is_float());
-                    if signed_zero_safe {
-                        return x;
-                    }
-                }
-            }
-        }
-        // `x / c` for a constant power of two is exactly `x * (1 / c)`: both
-        // round the same real number once (subnormal, infinite and NaN
-        // results included), and a multiply costs a fraction of a divide
-        // (a mean's `/ 256`, attention's `/ 8.0`).
-        if op == BinaryOp::Div && self.dtype(a) == dtype {
-            if let Some(r) = self.exact_reciprocal(b, dtype) {
-                let r = self.constant(r, dtype);
-                return self.add(ScalarOp::Binary(BinaryOp::Mul, a, r), dtype);
-            }
-        }
-        self.add(ScalarOp::Binary(op, a, b), dtype)
-    }
-
-    /// The value of a float constant.
-    fn float_const(&self, c: ScalarId) -> Option<f64> {
-        match self.get(c).op {
-            ScalarOp::Const { bits } if self.dtype(c).is_float() => Some(f64::from_bits(bits)),
-            _ => None,
-        }
-    }
-
-    /// Whether `c` is a constant of `dtype` that `op` leaves any value
-    /// unchanged with: 1 for a product, ±0 for a sum.
-    fn is_float_identity(&self, op: BinaryOp, c: ScalarId, dtype: DType) -> bool {
-        self.dtype(c) == dtype
-            && self.float_const(c).is_some_and(|v| match op {
-                BinaryOp::Mul => v == 1.0,
-                _ => v == 0.0,
-            })
-    }
-
-    /// Whether `x` is an integer that float64 holds exactly: a loop index,
-    /// or a value of an integer dtype of at most 32 bits.
-    fn exact_in_f64(&self, x: ScalarId) -> bool {
-        matches!(self.get(x).op, ScalarOp::Index(_))
-            || matches!(self.dtype(x), DType::Bool | DType::U8 | DType::I8 | DType::I16 | DType::I32)
-    }
-
-    /// `1 / c` when `c` is a float32/float64 constant of `dtype` that is a
-    /// power of two whose reciprocal is a normal number of that type.
-    fn exact_reciprocal(&self, c: ScalarId, dtype: DType) -> Option<f64> {
-        let ScalarOp::Const { bits } = self.get(c).op else { return None };
-        if self.dtype(c) != dtype {
-            return None;
-        }
-        let c = f64::from_bits(bits);
-        let power_of_two = c.is_normal() && c.to_bits() & ((1u64 << 52) - 1) == 0;
-        let r = 1.0 / c;
-        let normal = match dtype {
-            DType::F32 => (c as f32).is_normal() && (r as f32).is_normal(),
-            DType::F64 => r.is_normal(),
-            _ => false,
-        };
-        (power_of_two && normal).then_some(r)
     }
 
     /// The index expression an int64 scalar stands for, if it is one.
@@ -394,70 +271,6 @@ impl Scalars {
         match &node.op {
             ScalarOp::Index(e) => Some(e.clone()),
             ScalarOp::Const { bits } => Some(Expr::c(*bits as i64)),
-            _ => None,
-        }
-    }
-
-    /// Integer arithmetic on index values stays an index expression, so
-    /// indices computed from `arange` (pooling, upsampling) become affine
-    /// loads instead of gathers.
-    fn fold_index(&mut self, op: BinaryOp, a: ScalarId, b: ScalarId, dtype: DType) -> Option<ScalarId> {
-        if dtype != DType::I64 {
-            return None;
-        }
-        let (x, y) = (self.as_index(a)?, self.as_index(b)?);
-        let ctx = Ctx::default();
-        let e = match op {
-            BinaryOp::Add => x.add(&y),
-            BinaryOp::Sub => x.sub(&y),
-            BinaryOp::Mul => x.mul(&y),
-            BinaryOp::FloorDiv if y.as_const().is_some_and(|k| k > 0) => x.floordiv(&y, &ctx),
-            BinaryOp::Rem if y.as_const().is_some_and(|k| k > 0) => x.modulo(&y, &ctx),
-            BinaryOp::TruncDiv if y.as_const().is_some_and(|k| k > 0) && x.as_const().is_some_and(|v| v >= 0) => {
-                x.floordiv(&y, &ctx)
-            }
-            _ => return None,
-        };
-        Some(match e.as_const() {
-            Some(v) => self.int_constant(v, DType::I64),
-            None => self.index(e),
-        })
-    }
-
-    pub fn select(&mut self, cond: ScalarId, a: ScalarId, b: ScalarId, dtype: DType) -> ScalarId {
-        if let Some(op) = self.clamp_form(cond, a, b) {
-            // `max(c, x)`: c if c > x, else x (also for NaN x, and ±0 ties).
-            return self.add(ScalarOp::Binary(op, b, a), dtype);
-        }
-        // `where(not c, a, b)` is `where(c, b, a)` (`masked_fill(~mask, v)`).
-        if let ScalarOp::Unary(UnaryOp::Not, c) = self.get(cond).op {
-            if self.dtype(c) == DType::Bool {
-                return self.select(c, b, a, dtype);
-            }
-        }
-        self.add(ScalarOp::Where(cond, a, b), dtype)
-    }
-
-    /// PyTorch's decomposition of `hardtanh` (ReLU6) and `clamp` writes
-    /// `where(x >= c | isnan(x), x, c)`: for a constant `c` that is not NaN,
-    /// that is exactly `max(c, x)` in [`BinaryOp::Max`]'s semantics (`min`
-    /// for `<=`), one operation instead of four.
-    fn clamp_form(&self, cond: ScalarId, x: ScalarId, c: ScalarId) -> Option<BinaryOp> {
-        let ScalarOp::Const { bits } = self.get(c).op else { return None };
-        let dtype = self.dtype(c);
-        if !dtype.is_float() || self.dtype(x) != dtype || f64::from_bits(bits).is_nan() {
-            return None;
-        }
-        let ScalarOp::Binary(BinaryOp::Or, p, q) = self.get(cond).op else { return None };
-        let is_nan_x = |id: ScalarId| self.get(id).op == ScalarOp::Unary(UnaryOp::IsNan, x);
-        let compare = |id: ScalarId| match self.get(id).op {
-            ScalarOp::Binary(BinaryOp::Ge, l, r) if l == x && r == c => Some(BinaryOp::Max),
-            ScalarOp::Binary(BinaryOp::Le, l, r) if l == x && r == c => Some(BinaryOp::Min),
-            _ => None,
-        };
-        match (compare(p), compare(q)) {
-            (Some(op), None) if is_nan_x(q) => Some(op),
-            (None, Some(op)) if is_nan_x(p) => Some(op),
             _ => None,
         }
     }

@@ -16,8 +16,9 @@ impl Lowerer<'_> {
     /// `x · alpha + beta` per channel (dim 1), with `alpha = weight /
     /// sqrt(var + eps)` and `beta = bias - mean · alpha`, as ATen's CPU
     /// kernel computes it; the saved mean / rstd outputs are empty in
-    /// inference on the CPU, the running mean and inverse std on CUDA. When the channels are the input's innermost dimension
-    /// (after a channels-last convolution), alpha and beta are stored per
+    /// inference on the CPU, the running mean and inverse std on CUDA. When
+    /// the channels are the input's innermost dimension (after a
+    /// channels-last convolution), alpha and beta are stored per
     /// channel first: computed in the kernel, the square root and divide
     /// would run for every element rather than once per channel.
     /// `eps_at`: the position of `eps` (6 in `_native_batch_norm_legit_no_training`,
