@@ -72,9 +72,10 @@ def _opinfo_summary(all_results: list[dict[str, Any]]) -> dict[str, Any]:
     wgpu = [r for r in all_results if r.get("device") == "wgpu"]
     if wgpu:
         summary["wgpu"] = {k: v for k, v in _headline(wgpu, wgpu).items() if k not in ("results", "by_dtype")}
-    cuda = [r for r in all_results if r.get("device") == "cuda"]
-    if cuda:
-        summary["cuda"] = {k: v for k, v in _headline(cuda, cuda).items() if k != "results"}
+    for device in ("cuda", "cuda-sim"):
+        runs = [r for r in all_results if r.get("device") == device]
+        if runs:
+            summary[device] = {k: v for k, v in _headline(runs, runs).items() if k != "results"}
     summary["results"] = all_results
     return summary
 

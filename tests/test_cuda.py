@@ -206,6 +206,53 @@ def test_long_rows_assemble(name: str, fn) -> None:
     assemble(one_module(sources))
 
 
+ROW_OPS = {
+    "softmax": lambda x: torch.softmax(x, -1),
+    "log_softmax_of_exp": lambda x: torch.log_softmax(x.exp() * 0.5, -1),
+    "layer_norm": lambda x: torch.nn.functional.layer_norm(
+        x, x.shape[-1:], torch.linspace(0.5, 2, x.shape[-1], dtype=x.dtype), torch.ones(x.shape[-1], dtype=x.dtype)
+    ),
+    "var_mean": lambda x: torch.var_mean(x, -1),
+    "argmax_and_centered": lambda x: (x.argmax(-1), x - x.mean(-1, keepdim=True)),
+    "middle_dim": lambda x: torch.softmax(x.view(x.shape[0], 2, -1), 1),
+}
+
+
+@pytest.mark.parametrize("cols", [1, 200, 256, 257, 1000, 4099, 8192, 16390])
+@pytest.mark.parametrize("name", list(ROW_OPS))
+def test_row_kernels_on_cuda_sim(name: str, cols: int) -> None:
+    """Row kernels on the CUDA generator's PTX, run by the simulator: rows
+    shorter than a block, with whole and partial chunks held in registers
+    across stages (256 and 1024 threads), and longer than the chunks allow
+    (the unrolled loop). Transposed inputs too."""
+    fn = ROW_OPS[name]
+    if name == "middle_dim":
+        if cols > 1000:
+            pytest.skip("a reduction over the middle dim runs one block per outer point: slow to simulate")
+        cols += cols % 2
+    x = torch.randn(3, cols, dtype=torch.float64).to(torch.float32)
+    for inp in (x, x.t().contiguous().t()):
+        got = torch.compile(fn, backend="rdyn", options={"device": "cuda-sim"})(inp)
+        want = fn(inp.double())
+        for g, w in zip(torch.utils._pytree.tree_leaves(got), torch.utils._pytree.tree_leaves(want)):
+            if w.is_floating_point():
+                torch.testing.assert_close(g.double(), w, rtol=1e-5, atol=1e-5, equal_nan=True)
+            else:
+                assert torch.equal(g, w)
+        torch._dynamo.reset()
+
+
+def test_a_row_is_read_once() -> None:
+    """Softmax over 1000-point rows (256 threads: three whole chunks and a
+    partial one): each of a thread's four points of x is loaded once for
+    all stages (max, exp-sum, output), and each reduction result once for
+    the whole chunks and once for the partial chunk."""
+    report = rdyn.explain(lambda x: torch.softmax(x, -1), torch.randn(64, 1000), device="cuda")
+    (kernel,) = [k for k in report.kernels if k.device == "cuda" and k.source.startswith(".version")]
+    loads = kernel.source.count("ld.global.f32")
+    assert loads == 4 + 2 + 2, kernel.source
+
+
 @needs_ptxas
 def test_golden_ptx_assembles() -> None:
     files = sorted((ROOT / "tests" / "golden" / "cuda").glob("*.txt"))

@@ -7,6 +7,9 @@ A fixed range of seeds runs in CI. Other ranges, for longer hunts::
 
     RDYN_FUZZ_SEED=10000 RDYN_FUZZ_COUNT=2000 tools/test.sh tests/test_fuzz.py
 
+Each seed also runs on the CUDA backend's PTX through the simulator
+(``cuda-sim``).
+
 A failure prints the program and its inputs; ``fuzzgen.generate(seed)``
 rebuilds it.
 """
@@ -32,17 +35,28 @@ def test_random_program_matches_eager(seed: int) -> None:
     check(fuzzgen.generate(seed))
 
 
+#: Seeds run on the CUDA generator's PTX through the simulator (seed 1782:
+#: ``True + True`` in a bool kernel gave 2).
+SIM_SEEDS = sorted({*range(SEED, SEED + COUNT), 1782})
 
-def check(case: Case) -> None:
-    """Run ``case`` with rdyn and eagerly; raise AssertionError on a mismatch."""
+
+@pytest.mark.parametrize("seed", SIM_SEEDS)
+def test_random_program_matches_eager_on_cuda_sim(seed: int) -> None:
+    check(fuzzgen.generate(seed), {"device": "cuda-sim"})
+
+
+
+def check(case: Case, options: dict | None = None) -> None:
+    """Run ``case`` with rdyn (``options`` to torch.compile) and eagerly;
+    raise AssertionError on a mismatch."""
     try:
         with no_rust_panic():
-            _check(case)
+            _check(case, options)
     except AssertionError as error:
         raise AssertionError(f"{error}\n\n{case.describe()}") from None
 
 
-def _check(case: Case) -> None:
+def _check(case: Case, options: dict | None) -> None:
     fn = case.function()
     inputs = case.make_inputs()
     eager_inputs = clone_inputs(inputs)
@@ -57,9 +71,9 @@ def _check(case: Case) -> None:
         # float32 tensor meeting a float64 one): no reference.
         reference = None
     if case.mode == "dynamic":
-        compiled = torch.compile(fn, backend="rdyn", dynamic=True, fullgraph=False)
+        compiled = torch.compile(fn, backend="rdyn", dynamic=True, fullgraph=False, options=options)
     else:
-        compiled = aot_compile(fn)
+        compiled = aot_compile(fn, options)
     actual_inputs = clone_inputs(inputs)
     actual = compiled(*actual_inputs)
     assert_same(actual, expected, reference, **_tolerances(case))

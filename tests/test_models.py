@@ -131,7 +131,7 @@ def float64_inputs(inputs: tuple[Any, ...]) -> tuple[Any, ...]:
 
 
 CUDA = pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU"))
-DEVICES = ["cpu", pytest.param("wgpu", marks=pytest.mark.skipif(not wgpu_available(), reason="no wgpu adapter")), CUDA]
+DEVICES = ["cpu", pytest.param("wgpu", marks=pytest.mark.skipif(not wgpu_available(), reason="no wgpu adapter")), "cuda-sim", CUDA]
 
 
 def on_device(name: str, device: str) -> tuple[nn.Module, tuple[Any, ...]]:
@@ -191,7 +191,7 @@ def _training_step(model: nn.Module, inputs: tuple[Any, ...], pick: Callable[[An
     return loss.detach()
 
 
-@pytest.mark.parametrize("device", ["cpu", CUDA])
+@pytest.mark.parametrize("device", ["cpu", "cuda-sim", CUDA])
 @pytest.mark.parametrize("name", TRAINING_MODELS)
 def test_training_step(name: str, device: str) -> None:
     model, inputs = on_device(name, device)
@@ -202,7 +202,7 @@ def test_training_step(name: str, device: str) -> None:
 
     expected_loss = _training_step(model, inputs, pick)
     reference_loss = _training_step(reference_model, float64_inputs(inputs), pick)
-    compiled = torch.compile(compiled_model, backend="rdyn")
+    compiled = torch.compile(compiled_model, backend="rdyn", options=_options(device))
     with no_rust_panic():
         actual_loss = _training_step(compiled, inputs, pick)
 

@@ -316,6 +316,19 @@ def test_op_wgpu(op: OpInfo, opinfo_results: list[dict[str, Any]]) -> None:
     _run_recorded(op, torch.float32, SAMPLES_PER_OP, opinfo_results, device="wgpu")
 
 
+@pytest.mark.parametrize("op", OPS, ids=op_id)
+def test_op_cuda_sim(op: OpInfo, opinfo_results: list[dict[str, Any]]) -> None:
+    """The conformance run on the CUDA backend's PTX, run by rdyn's PTX
+    simulator on CPU tensors (``options={"device": "cuda-sim"}``): the CUDA
+    generator's numbers, checked without a GPU."""
+    _run_recorded(op, torch.float32, SAMPLES_PER_OP, opinfo_results, device="cuda-sim")
+
+
+@pytest.mark.parametrize("op,dtype", [c for c in LOW_PRECISION_CASES if c.values[1] in (torch.float16, torch.bfloat16)])
+def test_op_cuda_sim_half(op: OpInfo, dtype: torch.dtype, opinfo_results: list[dict[str, Any]]) -> None:
+    _run_recorded(op, dtype, 1, opinfo_results, device="cuda-sim")
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU")
 @pytest.mark.parametrize("op", OPS, ids=op_id)
 def test_op_cuda(op: OpInfo, opinfo_results: list[dict[str, Any]]) -> None:

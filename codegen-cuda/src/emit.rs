@@ -230,6 +230,8 @@ pub struct Emitter<'a> {
     pub vars: Vec<String>,
     /// Register with the error flag's global address.
     pub error_addr: Option<String>,
+    /// Row elements already in registers (block kernels).
+    pub row: crate::row::RowCache,
 }
 
 impl Emitter<'_> {
@@ -287,6 +289,12 @@ impl Emitter<'_> {
             let get = |s: &ScalarId| regs.get(s).cloned().ok_or(PtxError::Internal("scalar used before defined"));
             let r = match &node.op {
                 ScalarOp::Load { buf, index, indirect, mask } => {
+                    let (root, dtype) = (self.program.storage_of(*buf), self.program.buffer(*buf).dtype);
+                    let plain = indirect.is_empty() && mask.is_none();
+                    if let Some(r) = self.row.lookup(root, index, dtype, self.syms).filter(|_| plain) {
+                        regs.insert(id, r);
+                        continue;
+                    }
                     let mut idx = self.index(f, index)?;
                     for (s, stride) in indirect {
                         let st = self.index(f, stride)?;
@@ -300,7 +308,13 @@ impl Emitter<'_> {
                         None => None,
                     };
                     let addr = self.address(f, *buf, &idx)?;
-                    load(f, &addr, self.program.buffer(*buf).dtype, pred.as_deref())
+                    let r = load(f, &addr, dtype, pred.as_deref());
+                    if plain {
+                        self.row.loaded(root, index, dtype, self.syms, &r);
+                    } else {
+                        self.row.loaded_unplain(root);
+                    }
+                    r
                 }
                 ScalarOp::Const { bits } => {
                     let v = if node.dtype.is_float() { f64::from_bits(*bits) } else { *bits as i64 as f64 };

@@ -1,12 +1,13 @@
 //! Loop-IR kernels → PTX entry functions.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt::Write;
 
-use rdyn_ir::loops::{BufId, Kernel, Program, ReduceOp, ScalarId, Stage};
+use rdyn_ir::loops::{BufId, BufRole, Kernel, Program, ReduceOp, ScalarId, Stage, Step};
 use rdyn_ir::{Ctx, Expr, Kind};
 
 use crate::emit::{imm, sel_ty, store, Class, Emitter, Func};
+use crate::row::{canonical, chunked_loop, max_chunks, RowCache};
 use crate::{PtxError, PTX_TARGET, PTX_VERSION};
 
 /// Threads per block.
@@ -169,6 +170,13 @@ fn store_stage(
     kind: Kind,
     regs: &HashMap<ScalarId, String>,
 ) -> Result<(), PtxError> {
+    let dtype = em.program.buffer(stage.out).dtype;
+    let root = em.program.storage_of(stage.out);
+    let plain = stage.store_indirect.is_empty() && kind == dtype.kind();
+    if plain && em.row.unstored.contains(&root) {
+        em.row.stored(root, Some(&stage.store), dtype, em.syms, v);
+        return Ok(());
+    }
     let mut idx = em.index(f, &stage.store)?;
     for (s, stride) in &stage.store_indirect {
         let st = em.index(f, stride)?;
@@ -178,7 +186,8 @@ fn store_stage(
         idx = next;
     }
     let addr = em.address(f, stage.out, &idx)?;
-    store(f, &addr, v, kind, em.program.buffer(stage.out).dtype);
+    store(f, &addr, v, kind, dtype);
+    em.row.stored(root, Some(&stage.store).filter(|_| plain), dtype, em.syms, v);
     Ok(())
 }
 
@@ -335,7 +344,12 @@ fn reduce_stage(f: &mut Func, em: &mut Emitter<'_>, l: &Launch, stage: &Stage, m
                 combine(f, reduce.op, class, &acc, &v)
             }
         };
-        unrolled_loop(f, em, &l.tid, red_n, l.block as i64, point, fold)?;
+        if inner_n == 1 && red_n <= l.block as i64 * max_chunks(l.block) {
+            let canon = canonical(m, inner.len(), red.len());
+            chunked_loop(f, em, &l.tid, red_n, l.block as i64, canon, red.clone(), point, fold)?;
+        } else {
+            unrolled_loop(f, em, &l.tid, red_n, l.block as i64, point, fold)?;
+        }
         warp_reduce(f, reduce.op, class, &acc, &acci, 32)?;
         // Lane 0 of each warp parks its result in shared memory.
         let lane0 = f.setp("eq", "s64", &l.lane, "0");
@@ -398,11 +412,58 @@ fn inner_pointwise_stage(
         em.vars = vars;
         store_stage(f, em, stage, &v, kind, &regs)
     };
+    if n <= l.block as i64 * max_chunks(l.block) {
+        let canon = canonical(m, 0, inner.len());
+        return chunked_loop(f, em, &l.tid, n, l.block as i64, canon, inner.clone(), point, put);
+    }
     unrolled_loop(f, em, &l.tid, n, l.block as i64, point, put)
 }
 
-/// The PTX for `kernel`, with sizes from `syms`.
+/// The PTX for `kernel`, with sizes from `syms`. A first emission finds
+/// which storages the kernel reads back from memory; stores to its private
+/// temporaries that no load reads from memory are then left out.
 pub fn kernel_ptx(program: &Program, kernel: &Kernel, syms: &Ctx, name: String) -> Result<PtxKernel, PtxError> {
+    let (ptx, memory_loads) = emit_kernel(program, kernel, syms, name.clone(), HashSet::new())?;
+    let unstored = private_storages(program, kernel, &memory_loads);
+    if unstored.is_empty() {
+        return Ok(ptx);
+    }
+    Ok(emit_kernel(program, kernel, syms, name, unstored)?.0)
+}
+
+/// Temporaries `kernel` writes that no other step reads, that are no
+/// output and that none of its own loads read from memory.
+fn private_storages(program: &Program, kernel: &Kernel, memory_loads: &HashSet<BufId>) -> HashSet<BufId> {
+    let mut read = program.pinned_storages();
+    read.extend(memory_loads);
+    for step in &program.steps {
+        match step {
+            Step::Kernel(k) if !std::ptr::eq(k, kernel) => {
+                for stage in &k.stages {
+                    let mut roots = vec![stage.value];
+                    roots.extend(stage.store_indirect.iter().map(|(s, _)| *s));
+                    read.extend(program.scalars.loaded_buffers(&roots).into_iter().map(|b| program.storage_of(b)));
+                }
+            }
+            Step::Kernel(_) => {}
+            Step::Extern(e) => read.extend(e.inputs.iter().map(|b| program.storage_of(*b))),
+        }
+    }
+    kernel
+        .stages
+        .iter()
+        .map(|s| program.storage_of(s.out))
+        .filter(|r| program.buffer(*r).role == BufRole::Temp && !read.contains(r))
+        .collect()
+}
+
+fn emit_kernel(
+    program: &Program,
+    kernel: &Kernel,
+    syms: &Ctx,
+    name: String,
+    unstored: HashSet<BufId>,
+) -> Result<(PtxKernel, HashSet<BufId>), PtxError> {
     let outer = concrete_all(&kernel.outer, syms)?;
     let m = outer.len();
     let outer_n: i64 = outer.iter().product();
@@ -418,7 +479,15 @@ pub fn kernel_ptx(program: &Program, kernel: &Kernel, syms: &Ctx, name: String) 
     }
     let params: Vec<BufId> = touched.into_keys().collect();
     let mut f = Func::default();
-    let mut em = Emitter { program, syms, bases: Default::default(), vars: Vec::new(), error_addr: None };
+    let written = kernel.stages.iter().map(|s| program.storage_of(s.out)).collect();
+    let mut em = Emitter {
+        program,
+        syms,
+        bases: Default::default(),
+        vars: Vec::new(),
+        error_addr: None,
+        row: RowCache::new(written, unstored),
+    };
     for (k, buf) in params.iter().enumerate() {
         let r = f.reg(Class::S64);
         f.ins(format!("ld.param.u64 {r}, [{name}_p{k}]"));
@@ -523,5 +592,7 @@ pub fn kernel_ptx(program: &Program, kernel: &Kernel, syms: &Ctx, name: String) 
     }
     src.push_str(&f.body);
     let _ = writeln!(src, "\tret;\n}}");
-    Ok(PtxKernel { name, source: src, params, grid: grid as u32, block: if serial { 1 } else { block }, error_flag })
+    let ptx =
+        PtxKernel { name, source: src, params, grid: grid as u32, block: if serial { 1 } else { block }, error_flag };
+    Ok((ptx, em.row.memory_loads()))
 }

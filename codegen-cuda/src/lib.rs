@@ -20,6 +20,8 @@ mod emit;
 mod kernel;
 mod math;
 mod math64;
+mod row;
+pub mod sim;
 mod special;
 mod trig;
 

@@ -446,7 +446,9 @@ fn op_result_kind(from: DType, _to: DType, predicate: bool) -> Kind {
 /// Bring a result computed in `kind` to the node's dtype `to`.
 fn fit(f: &mut Func, r: String, kind: Kind, to: DType) -> String {
     if kind == to.kind() {
-        if to.is_int() {
+        // Integer results wrap to their dtype; a bool sum (`True + True`) is
+        // True.
+        if to.is_int() || to == DType::Bool {
             return wrap_int(f, &r, to);
         }
         return r;

@@ -88,9 +88,10 @@ impl CompiledGraph {
                 "cpu" => Backend::Cpu,
                 "wgpu" => Backend::Wgpu,
                 "cuda" => Backend::Cuda,
+                "cuda-sim" => Backend::CudaSim,
                 other => {
                     return Err(PyValueError::new_err(format!(
-                        "rdyn: unknown device {other:?}; use 'cpu', 'cuda' or 'wgpu'"
+                        "rdyn: unknown device {other:?}; use 'cpu', 'cuda', 'cuda-sim' or 'wgpu'"
                     )))
                 }
             };

@@ -17,7 +17,7 @@ from torch._dynamo.backends.common import aot_autograd
 
 from . import _cache, _rdyn
 from ._decomp import DECOMPOSITIONS as RDYN_DECOMPOSITIONS
-from ._import import Unsupported, import_graph
+from ._import import Unsupported, import_graph, on_device
 from ._runner import GraphRunner
 from .config import Options, log_enabled, log
 
@@ -201,8 +201,11 @@ def compile_aten_graph(gm: torch.fx.GraphModule, example_inputs, options: Option
             isinstance(c, torch.Tensor) and c.device.type != "cuda" for c in info["constants"]
         ):
             return _unsupported_graph(gm, "a CUDA graph with constants on another device")
+        if device == "cuda-sim":
+            # Generated for CUDA, run on the CPU tensors by the PTX simulator.
+            data = on_device(data, "cuda:0")
         compiled = _rdyn.CompiledGraph(data, runner, device)
-        if device == "cuda":
+        if device in ("cuda", "cuda-sim"):
             # Generate the kernels now: a graph the CUDA code generator
             # cannot express yet runs eagerly (counted), not as an error.
             compiled.describe(list(example_inputs) + info["constants"])

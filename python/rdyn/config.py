@@ -4,10 +4,12 @@ Environment:
   RDYN_LOG=graph,ir,kernels,guards   what to print (``all`` for everything)
   RDYN_STRICT=1                      a compile failure raises instead of
                                      falling back to eager
-  RDYN_DEVICE=cpu|wgpu               default device for CPU tensors (wgpu: any
+  RDYN_DEVICE=cpu|wgpu|cuda-sim      default device for CPU tensors (wgpu: any
                                      GPU through Vulkan/Metal/DX12; CPU tensors
-                                     in and out). CUDA tensors always compile
-                                     for CUDA.
+                                     in and out; cuda-sim: the CUDA backend's
+                                     PTX run by rdyn's PTX simulator, slowly,
+                                     to test it without a GPU). CUDA tensors
+                                     always compile for CUDA.
   RDYN_JIT=0                         interpret every CPU stage (no Cranelift
                                      machine code)
 """
@@ -18,7 +20,7 @@ import os
 import sys
 from dataclasses import dataclass
 
-DEVICES = ("cpu", "wgpu")
+DEVICES = ("cpu", "wgpu", "cuda-sim")
 #: Devices `rdyn.explain` can generate code for (CUDA needs no GPU for that).
 EXPLAIN_DEVICES = ("cpu", "wgpu", "cuda")
 PLANNED_DEVICES: tuple = ()

@@ -70,6 +70,16 @@ pub enum Backend {
     Cpu,
     Wgpu,
     Cuda,
+    /// CUDA's PTX run by the PTX simulator on CPU tensors (for testing the
+    /// CUDA code generator without a GPU).
+    CudaSim,
+}
+
+impl Backend {
+    /// Whether graphs are generated as PTX.
+    pub fn is_cuda(self) -> bool {
+        matches!(self, Backend::Cuda | Backend::CudaSim)
+    }
 }
 
 /// One cached specialization.
@@ -236,12 +246,12 @@ impl CompiledGraph {
         // CUDA kernels need concrete sizes: CUDA graphs keep specializing,
         // up to a bound past which calls run eagerly.
         let count = self.specs.lock().map_err(|_| RuntimeError::Poisoned)?.len();
-        if self.backend == Backend::Cuda && count >= MAX_CUDA_SPECIALIZATIONS {
+        if self.backend.is_cuda() && count >= MAX_CUDA_SPECIALIZATIONS {
             return Err(RuntimeError::Unsupported(format!(
                 "a CUDA graph called with more than {MAX_CUDA_SPECIALIZATIONS} shapes runs eagerly for new ones"
             )));
         }
-        let full = self.backend != Backend::Cuda && count >= MAX_SPECIALIZATIONS;
+        let full = !self.backend.is_cuda() && count >= MAX_SPECIALIZATIONS;
         if full {
             return self.run_generic(args, ctx);
         }
@@ -250,10 +260,11 @@ impl CompiledGraph {
         let cpu = Arc::new(plan(&program, &ctx)?);
         let wgpu = match self.backend {
             Backend::Wgpu => Some(crate::gpu::plan_wgpu(&program, cpu.clone(), &ctx, !describe_only)?),
-            Backend::Cpu | Backend::Cuda => None,
+            Backend::Cpu | Backend::Cuda | Backend::CudaSim => None,
         };
         let cuda = match self.backend {
-            Backend::Cuda => Some(crate::cuda::plan_cuda(&program, cpu.clone(), &ctx)?),
+            Backend::Cuda => Some(crate::cuda::plan_cuda(&program, cpu.clone(), &ctx, false)?),
+            Backend::CudaSim => Some(crate::cuda::plan_cuda(&program, cpu.clone(), &ctx, true)?),
             Backend::Cpu | Backend::Wgpu => None,
         };
         STATS.record_lowering(&counts, program.kernels().count(), start.elapsed().as_nanos() as u64);
@@ -335,7 +346,7 @@ pub fn execute(selected: &Selected, args: &[CallArg], host: &mut dyn Host) -> Re
         Selected::Spec(spec) => spec.cuda.as_ref(),
         Selected::Generic(_) => None,
     };
-    if cuda_plan.is_some() {
+    if cuda_plan.is_some_and(|p| !p.simulated) {
         // Before any output is allocated on a device that may be missing.
         crate::cuda::available()?;
     }

@@ -17,7 +17,7 @@ use std::sync::{Arc, OnceLock};
 
 use cudarc::driver::{result, sys};
 use rdyn_codegen_cpu::plan::{CpuProgram, CpuStep, Storage};
-use rdyn_codegen_cuda::{kernel_ptx, PtxError, PtxKernel};
+use rdyn_codegen_cuda::{kernel_ptx, sim, PtxError, PtxKernel};
 use rdyn_ir::loops::{Program, Step};
 use rdyn_ir::Ctx;
 
@@ -38,12 +38,21 @@ pub struct CudaPlan {
     pub steps: Vec<CudaStep>,
     /// Some kernel can set the error flag (then each call reads it back).
     checks_errors: bool,
+    /// Run by the PTX simulator on host memory, not on a GPU.
+    pub simulated: bool,
     /// The loaded function of each kernel step, on first use.
     functions: OnceLock<Result<Vec<Option<usize>>, String>>,
+    /// Each kernel step decoded for the simulator, on first use.
+    decoded: OnceLock<Result<Vec<Option<sim::Kernel>>, String>>,
 }
 
 /// The PTX for every kernel of `program`; extern steps run on the host.
-pub fn plan_cuda(program: &Program, cpu: Arc<CpuProgram>, syms: &Ctx) -> Result<CudaPlan, RuntimeError> {
+pub fn plan_cuda(
+    program: &Program,
+    cpu: Arc<CpuProgram>,
+    syms: &Ctx,
+    simulated: bool,
+) -> Result<CudaPlan, RuntimeError> {
     let mut steps = Vec::new();
     let mut kernel_index = 0;
     for (i, step) in program.steps.iter().enumerate() {
@@ -65,7 +74,7 @@ pub fn plan_cuda(program: &Program, cpu: Arc<CpuProgram>, syms: &Ctx) -> Result<
         }
     }
     let checks_errors = steps.iter().any(|s| matches!(s, CudaStep::Kernel(k) if k.error_flag));
-    Ok(CudaPlan { cpu, steps, checks_errors, functions: OnceLock::new() })
+    Ok(CudaPlan { cpu, steps, checks_errors, simulated, functions: OnceLock::new(), decoded: OnceLock::new() })
 }
 
 /// The process's CUDA driver state: PyTorch's primary context on device 0.
@@ -126,6 +135,9 @@ fn load(plan: &CudaPlan) -> Result<Vec<Option<usize>>, String> {
 /// Run a CUDA program. `ptrs` holds every buffer's device address (inputs
 /// and host-allocated outputs); scratch buffers are placed here.
 pub fn execute_cuda(plan: &CudaPlan, host: &mut dyn Host, ptrs: &mut [usize]) -> Result<(), RuntimeError> {
+    if plan.simulated {
+        return execute_simulated(plan, host, ptrs);
+    }
     let cuda = cuda()?;
     // SAFETY: the context was retained in `cuda()` and is never released.
     unsafe { result::ctx::set_current(cuda.ctx as sys::CUcontext) }.map_err(|e| driver("set context", e))?;
@@ -187,10 +199,74 @@ pub fn execute_cuda(plan: &CudaPlan, host: &mut dyn Host, ptrs: &mut [usize]) ->
             result::stream::synchronize(stream).map_err(|e| driver("stream sync", e))?;
         }
         if value[0] != 0 {
-            return Err(RuntimeError::Kernel(
-                "a CUDA kernel read an index out of range or divided an integer by zero".into(),
-            ));
+            return Err(error_raised());
         }
+    }
+    Ok(())
+}
+
+fn error_raised() -> RuntimeError {
+    RuntimeError::Kernel("a CUDA kernel read an index out of range or divided an integer by zero".into())
+}
+
+/// Run a CUDA program's kernels in the PTX simulator, on host memory (the
+/// `cuda-sim` device): the buffers are CPU tensors, the scratch arena and
+/// the error flag a host allocation. Each launch may touch only the
+/// program's buffers.
+fn execute_simulated(plan: &CudaPlan, host: &mut dyn Host, ptrs: &mut [usize]) -> Result<(), RuntimeError> {
+    let decoded = plan
+        .decoded
+        .get_or_init(|| {
+            let kernel = |s: &CudaStep| match s {
+                CudaStep::Kernel(k) => sim::parse(&k.source).map(Some).map_err(|e| e.to_string()),
+                CudaStep::Host(_) => Ok(None),
+            };
+            plan.steps.iter().map(kernel).collect()
+        })
+        .as_ref()
+        .map_err(|e| RuntimeError::Internal(e.clone()))?;
+    let bufs = &plan.cpu.buffers;
+    let arena = plan.cpu.arena_bytes.div_ceil(256) * 256;
+    let mut scratch = vec![0u64; (arena + 256) / 8];
+    let base = scratch.as_mut_ptr() as usize;
+    for (k, buf) in bufs.iter().enumerate() {
+        if let Storage::Arena(offset) = buf.storage {
+            ptrs[k] = base + offset;
+        }
+    }
+    rdyn_codegen_cpu::plan::resolve_views(bufs, ptrs);
+    let flag = base + arena;
+    for (step, kernel) in plan.steps.iter().zip(decoded) {
+        match (step, kernel) {
+            (CudaStep::Kernel(k), Some(kernel)) => {
+                let mut memory = sim::Memory::new();
+                for (buf, &ptr) in bufs.iter().zip(ptrs.iter()) {
+                    let start = buf.offset.max(0) as usize * buf.dtype.itemsize();
+                    if ptr != 0 {
+                        memory.allow(ptr + start, buf.extent_bytes().saturating_sub(start));
+                    }
+                }
+                memory.allow(flag, 4);
+                let mut params: Vec<u64> = k.params.iter().map(|b| ptrs[b.0 as usize] as u64).collect();
+                params.push(flag as u64);
+                // SAFETY: every region is a live buffer of this call (torch
+                // tensors the host holds, or `scratch`), and nothing else
+                // touches them while the kernel runs.
+                unsafe { kernel.launch(k.grid, k.block, &params, &memory) }
+                    .map_err(|e| RuntimeError::Internal(format!("simulated CUDA: {e}")))?;
+            }
+            (CudaStep::Host(i), _) => match &plan.cpu.steps[*i] {
+                CpuStep::Host { node, inputs, outputs, .. } => {
+                    host.run_node(*node, inputs, outputs, bufs, ptrs)?;
+                    rdyn_codegen_cpu::plan::resolve_views(bufs, ptrs);
+                }
+                _ => return Err(RuntimeError::Internal("a CPU step in a CUDA program".into())),
+            },
+            (CudaStep::Kernel(_), None) => return Err(RuntimeError::Internal("kernel without a decoding".into())),
+        }
+    }
+    if plan.checks_errors && scratch[arena / 8] as u32 != 0 {
+        return Err(error_raised());
     }
     Ok(())
 }

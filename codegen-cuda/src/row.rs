@@ -1,0 +1,198 @@
+//! Rows held in registers across a block kernel's stages.
+//!
+//! A softmax or layer norm kernel runs several stages over the same row
+//! (a max, a sum, the output). When a stage's row has at most
+//! `max_chunks(block)` points per thread, its loop is unrolled into chunks:
+//! chunk `k` is point `tid + k·block`, the same point in every stage with
+//! the same row shape. A float element loaded or stored at a chunk's point
+//! is remembered by (storage, canonical index, chunk, row shape), and a
+//! later stage's load of the same element takes the register instead of
+//! reading memory again. A row is then read from memory once.
+//!
+//! Safety of the reuse: elements of storage the kernel never writes are
+//! reused freely; elements of storage it writes are reused only from the
+//! thread's own store at that point, and every store made outside a chunk
+//! (a reduction's result) forgets its storage. Masked and indirect loads
+//! are never reused.
+
+use std::cell::RefCell;
+use std::collections::{HashMap, HashSet};
+
+use rdyn_ir::loops::BufId;
+use rdyn_ir::{Ctx, DType, Expr, Var};
+
+use crate::emit::{Class, Emitter, Func};
+use crate::PtxError;
+
+/// Canonical row variables start here (above any stage's own variables).
+const CANON: u32 = 1 << 16;
+
+/// Chunks per thread a row may have to be unrolled: registers per thread
+/// are 64 at 1024 threads per block, 255 at 256.
+pub fn max_chunks(block: u32) -> i64 {
+    if block >= 1024 {
+        16
+    } else {
+        32
+    }
+}
+
+/// The point a block thread is emitting code for.
+#[derive(Clone)]
+struct Point {
+    chunk: i64,
+    /// Each loop variable's canonical form: outer variables stay, a
+    /// stage's row variables become `CANON + d`, size-1 inner variables 0.
+    canon: Vec<Expr>,
+    row: Vec<i64>,
+    /// In the partial chunk, which only some threads run: its registers
+    /// may stand for the same chunk only, not for every chunk.
+    partial: bool,
+}
+
+type Key = (BufId, Expr, i64, Vec<i64>);
+
+/// Registers holding row elements (see the module comment).
+#[derive(Default)]
+pub struct RowCache {
+    point: Option<Point>,
+    /// Storage roots some stage of the kernel writes.
+    written: HashSet<BufId>,
+    values: RefCell<HashMap<Key, String>>,
+    /// Elements of written storage, for the current stage only.
+    stage_values: RefCell<HashMap<Key, String>>,
+    /// Storage roots some load read from memory.
+    memory_loads: RefCell<HashSet<BufId>>,
+    /// Storage roots whose stores are left out: nothing reads them from
+    /// memory (see `kernel::private_storages`).
+    pub unstored: HashSet<BufId>,
+}
+
+fn reusable(dtype: DType) -> bool {
+    matches!(dtype, DType::F32 | DType::F64)
+}
+
+impl RowCache {
+    pub fn new(written: HashSet<BufId>, unstored: HashSet<BufId>) -> RowCache {
+        RowCache { written, unstored, ..RowCache::default() }
+    }
+
+    /// Storage roots some load of the kernel read from memory.
+    pub fn memory_loads(&self) -> HashSet<BufId> {
+        self.memory_loads.borrow().clone()
+    }
+
+    /// An element's key at the current point; an index that does not
+    /// depend on the row is the same element at every chunk (`-1`).
+    fn key(&self, root: BufId, index: &Expr, syms: &Ctx) -> Option<Key> {
+        let p = self.point.as_ref()?;
+        let canon = index.substitute_vars(&p.canon, syms);
+        let chunk = if canon.max_var().is_some_and(|v| v >= CANON) { p.chunk } else { -1 };
+        if chunk == -1 && p.partial {
+            return None;
+        }
+        Some((root, canon, chunk, p.row.clone()))
+    }
+
+    /// The register already holding element `index` of `root`.
+    pub fn lookup(&self, root: BufId, index: &Expr, dtype: DType, syms: &Ctx) -> Option<String> {
+        if !reusable(dtype) {
+            return None;
+        }
+        let key = self.key(root, index, syms)?;
+        let found = self.values.borrow().get(&key).cloned();
+        found.or_else(|| self.stage_values.borrow().get(&key).cloned())
+    }
+
+    /// A masked or indirect load read `root` from memory.
+    pub fn loaded_unplain(&self, root: BufId) {
+        self.memory_loads.borrow_mut().insert(root);
+    }
+
+    /// `reg` was loaded from element `index` of `root`. An element the
+    /// kernel writes is kept only while the stage runs, and only when it
+    /// does not depend on the row (a reduction's result, stored before the
+    /// stage's barrier).
+    pub fn loaded(&self, root: BufId, index: &Expr, dtype: DType, syms: &Ctx, reg: &str) {
+        self.memory_loads.borrow_mut().insert(root);
+        let Some(key) = self.key(root, index, syms).filter(|_| reusable(dtype)) else { return };
+        if !self.written.contains(&root) {
+            self.values.borrow_mut().insert(key, reg.to_string());
+        } else if key.2 == -1 {
+            self.stage_values.borrow_mut().insert(key, reg.to_string());
+        }
+    }
+
+    /// `reg` (of the buffer's own kind) was stored at element `index` of
+    /// `root`; `None`: a store the cache cannot follow.
+    pub fn stored(&self, root: BufId, index: Option<&Expr>, dtype: DType, syms: &Ctx, reg: &str) {
+        let key = index.filter(|_| reusable(dtype)).and_then(|i| self.key(root, i, syms));
+        self.stage_values.borrow_mut().retain(|k, _| k.0 != root);
+        let mut values = self.values.borrow_mut();
+        match key {
+            Some(key) => {
+                values.insert(key, reg.to_string());
+            }
+            None => values.retain(|k, _| k.0 != root),
+        }
+    }
+}
+
+/// The canonical form of each loop variable for a stage whose row
+/// variables start at `first` (`zeroed` size-1 inner variables before
+/// them, from `m`).
+pub fn canonical(m: usize, zeroed: usize, row: usize) -> Vec<Expr> {
+    let mut canon: Vec<Expr> = (0..m as u32).map(|v| Expr::var(Var(v))).collect();
+    canon.extend((0..zeroed).map(|_| Expr::c(0)));
+    canon.extend((0..row as u32).map(|d| Expr::var(Var(CANON + d))));
+    canon
+}
+
+/// `for (i = start; i < end; i += step)` unrolled into chunks, each with
+/// its point set for the row cache: every full chunk's value is computed
+/// before any is consumed (their loads are in flight together), then they
+/// are consumed in the loop's order, then the last, partial chunk runs
+/// where its point exists. Results match the plain loop bit for bit.
+#[allow(clippy::too_many_arguments)]
+pub fn chunked_loop<T>(
+    f: &mut Func,
+    em: &mut Emitter<'_>,
+    start: &str,
+    end: i64,
+    step: i64,
+    canon: Vec<Expr>,
+    row: Vec<i64>,
+    mut compute: impl FnMut(&mut Func, &mut Emitter<'_>, &str) -> Result<T, PtxError>,
+    mut consume: impl FnMut(&mut Func, &mut Emitter<'_>, &str, T) -> Result<(), PtxError>,
+) -> Result<(), PtxError> {
+    let full = end / step;
+    em.row.stage_values.borrow_mut().clear();
+    let at = |f: &mut Func, k: i64| {
+        let r = f.reg(Class::S64);
+        f.ins(format!("add.s64 {r}, {start}, {}", k * step));
+        r
+    };
+    let point = |k: i64| Some(Point { chunk: k, canon: canon.clone(), row: row.clone(), partial: k == full });
+    let mut values = Vec::new();
+    for k in 0..full {
+        let i = at(f, k);
+        em.row.point = point(k);
+        values.push((k, i.clone(), compute(f, em, &i)?));
+    }
+    for (k, i, v) in values {
+        em.row.point = point(k);
+        consume(f, em, &i, v)?;
+    }
+    if end % step != 0 {
+        let i = at(f, full);
+        let skip = f.label("chunk_end");
+        let outside = f.setp("ge", "s64", &i, &end.to_string());
+        f.ins(format!("@{outside} bra {skip}"));
+        em.row.point = point(full);
+        let v = compute(f, em, &i)?;
+        consume(f, em, &i, v)?;
+        f.place(&skip);
+    }
+    em.row.point = None;
+    Ok(())
+}

@@ -1,0 +1,162 @@
+//! A PTX simulator for the subset this crate emits: runs a kernel's blocks
+//! and threads on the CPU, on host memory, so the CUDA generator's numbers
+//! can be tested without a GPU (the `cuda-sim` device).
+//!
+//! Blocks run one after another. Within a block, each thread runs until it
+//! reaches a `bar.sync`, a `shfl.sync` or its end; a shuffle executes once
+//! every live lane of its warp has reached it, a barrier once every live
+//! thread of the block has. Lanes that disagree (one warp split between a
+//! shuffle and a barrier, or between two shuffles) are reported as errors,
+//! as are global accesses outside the memory a launch is given.
+//!
+//! Arithmetic is IEEE in the instruction's type; `.approx` instructions
+//! (`ex2`, `lg2`, `sin`, `cos`, `rcp`, `rsqrt`) are computed to full
+//! precision, so a result within tolerance here can still be off by the
+//! hardware approximation's error on a GPU.
+
+mod exec;
+mod parse;
+
+pub use parse::{parse, Kernel};
+
+/// Why a simulated kernel did not run to the end.
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum SimError {
+    #[error("PTX line {line} (`{text}`) is outside the simulated subset: {why}")]
+    Parse { line: usize, text: String, why: String },
+    #[error("kernel {kernel}, block {block}, thread {thread}, at {ins}: {why}")]
+    Run { kernel: String, block: u32, thread: u32, ins: String, why: String },
+}
+
+/// The host memory a launch may touch: `[start, end)` byte ranges.
+#[derive(Clone, Debug, Default)]
+pub struct Memory {
+    regions: Vec<(usize, usize)>,
+}
+
+impl Memory {
+    pub fn new() -> Memory {
+        Memory::default()
+    }
+
+    /// Allow `bytes` bytes from `start`.
+    pub fn allow(&mut self, start: usize, bytes: usize) {
+        if bytes > 0 {
+            self.regions.push((start, start + bytes));
+        }
+    }
+
+    fn check(&self, addr: u64, bytes: usize) -> Result<usize, String> {
+        let a = addr as usize;
+        if self.regions.iter().any(|&(s, e)| a >= s && a.checked_add(bytes).is_some_and(|end| end <= e)) {
+            Ok(a)
+        } else {
+            Err(format!("global access of {bytes} bytes at {addr:#x} is outside every buffer"))
+        }
+    }
+}
+
+/// Where a thread stopped.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+enum Wait {
+    /// Runnable.
+    Ready,
+    /// At the barrier instruction with this index.
+    Barrier(usize),
+    /// At the shuffle instruction with this index.
+    Shuffle(usize),
+    Exited,
+}
+
+/// One thread's registers and position.
+struct Thread {
+    pc: usize,
+    regs: Vec<u64>,
+    wait: Wait,
+}
+
+/// What a launch shares between its threads.
+struct Launch<'a> {
+    kernel: &'a Kernel,
+    params: &'a [u64],
+    memory: &'a Memory,
+    block: u32,
+    grid: u32,
+    ctaid: u32,
+}
+
+impl Kernel {
+    /// Run `grid` blocks of `block` threads with these parameter values.
+    ///
+    /// # Safety
+    ///
+    /// Every region of `memory` must be valid host memory for reads and
+    /// writes for the whole call, and nothing else may access it meanwhile.
+    pub unsafe fn launch(&self, grid: u32, block: u32, params: &[u64], memory: &Memory) -> Result<(), SimError> {
+        if params.len() != self.params {
+            return Err(self.error(0, 0, 0, format!("{} parameters given, {} declared", params.len(), self.params)));
+        }
+        let mut shared = vec![0u8; self.shared_bytes];
+        for ctaid in 0..grid {
+            let launch = Launch { kernel: self, params, memory, block, grid, ctaid };
+            shared.fill(0);
+            launch.block(&mut shared)?;
+        }
+        Ok(())
+    }
+
+    fn error(&self, pc: usize, block: u32, thread: u32, why: String) -> SimError {
+        let ins = match (self.code.get(pc), self.lines.get(pc)) {
+            (Some(i), Some(text)) => format!("line {}: {text}", i.line),
+            _ => String::new(),
+        };
+        SimError::Run { kernel: self.name.clone(), block, thread, ins, why }
+    }
+}
+
+impl Launch<'_> {
+    fn block(&self, shared: &mut [u8]) -> Result<(), SimError> {
+        let n = self.block as usize;
+        let mut threads: Vec<Thread> =
+            (0..n).map(|_| Thread { pc: 0, regs: vec![0; self.kernel.registers], wait: Wait::Ready }).collect();
+        loop {
+            for (tid, t) in threads.iter_mut().enumerate() {
+                if t.wait == Wait::Ready {
+                    self.run(t, tid as u32, shared)?;
+                }
+            }
+            // Shuffles, warp by warp.
+            let mut moved = false;
+            for warp in 0..n.div_ceil(32) {
+                let lanes = warp * 32..((warp + 1) * 32).min(n);
+                let waits: Vec<Wait> = threads[lanes.clone()].iter().map(|t| t.wait).collect();
+                let Some(&Wait::Shuffle(pc)) = waits.iter().find(|w| matches!(w, Wait::Shuffle(_))) else {
+                    continue;
+                };
+                if let Some(other) = waits.iter().position(|w| *w != Wait::Shuffle(pc)) {
+                    let why = format!("lane {other} of the warp is not at this shuffle ({:?})", waits[other]);
+                    return Err(self.kernel.error(pc, self.ctaid, (warp * 32) as u32, why));
+                }
+                self.shuffle(&mut threads[lanes], pc)?;
+                moved = true;
+            }
+            if moved {
+                continue;
+            }
+            // A barrier, once every live thread reached it.
+            let live: Vec<Wait> = threads.iter().map(|t| t.wait).filter(|w| *w != Wait::Exited).collect();
+            let Some(&first) = live.first() else { return Ok(()) };
+            if let Some(other) = live.iter().find(|w| !matches!(w, Wait::Barrier(_))) {
+                let why = format!("threads wait at different places ({first:?}, {other:?})");
+                return Err(self.kernel.error(0, self.ctaid, 0, why));
+            }
+            for t in threads.iter_mut().filter(|t| t.wait != Wait::Exited) {
+                t.wait = Wait::Ready;
+                t.pc += 1;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;
