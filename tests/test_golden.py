@@ -41,6 +41,7 @@ CASES = {
     "softmax": (lambda x: torch.softmax(x, -1), (torch.randn(32, 100),)),
     "layer_norm": (lambda x, w, b: F.layer_norm(x, (64,), w, b), (torch.randn(16, 64), torch.randn(64), torch.randn(64))),
     "var_mean": (lambda x: torch.var_mean(x, dim=1), (torch.randn(8, 50),)),
+    "softmax_middle_dim": (lambda x: torch.softmax(x, 1), (torch.randn(4, 6, 40),)),
     "transpose_add": (lambda x: x.t() + 1, (torch.randn(16, 24),)),
     "cat_pad": (lambda x, y: F.pad(torch.cat([x, y], 1), (1, 2)), (torch.randn(4, 3), torch.randn(4, 5))),
     "max_pool": (lambda x: F.max_pool2d(x, 3, 2, 1), (torch.randn(1, 2, 9, 9),)),

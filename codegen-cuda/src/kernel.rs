@@ -3,8 +3,8 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt::Write;
 
-use rdyn_ir::loops::{BufId, BufRole, Kernel, Program, ReduceOp, ScalarId, Stage, Step};
-use rdyn_ir::{Ctx, Expr, Kind};
+use rdyn_ir::loops::{BufId, BufRole, Kernel, Program, ReduceOp, ScalarId, ScalarOp, Stage, Step};
+use rdyn_ir::{Atom, Ctx, Expr, Kind, Var};
 
 use crate::emit::{imm, sel_ty, store, Class, Emitter, Func};
 use crate::row::{canonical, chunked_loop, max_chunks, RowCache};
@@ -307,12 +307,65 @@ fn warp_reduce(f: &mut Func, op: ReduceOp, class: Class, acc: &str, acci: &str, 
 }
 
 struct Launch {
+    /// Each thread runs whole rows alone (`SHORT_ROW`): no shuffles, no
+    /// shared memory, no barriers.
+    per_thread: bool,
     /// Threads per block.
     block: u32,
     tid: String,
     lane: String,
     warp: String,
     smem: String,
+}
+
+/// Rows of at most this many points (every stage's inner points times its
+/// reduced points) run a thread per row.
+const SHORT_ROW: i64 = 16;
+/// Strided rows (see `strided_rows`) of at most this many points run a
+/// thread per row when there are at least `STRIDED_OUTER` rows.
+const STRIDED_ROW: i64 = 1024;
+const STRIDED_OUTER: i64 = 1024;
+
+/// Whether the kernel's rows run across memory while its outer points run
+/// along it (a reduction over a leading or middle dim: `x.sum(0)`): every
+/// load that moves with the row moves by more than one element, and some
+/// load moves by one element with the innermost outer variable. A thread
+/// per row then reads consecutive elements across a warp.
+fn strided_rows(program: &Program, kernel: &Kernel, m: usize, syms: &Ctx) -> bool {
+    if m == 0 {
+        return false;
+    }
+    let coef = |e: &Expr, v: usize| {
+        e.simplify(syms).terms().iter().find(|(a, _)| *a == Atom::Var(Var(v as u32))).map_or(0, |(_, c)| *c)
+    };
+    let mut along_outer = false;
+    for stage in &kernel.stages {
+        // Variables: outer, then inner, then reduced; the last moves fastest.
+        let vars = stage.ranges.len() + stage.reduce.as_ref().map_or(0, |r| r.ranges.len());
+        if vars == m {
+            continue;
+        }
+        for id in program.scalars.topo(&[stage.value]) {
+            if let ScalarOp::Load { index, .. } = &program.scalars.get(id).op {
+                if coef(index, vars - 1).abs() == 1 {
+                    return false;
+                }
+                along_outer |= coef(index, m - 1).abs() == 1;
+            }
+        }
+    }
+    along_outer
+}
+
+/// The most points any stage of `kernel` has per outer point.
+fn longest_row(kernel: &Kernel, m: usize, syms: &Ctx) -> Result<i64, PtxError> {
+    let mut longest = 0;
+    for stage in &kernel.stages {
+        let inner = concrete_all(&stage.ranges[m..], syms)?;
+        let red = stage.reduce.as_ref().map(|r| concrete_all(&r.ranges, syms)).transpose()?;
+        longest = longest.max(inner.iter().chain(red.iter().flatten()).product());
+    }
+    Ok(longest)
 }
 
 fn reduce_stage(f: &mut Func, em: &mut Emitter<'_>, l: &Launch, stage: &Stage, m: usize) -> Result<(), PtxError> {
@@ -324,17 +377,13 @@ fn reduce_stage(f: &mut Func, em: &mut Emitter<'_>, l: &Launch, stage: &Stage, m
     let arg = matches!(reduce.op, ReduceOp::ArgMax | ReduceOp::ArgMin);
     let inner_n: i64 = inner.iter().product();
     let red_n: i64 = red.iter().product();
-    let one = f.mov(Class::S64, "1");
-    let zero = f.mov(Class::S64, "0");
-    counted_loop(f, &zero, inner_n, &one, |f, ii| {
-        unravel(f, em, ii, &inner, m);
-        let acc = f.mov(class, &identity(reduce.op, class));
-        let acci = f.mov(Class::S64, "-1");
-        let point = |f: &mut Func, em: &mut Emitter<'_>, r: &str| {
-            unravel(f, em, r, &red, m + inner.len());
-            Ok(value(f, em, stage)?.0)
-        };
-        let fold = |f: &mut Func, _: &mut Emitter<'_>, r: &str, v: String| {
+    let point = |f: &mut Func, em: &mut Emitter<'_>, r: &str| {
+        unravel(f, em, r, &red, m + inner.len());
+        Ok(value(f, em, stage)?.0)
+    };
+    let fold = |acc: &str, acci: &str| {
+        let (acc, acci) = (acc.to_string(), acci.to_string());
+        move |f: &mut Func, _: &mut Emitter<'_>, r: &str, v: String| {
             if arg {
                 let p = arg_better(f, reduce.op == ReduceOp::ArgMax, class, &acc, &acci, &v, r);
                 f.ins(format!("@{p} mov.{} {acc}, {v}", sel_ty(class)));
@@ -343,7 +392,36 @@ fn reduce_stage(f: &mut Func, em: &mut Emitter<'_>, l: &Launch, stage: &Stage, m
             } else {
                 combine(f, reduce.op, class, &acc, &v)
             }
-        };
+        }
+    };
+    let result = |f: &mut Func, acc: &str, acci: &str| {
+        if arg {
+            let i = f.reg(Class::S64);
+            f.ins(format!("max.s64 {i}, {acci}, 0"));
+            (i, Kind::I64)
+        } else {
+            (acc.to_string(), kind)
+        }
+    };
+    if l.per_thread {
+        // The thread reduces its row's inner points one after another.
+        return counted_loop(f, "0", inner_n, "1", |f, j| {
+            unravel(f, em, j, &inner, m);
+            let acc = f.mov(class, &identity(reduce.op, class));
+            let acci = f.mov(Class::S64, "-1");
+            let zero = f.mov(Class::S64, "0");
+            unrolled_loop(f, em, &zero, red_n, 1, point, fold(&acc, &acci))?;
+            let (v, v_kind) = result(f, &acc, &acci);
+            store_stage(f, em, stage, &v, v_kind, &HashMap::new())
+        });
+    }
+    let one = f.mov(Class::S64, "1");
+    let zero = f.mov(Class::S64, "0");
+    counted_loop(f, &zero, inner_n, &one, |f, ii| {
+        unravel(f, em, ii, &inner, m);
+        let acc = f.mov(class, &identity(reduce.op, class));
+        let acci = f.mov(Class::S64, "-1");
+        let fold = fold(&acc, &acci);
         if inner_n == 1 && red_n <= l.block as i64 * max_chunks(l.block) {
             let canon = canonical(m, inner.len(), red.len());
             chunked_loop(f, em, &l.tid, red_n, l.block as i64, canon, red.clone(), point, fold)?;
@@ -374,14 +452,8 @@ fn reduce_stage(f: &mut Func, em: &mut Emitter<'_>, l: &Launch, stage: &Stage, m
         warp_reduce(f, reduce.op, class, &acc, &acci, warps)?;
         let t0 = f.setp("ne", "s64", &l.tid, "0");
         f.ins(format!("@{t0} bra {stored}"));
-        let (result, result_kind) = if arg {
-            let i = f.reg(Class::S64);
-            f.ins(format!("max.s64 {i}, {acci}, 0"));
-            (i, Kind::I64)
-        } else {
-            (acc.clone(), kind)
-        };
-        store_stage(f, em, stage, &result, result_kind, &HashMap::new())?;
+        let (v, v_kind) = result(f, &acc, &acci);
+        store_stage(f, em, stage, &v, v_kind, &HashMap::new())?;
         f.place(&stored);
         f.place(&skip);
         f.ins("bar.sync 0");
@@ -398,6 +470,12 @@ fn inner_pointwise_stage(
 ) -> Result<(), PtxError> {
     let inner = concrete_all(&stage.ranges[m..], em.syms)?;
     let n: i64 = inner.iter().product();
+    if l.per_thread {
+        return counted_loop(f, "0", n, "1", |f, j| {
+            unravel(f, em, j, &inner, m);
+            pointwise_stage_at(f, em, stage)
+        });
+    }
     let kind = em.program.scalars.dtype(stage.value).kind();
     let point = |f: &mut Func, em: &mut Emitter<'_>, j: &str| {
         unravel(f, em, j, &inner, m);
@@ -539,6 +617,31 @@ fn emit_kernel(
             }
             Ok(())
         })?;
+    } else if longest_row(kernel, m, syms)? <= SHORT_ROW
+        || (longest_row(kernel, m, syms)? <= STRIDED_ROW
+            && outer_n >= STRIDED_OUTER
+            && strided_rows(program, kernel, m, syms))
+    {
+        // Short rows: a thread per outer point runs its stages in order.
+        grid = ((outer_n.max(1) + BLOCK as i64 - 1) / BLOCK as i64).min(MAX_GRID);
+        shared = false;
+        let (cta, ntid, tid) = (sreg(&mut f, "%ctaid.x"), sreg(&mut f, "%ntid.x"), sreg(&mut f, "%tid.x"));
+        let start = f.reg(Class::S64);
+        f.ins(format!("mad.lo.s64 {start}, {cta}, {ntid}, {tid}"));
+        let step = f.reg(Class::S64);
+        f.ins(format!("mul.lo.s64 {step}, {ntid}, {grid}"));
+        let l = Launch { per_thread: true, block, tid, lane: String::new(), warp: String::new(), smem: String::new() };
+        counted_loop(&mut f, &start, outer_n, &step, |f, o| {
+            unravel(f, &mut em, o, &outer, 0);
+            for stage in &kernel.stages {
+                if stage.reduce.is_some() {
+                    reduce_stage(f, &mut em, &l, stage, m)?;
+                } else {
+                    inner_pointwise_stage(f, &mut em, &l, stage, m)?;
+                }
+            }
+            Ok(())
+        })?;
     } else {
         grid = outer_n.clamp(1, MAX_GRID);
         shared = true;
@@ -550,16 +653,10 @@ fn emit_kernel(
         f.ins(format!("shr.u64 {warp}, {tid}, 5"));
         let smem = f.reg(Class::S64);
         f.ins(format!("mov.u64 {smem}, {name}_smem"));
-        let row = |stage: &Stage| -> Result<i64, PtxError> {
-            let ranges = concrete_all(&stage.ranges[m..], syms)?;
-            let red = stage.reduce.as_ref().map(|r| concrete_all(&r.ranges, syms)).transpose()?;
-            Ok(ranges.iter().chain(red.iter().flatten()).product())
-        };
-        let longest = kernel.stages.iter().map(row).collect::<Result<Vec<_>, _>>()?.into_iter().max().unwrap_or(0);
-        if longest >= LONG_ROW {
+        if longest_row(kernel, m, syms)? >= LONG_ROW {
             block = LONG_BLOCK;
         }
-        let l = Launch { block, tid, lane, warp, smem };
+        let l = Launch { per_thread: false, block, tid, lane, warp, smem };
         let step = grid.to_string();
         counted_loop(&mut f, &cta, outer_n, &step, |f, o| {
             unravel(f, &mut em, o, &outer, 0);
