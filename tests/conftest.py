@@ -160,10 +160,12 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
             f"({wgpu['passed']}/{wgpu['tested']}), zero-fallback (no eager node, no CPU kernel) "
             f"{wgpu['zero_fallback_percent_of_passed']}% of passing ops"
         )
-    cuda = summary.get("cuda")
-    if cuda:
+    for device in ("cuda-sim", "cuda"):
+        cuda = summary.get(device)
+        if not cuda:
+            continue
         terminalreporter.write_line(
-            f"cuda: {cuda['ops']} ops, {cuda['tested']} tested: pass {cuda['pass_percent']}% "
+            f"{device}: {cuda['ops']} ops, {cuda['tested']} tested: pass {cuda['pass_percent']}% "
             f"({cuda['passed']}/{cuda['tested']}), zero-fallback {cuda['zero_fallback_percent_of_passed']}% of passing ops; "
             + ", ".join(
                 f"{dtype} {c['pass']}/{c['pass'] + c['fail']} pass" for dtype, c in cuda["by_dtype"].items() if dtype != "float32"

@@ -26,7 +26,7 @@ import pytest
 import torch
 
 import rdyn
-from helpers import trace_aten
+from helpers import no_rust_panic, trace_aten
 from test_opinfo import OPS, SAMPLES_PER_OP, is_random, op_id, sample_as_function
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -265,6 +265,73 @@ def test_strided_rows_run_a_thread_per_row(name: str, fn) -> None:
         torch.testing.assert_close(got.double(), want, rtol=1e-5, atol=1e-5)
     else:
         assert torch.equal(got, want)
+
+
+POLYNOMIALS = [
+    "chebyshev_polynomial_t",
+    "chebyshev_polynomial_u",
+    "chebyshev_polynomial_v",
+    "chebyshev_polynomial_w",
+    "shifted_chebyshev_polynomial_t",
+    "shifted_chebyshev_polynomial_u",
+    "shifted_chebyshev_polynomial_v",
+    "shifted_chebyshev_polynomial_w",
+    "hermite_polynomial_h",
+    "hermite_polynomial_he",
+    "laguerre_polynomial_l",
+    "legendre_polynomial_p",
+]
+
+
+@pytest.mark.parametrize("name", POLYNOMIALS)
+def test_polynomials_on_cuda_sim(name: str) -> None:
+    """The orthogonal polynomials' PTX against float64 eager over the ends
+    (x = ±1, 0), the trigonometric form (degrees above 6 with |x| < 1),
+    the recurrences, negative and NaN degrees."""
+    fn = getattr(torch.special, name)
+    xs = torch.tensor([-1.0, 0.0, 1.0, 0.5, -0.3, 0.93, 1.2, -1.7, 0.01, 3.0])
+    ns = torch.tensor([-1.0, 0.0, 1.0, 2.0, 5.0, 7.0, 9.0, 12.0, 30.0, float("nan")])
+    x, n = torch.meshgrid(xs, ns, indexing="ij")
+    x, n = x.contiguous(), n.contiguous()
+    compiled = torch.compile(fn, backend="rdyn", options={"device": "cuda-sim"})
+    with no_rust_panic():
+        got = compiled(x, n)
+    assert rdyn.stats()["nodes_fallback"] == 0, rdyn.stats()["fallback_ops"]
+    want = fn(x.double(), n.double())
+    eager = fn(x, n)
+    # float32 trigonometry (as eager CUDA) where the degree is high.
+    err = (got.double() - want).abs()
+    tol = 1e-5 + 2e-5 * want.abs() + (eager.double() - want).abs()
+    assert bool(((err <= tol) | (got.isnan() & want.isnan())).all()), (x[err > tol], n[err > tol], got[err > tol], want[err > tol])
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [
+        torch.special.i0,
+        torch.special.i0e,
+        torch.special.i1,
+        torch.special.i1e,
+        torch.special.erfcx,
+        torch.special.spherical_bessel_j0,
+    ],
+    ids=lambda fn: fn.__name__,
+)
+def test_special_functions_on_cuda_sim(fn) -> None:
+    """Bessel I, erfcx and spherical j0 as PTX against float64 eager across
+    their branches: the series and the large-argument expansion (|x| = 20),
+    overflow, the x < 0 branch of erfcx, the small-x series of j0, ±inf and
+    NaN."""
+    x = torch.tensor(
+        [0.0, -0.0, 1e-3, -0.3, 0.49, 0.5, -0.51, 1.0, -3.0, 5.0, 9.0, -9.0, -10.0, 19.9, 20.0, 20.1, -25.0, 30.0, 80.0,
+         100.0, 1e4, float("inf"), -float("inf"), float("nan")]
+    )
+    compiled = torch.compile(fn, backend="rdyn", options={"device": "cuda-sim"})
+    with no_rust_panic():
+        got = compiled(x)
+    assert rdyn.stats()["nodes_fallback"] == 0, rdyn.stats()["fallback_ops"]
+    want = fn(x.double()).to(torch.float32).double()
+    torch.testing.assert_close(got.double(), want, rtol=2e-6, atol=1e-7, equal_nan=True)
 
 
 def test_a_row_is_read_once() -> None:

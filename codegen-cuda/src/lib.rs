@@ -20,6 +20,7 @@ mod emit;
 mod kernel;
 mod math;
 mod math64;
+mod poly;
 mod row;
 pub mod sim;
 mod special;

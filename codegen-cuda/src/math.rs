@@ -48,6 +48,20 @@ pub(crate) fn k(v: f64) -> String {
     f32_imm(v)
 }
 
+/// √((1 − x)(1 + x)).
+fn cos_of_asin(f: &mut Func, x: &str) -> String {
+    let a = sub(f, &k(1.0), x);
+    let b = add(f, &k(1.0), x);
+    let c = mul(f, &a, &b);
+    op1(f, "sqrt.rn", &c)
+}
+
+/// float32 acos, as atan2(√((1 − x)(1 + x)), x).
+pub(crate) fn acos(f: &mut Func, x: &str) -> String {
+    let s = cos_of_asin(f, x);
+    crate::trig::atan2(f, &s, x)
+}
+
 /// `x` unless `x` is NaN, where the result is `x` (restores NaN inputs
 /// after clamping, which drops them).
 fn keep_nan(f: &mut Func, x: &str, result: &str) -> String {
@@ -62,7 +76,7 @@ pub(crate) fn poly(f: &mut Func, z: &str, c: &[f64]) -> String {
 
 /// eˣ: Cody–Waite reduction by ln 2, `ex2.approx` on the remainder, the
 /// scale applied in two halves so 2ⁿ never overflows early.
-fn exp(f: &mut Func, x: &str) -> String {
+pub(crate) fn exp(f: &mut Func, x: &str) -> String {
     let c = f.reg(Class::F32);
     f.ins(format!("min.f32 {c}, {x}, {}", k(89.0)));
     f.ins(format!("max.f32 {c}, {c}, {}", k(-104.0)));
@@ -153,34 +167,6 @@ pub(crate) fn copysign(f: &mut Func, mag: &str, sign: &str) -> String {
     r
 }
 
-/// erfc for x ≥ 0 as t·exp(p(t)) (Numerical Recipes' Chebyshev fit,
-/// fractional error below 1.2e-7); returns (erfc(|x|), x).
-fn erfc_abs(f: &mut Func, x: &str) -> String {
-    let z = op1(f, "abs", x);
-    let d = fma(f, &z, &k(0.5), &k(1.0));
-    let t = div(f, &k(1.0), &d);
-    let p = poly(
-        f,
-        &t,
-        &[
-            -1.265_512_23,
-            1.000_023_68,
-            0.374_091_96,
-            0.096_784_18,
-            -0.186_288_06,
-            0.278_868_07,
-            -1.135_203_98,
-            1.488_515_87,
-            -0.822_152_23,
-            0.170_872_77,
-        ],
-    );
-    let zz = mul(f, &z, &z);
-    let arg = sub(f, &p, &zz);
-    let e = exp(f, &arg);
-    mul(f, &t, &e)
-}
-
 fn float32_unary(f: &mut Func, op: UnaryOp, x: &str) -> Result<String, PtxError> {
     Ok(match op {
         UnaryOp::Neg => op1(f, "neg", x),
@@ -208,17 +194,11 @@ fn float32_unary(f: &mut Func, op: UnaryOp, x: &str) -> Result<String, PtxError>
             let one = f.mov(Class::F32, &k(1.0));
             crate::trig::atan2(f, x, &one)
         }
-        UnaryOp::Asin | UnaryOp::Acos => {
-            let a = sub(f, &k(1.0), x);
-            let b = add(f, &k(1.0), x);
-            let c = mul(f, &a, &b);
-            let s = op1(f, "sqrt.rn", &c);
-            if op == UnaryOp::Asin {
-                crate::trig::atan2(f, x, &s)
-            } else {
-                crate::trig::atan2(f, &s, x)
-            }
+        UnaryOp::Asin => {
+            let s = cos_of_asin(f, x);
+            crate::trig::atan2(f, x, &s)
         }
+        UnaryOp::Acos => acos(f, x),
         UnaryOp::Sinh => {
             let a = expm1(f, x);
             let nx = op1(f, "neg", x);
@@ -284,7 +264,7 @@ fn float32_unary(f: &mut Func, op: UnaryOp, x: &str) -> Result<String, PtxError>
             op1(f, "rcp.rn", &d)
         }
         UnaryOp::Erf | UnaryOp::Erfc => {
-            let c = erfc_abs(f, x);
+            let c = crate::special::erfc_abs(f, x);
             let neg = f.setp("lt", "f32", x, &k(0.0));
             let r = if op == UnaryOp::Erf {
                 let e = sub(f, &k(1.0), &c);
@@ -300,7 +280,7 @@ fn float32_unary(f: &mut Func, op: UnaryOp, x: &str) -> Result<String, PtxError>
             // x·Φ(x), Φ's tail erfc(|z|)/2 at z = x/√2 taken directly for
             // x < 0 (no 1 − (1 − tail)): Φ(−inf) = 0, so gelu(−inf) is NaN.
             let z = mul(f, x, &k(std::f64::consts::FRAC_1_SQRT_2));
-            let c = erfc_abs(f, &z);
+            let c = crate::special::erfc_abs(f, &z);
             let tail = mul(f, &c, &k(0.5));
             let upper = sub(f, &k(1.0), &tail);
             let neg = f.setp("lt", "f32", x, &k(0.0));
@@ -311,6 +291,12 @@ fn float32_unary(f: &mut Func, op: UnaryOp, x: &str) -> Result<String, PtxError>
         UnaryOp::Lgamma => crate::special::lgamma(f, x),
         UnaryOp::Digamma => crate::special::digamma(f, x),
         UnaryOp::Erfinv => crate::special::erfinv(f, x),
+        UnaryOp::SphericalJ0 => crate::special::spherical_j0(f, x),
+        UnaryOp::Erfcx => crate::special::erfcx(f, x),
+        UnaryOp::I0 => crate::special::bessel_i(f, x, 0, false),
+        UnaryOp::I0e => crate::special::bessel_i(f, x, 0, true),
+        UnaryOp::I1 => crate::special::bessel_i(f, x, 1, false),
+        UnaryOp::I1e => crate::special::bessel_i(f, x, 1, true),
         other => return float_common_unary(f, other, x, Class::F32),
     })
 }
@@ -594,6 +580,9 @@ fn float_binary(f: &mut Func, op: BinaryOp, a: &str, b: &str, class: Class, from
         BinaryOp::Pow => crate::math64::pow(f, a, b),
         BinaryOp::Nextafter if class == Class::F32 => nextafter(f, a, b),
         BinaryOp::Polygamma if class == Class::F32 => crate::special::polygamma(f, a, b),
+        other if class == Class::F32 => {
+            crate::poly::polynomial(f, other, a, b).ok_or_else(|| unsupported(other, from))?
+        }
         other => return Err(unsupported(other, from)),
     })
 }
