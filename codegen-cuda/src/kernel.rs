@@ -357,6 +357,32 @@ fn strided_rows(program: &Program, kernel: &Kernel, m: usize, syms: &Ctx) -> boo
     along_outer
 }
 
+/// A grid-stride loop's start (the global thread index) and step (the
+/// grid's threads), and the thread index in the block.
+fn grid_stride(f: &mut Func, grid: i64) -> (String, String, String) {
+    let sreg = |f: &mut Func, name: &str| {
+        let r32 = f.reg(Class::B32);
+        f.ins(format!("mov.u32 {r32}, {name}"));
+        let r = f.reg(Class::S64);
+        f.ins(format!("cvt.u64.u32 {r}, {r32}"));
+        r
+    };
+    let (cta, ntid, tid) = (sreg(f, "%ctaid.x"), sreg(f, "%ntid.x"), sreg(f, "%tid.x"));
+    let start = f.reg(Class::S64);
+    f.ins(format!("mad.lo.s64 {start}, {cta}, {ntid}, {tid}"));
+    let step = f.reg(Class::S64);
+    f.ins(format!("mul.lo.s64 {step}, {ntid}, {grid}"));
+    (start, step, tid)
+}
+
+/// Whether a row kernel runs a thread per outer point: its rows are short,
+/// or strided ones (see `strided_rows`) that fit.
+fn thread_per_row(program: &Program, kernel: &Kernel, m: usize, outer_n: i64, syms: &Ctx) -> Result<bool, PtxError> {
+    let longest = longest_row(kernel, m, syms)?;
+    Ok(longest <= SHORT_ROW
+        || (longest <= STRIDED_ROW && outer_n >= STRIDED_OUTER && strided_rows(program, kernel, m, syms)))
+}
+
 /// The most points any stage of `kernel` has per outer point.
 fn longest_row(kernel: &Kernel, m: usize, syms: &Ctx) -> Result<i64, PtxError> {
     let mut longest = 0;
@@ -497,6 +523,30 @@ fn inner_pointwise_stage(
     unrolled_loop(f, em, &l.tid, n, l.block as i64, point, put)
 }
 
+/// A row kernel's stages at outer point `o` (a linear index over `outer`).
+fn row_stages(
+    f: &mut Func,
+    em: &mut Emitter<'_>,
+    l: &Launch,
+    kernel: &Kernel,
+    outer: &[i64],
+    o: &str,
+) -> Result<(), PtxError> {
+    let m = outer.len();
+    unravel(f, em, o, outer, 0);
+    for stage in &kernel.stages {
+        if stage.reduce.is_some() {
+            reduce_stage(f, em, l, stage, m)?;
+        } else {
+            inner_pointwise_stage(f, em, l, stage, m)?;
+            if !l.per_thread {
+                f.ins("bar.sync 0");
+            }
+        }
+    }
+    Ok(())
+}
+
 /// The PTX for `kernel`, with sizes from `syms`. A first emission finds
 /// which storages the kernel reads back from memory; stores to its private
 /// temporaries that no load reads from memory are then left out.
@@ -605,11 +655,7 @@ fn emit_kernel(
     } else if pointwise {
         grid = ((outer_n.max(1) + BLOCK as i64 - 1) / BLOCK as i64).min(MAX_GRID);
         shared = false;
-        let (cta, ntid, tid) = (sreg(&mut f, "%ctaid.x"), sreg(&mut f, "%ntid.x"), sreg(&mut f, "%tid.x"));
-        let start = f.reg(Class::S64);
-        f.ins(format!("mad.lo.s64 {start}, {cta}, {ntid}, {tid}"));
-        let step = f.reg(Class::S64);
-        f.ins(format!("mul.lo.s64 {step}, {ntid}, {grid}"));
+        let (start, step, _) = grid_stride(&mut f, grid);
         counted_loop(&mut f, &start, outer_n, &step, |f, o| {
             unravel(f, &mut em, o, &outer, 0);
             for stage in &kernel.stages {
@@ -617,31 +663,13 @@ fn emit_kernel(
             }
             Ok(())
         })?;
-    } else if longest_row(kernel, m, syms)? <= SHORT_ROW
-        || (longest_row(kernel, m, syms)? <= STRIDED_ROW
-            && outer_n >= STRIDED_OUTER
-            && strided_rows(program, kernel, m, syms))
-    {
-        // Short rows: a thread per outer point runs its stages in order.
+    } else if thread_per_row(program, kernel, m, outer_n, syms)? {
+        // A thread per outer point runs its stages in order.
         grid = ((outer_n.max(1) + BLOCK as i64 - 1) / BLOCK as i64).min(MAX_GRID);
         shared = false;
-        let (cta, ntid, tid) = (sreg(&mut f, "%ctaid.x"), sreg(&mut f, "%ntid.x"), sreg(&mut f, "%tid.x"));
-        let start = f.reg(Class::S64);
-        f.ins(format!("mad.lo.s64 {start}, {cta}, {ntid}, {tid}"));
-        let step = f.reg(Class::S64);
-        f.ins(format!("mul.lo.s64 {step}, {ntid}, {grid}"));
+        let (start, step, tid) = grid_stride(&mut f, grid);
         let l = Launch { per_thread: true, block, tid, lane: String::new(), warp: String::new(), smem: String::new() };
-        counted_loop(&mut f, &start, outer_n, &step, |f, o| {
-            unravel(f, &mut em, o, &outer, 0);
-            for stage in &kernel.stages {
-                if stage.reduce.is_some() {
-                    reduce_stage(f, &mut em, &l, stage, m)?;
-                } else {
-                    inner_pointwise_stage(f, &mut em, &l, stage, m)?;
-                }
-            }
-            Ok(())
-        })?;
+        counted_loop(&mut f, &start, outer_n, &step, |f, o| row_stages(f, &mut em, &l, kernel, &outer, o))?;
     } else {
         grid = outer_n.clamp(1, MAX_GRID);
         shared = true;
@@ -658,18 +686,7 @@ fn emit_kernel(
         }
         let l = Launch { per_thread: false, block, tid, lane, warp, smem };
         let step = grid.to_string();
-        counted_loop(&mut f, &cta, outer_n, &step, |f, o| {
-            unravel(f, &mut em, o, &outer, 0);
-            for stage in &kernel.stages {
-                if stage.reduce.is_some() {
-                    reduce_stage(f, &mut em, &l, stage, m)?;
-                } else {
-                    inner_pointwise_stage(f, &mut em, &l, stage, m)?;
-                    f.ins("bar.sync 0");
-                }
-            }
-            Ok(())
-        })?;
+        counted_loop(&mut f, &cta, outer_n, &step, |f, o| row_stages(f, &mut em, &l, kernel, &outer, o))?;
     }
     let error_flag = f.error_flag;
     let mut src = String::new();

@@ -30,6 +30,25 @@ fn degree(f: &mut Func, n: &str) -> String {
     f.selp(Class::S64, &nd, "-1", &finite)
 }
 
+/// The result register, the label after the branches, and the degree; a
+/// negative degree gives 0.
+fn begin(f: &mut Func, n: &str, stem: &str) -> (String, String, String) {
+    let r = f.reg(Class::F64);
+    let done = f.label(stem);
+    let nd = degree(f, n);
+    let neg = f.setp("lt", "s64", &nd, "0");
+    take(f, &r, &c(0.0), &neg, &done);
+    (r, done, nd)
+}
+
+/// Place `done`; the result rounded to float32.
+fn finish(f: &mut Func, r: &str, done: &str) -> String {
+    f.place(done);
+    let out = f.reg(Class::F32);
+    f.ins(format!("cvt.rn.f32.f64 {out}, {r}"));
+    out
+}
+
 /// `r = v; bra done` where `p` holds.
 fn take(f: &mut Func, r: &str, v: &str, p: &str, done: &str) {
     f.ins(format!("@{p} mov.f64 {r}, {v}"));
@@ -65,11 +84,7 @@ enum Cheb {
 
 /// A float32 result of Chebyshev kind `kind` (see the CPU version).
 fn chebyshev(f: &mut Func, kind: Cheb, x: &str, n: &str, trig_from: i64, shifted: bool) -> String {
-    let r = f.reg(Class::F64);
-    let done = f.label("cheb_done");
-    let nd = degree(f, n);
-    let neg = f.setp("lt", "s64", &nd, "0");
-    take(f, &r, &c(0.0), &neg, &done);
+    let (r, done, nd) = begin(f, n, "cheb_done");
     let x64 = f.reg(Class::F64);
     f.ins(format!("cvt.f64.f32 {x64}, {x}"));
     let y = if shifted {
@@ -176,19 +191,12 @@ fn chebyshev(f: &mut Func, kind: Cheb, x: &str, n: &str, trig_from: i64, shifted
         f.ins(format!("mov.f64 {p}, {q}"));
         f.ins(format!("mov.f64 {q}, {r}"));
     });
-    f.place(&done);
-    let out = f.reg(Class::F32);
-    f.ins(format!("cvt.rn.f32.f64 {out}, {r}"));
-    out
+    finish(f, &r, &done)
 }
 
 /// Hermite H (`physicists`) or He: NaN above degree 512.
 fn hermite(f: &mut Func, x: &str, n: &str, physicists: bool) -> String {
-    let r = f.reg(Class::F64);
-    let done = f.label("herm_done");
-    let nd = degree(f, n);
-    let neg = f.setp("lt", "s64", &nd, "0");
-    take(f, &r, &c(0.0), &neg, &done);
+    let (r, done, nd) = begin(f, n, "herm_done");
     let zero = f.setp("eq", "s64", &nd, "0");
     take(f, &r, &c(1.0), &zero, &done);
     let big = f.setp("gt", "s64", &nd, "512");
@@ -221,19 +229,12 @@ fn hermite(f: &mut Func, x: &str, n: &str, physicists: bool) -> String {
             f.ins(format!("sub.rn.f64 {r}, {a}, {b}"));
         });
     }
-    f.place(&done);
-    let out = f.reg(Class::F32);
-    f.ins(format!("cvt.rn.f32.f64 {out}, {r}"));
-    out
+    finish(f, &r, &done)
 }
 
 /// Laguerre L or Legendre P by their three-term recurrences.
 fn laguerre_legendre(f: &mut Func, x: &str, n: &str, legendre: bool) -> String {
-    let r = f.reg(Class::F64);
-    let done = f.label("lag_done");
-    let nd = degree(f, n);
-    let neg = f.setp("lt", "s64", &nd, "0");
-    take(f, &r, &c(0.0), &neg, &done);
+    let (r, done, nd) = begin(f, n, "lag_done");
     let x64 = f.reg(Class::F64);
     f.ins(format!("cvt.f64.f32 {x64}, {x}"));
     if legendre {
@@ -273,10 +274,7 @@ fn laguerre_legendre(f: &mut Func, x: &str, n: &str, legendre: bool) -> String {
         f.ins(format!("mov.f64 {p}, {r}"));
         f.ins(format!("div.rn.f64 {r}, {num}, {den}"));
     });
-    f.place(&done);
-    let out = f.reg(Class::F32);
-    f.ins(format!("cvt.rn.f32.f64 {out}, {r}"));
-    out
+    finish(f, &r, &done)
 }
 
 /// The float32 polynomial `op` of `x` and degree `n`, if `op` is one.

@@ -144,16 +144,10 @@ pub fn execute_cuda(plan: &CudaPlan, host: &mut dyn Host, ptrs: &mut [usize]) ->
     let functions =
         plan.functions.get_or_init(|| load(plan)).as_ref().map_err(|e| RuntimeError::Internal(e.clone()))?;
     let stream = host.cuda_stream()? as sys::CUstream;
-    let bufs = &plan.cpu.buffers;
     // One scratch allocation: the arena, then the error flag.
-    let arena = plan.cpu.arena_bytes.div_ceil(256) * 256;
+    let arena = scratch_arena(plan);
     let scratch = host.alloc_device(arena + 256)?;
-    for (k, buf) in bufs.iter().enumerate() {
-        if let Storage::Arena(offset) = buf.storage {
-            ptrs[k] = scratch + offset;
-        }
-    }
-    rdyn_codegen_cpu::plan::resolve_views(bufs, ptrs);
+    place_scratch(plan, scratch, ptrs);
     let flag = scratch + arena;
     if plan.checks_errors {
         // SAFETY: `flag` is 4 bytes inside the scratch allocation.
@@ -180,13 +174,7 @@ pub fn execute_cuda(plan: &CudaPlan, host: &mut dyn Host, ptrs: &mut [usize]) ->
                 }
                 .map_err(|e| driver(&format!("launch of {}", k.name), e))?;
             }
-            (CudaStep::Host(i), _) => match &plan.cpu.steps[*i] {
-                CpuStep::Host { node, inputs, outputs, .. } => {
-                    host.run_node(*node, inputs, outputs, bufs, ptrs)?;
-                    rdyn_codegen_cpu::plan::resolve_views(bufs, ptrs);
-                }
-                _ => return Err(RuntimeError::Internal("a CPU step in a CUDA program".into())),
-            },
+            (CudaStep::Host(i), _) => run_host_step(plan, *i, host, ptrs)?,
             (CudaStep::Kernel(_), None) => return Err(RuntimeError::Internal("kernel without a function".into())),
         }
     }
@@ -203,6 +191,35 @@ pub fn execute_cuda(plan: &CudaPlan, host: &mut dyn Host, ptrs: &mut [usize]) ->
         }
     }
     Ok(())
+}
+
+/// Bytes of a call's scratch arena (the error flag follows it).
+fn scratch_arena(plan: &CudaPlan) -> usize {
+    plan.cpu.arena_bytes.div_ceil(256) * 256
+}
+
+/// Point the arena buffers (and views of them) into scratch at `base`.
+fn place_scratch(plan: &CudaPlan, base: usize, ptrs: &mut [usize]) {
+    let bufs = &plan.cpu.buffers;
+    for (k, buf) in bufs.iter().enumerate() {
+        if let Storage::Arena(offset) = buf.storage {
+            ptrs[k] = base + offset;
+        }
+    }
+    rdyn_codegen_cpu::plan::resolve_views(bufs, ptrs);
+}
+
+/// Step `i` of the CPU plan, an eager or library call, run by the host.
+fn run_host_step(plan: &CudaPlan, i: usize, host: &mut dyn Host, ptrs: &mut [usize]) -> Result<(), RuntimeError> {
+    let bufs = &plan.cpu.buffers;
+    match &plan.cpu.steps[i] {
+        CpuStep::Host { node, inputs, outputs, .. } => {
+            host.run_node(*node, inputs, outputs, bufs, ptrs)?;
+            rdyn_codegen_cpu::plan::resolve_views(bufs, ptrs);
+            Ok(())
+        }
+        _ => Err(RuntimeError::Internal("a CPU step in a CUDA program".into())),
+    }
 }
 
 fn error_raised() -> RuntimeError {
@@ -226,15 +243,10 @@ fn execute_simulated(plan: &CudaPlan, host: &mut dyn Host, ptrs: &mut [usize]) -
         .as_ref()
         .map_err(|e| RuntimeError::Internal(e.clone()))?;
     let bufs = &plan.cpu.buffers;
-    let arena = plan.cpu.arena_bytes.div_ceil(256) * 256;
+    let arena = scratch_arena(plan);
     let mut scratch = vec![0u64; (arena + 256) / 8];
     let base = scratch.as_mut_ptr() as usize;
-    for (k, buf) in bufs.iter().enumerate() {
-        if let Storage::Arena(offset) = buf.storage {
-            ptrs[k] = base + offset;
-        }
-    }
-    rdyn_codegen_cpu::plan::resolve_views(bufs, ptrs);
+    place_scratch(plan, base, ptrs);
     let flag = base + arena;
     for (step, kernel) in plan.steps.iter().zip(decoded) {
         match (step, kernel) {
@@ -255,13 +267,7 @@ fn execute_simulated(plan: &CudaPlan, host: &mut dyn Host, ptrs: &mut [usize]) -
                 unsafe { kernel.launch(k.grid, k.block, &params, &memory) }
                     .map_err(|e| RuntimeError::Internal(format!("simulated CUDA: {e}")))?;
             }
-            (CudaStep::Host(i), _) => match &plan.cpu.steps[*i] {
-                CpuStep::Host { node, inputs, outputs, .. } => {
-                    host.run_node(*node, inputs, outputs, bufs, ptrs)?;
-                    rdyn_codegen_cpu::plan::resolve_views(bufs, ptrs);
-                }
-                _ => return Err(RuntimeError::Internal("a CPU step in a CUDA program".into())),
-            },
+            (CudaStep::Host(i), _) => run_host_step(plan, *i, host, ptrs)?,
             (CudaStep::Kernel(_), None) => return Err(RuntimeError::Internal("kernel without a decoding".into())),
         }
     }

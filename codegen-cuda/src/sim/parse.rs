@@ -313,6 +313,11 @@ impl Decoder<'_> {
     }
 }
 
+/// The value of the first modifier of `table` among `parts`.
+fn pick<T: Copy>(parts: &[&str], table: &[(&str, T)]) -> Option<T> {
+    table.iter().find(|(m, _)| parts.contains(m)).map(|(_, v)| *v)
+}
+
 /// Decode an opcode's dotted parts into an op and its type.
 fn opcode(parts: &[&str], labels: &HashMap<String, usize>, target: Option<&str>) -> Option<(Op, Ty)> {
     let last_ty = parts.iter().rev().find_map(|p| Ty::parse(p));
@@ -383,47 +388,22 @@ fn opcode(parts: &[&str], labels: &HashMap<String, usize>, target: Option<&str>)
         }),
         "cvt" => {
             let types: Vec<Ty> = parts.iter().filter_map(|p| Ty::parse(p)).collect();
-            let round = if has("rni") {
-                Round::Nearest
-            } else if has("rzi") {
-                Round::Zero
-            } else if has("rmi") {
-                Round::Down
-            } else if has("rpi") {
-                Round::Up
-            } else {
-                Round::Float
-            };
+            let modes = [("rni", Round::Nearest), ("rzi", Round::Zero), ("rmi", Round::Down), ("rpi", Round::Up)];
+            let round = pick(parts, &modes).unwrap_or(Round::Float);
             let [to, from] = types[..] else { return None };
             return Some((Op::Cvt(round, from), to));
         }
         "ld" | "st" => {
-            let space = if has("global") {
-                Space::Global
-            } else if has("shared") {
-                Space::Shared
-            } else if has("param") {
-                Space::Param
-            } else {
-                return None;
-            };
+            let space = pick(parts, &[("global", Space::Global), ("shared", Space::Shared), ("param", Space::Param)])?;
             if parts[0] == "ld" {
                 Op::Ld(space)
             } else {
                 Op::St(space)
             }
         }
-        "shfl" => Op::Shfl(if has("bfly") {
-            Shfl::Bfly
-        } else if has("down") {
-            Shfl::Down
-        } else if has("up") {
-            Shfl::Up
-        } else if has("idx") {
-            Shfl::Idx
-        } else {
-            return None;
-        }),
+        "shfl" => {
+            Op::Shfl(pick(parts, &[("bfly", Shfl::Bfly), ("down", Shfl::Down), ("up", Shfl::Up), ("idx", Shfl::Idx)])?)
+        }
         _ => return None,
     };
     Some((op, ty))
