@@ -334,6 +334,22 @@ def test_special_functions_on_cuda_sim(fn) -> None:
     torch.testing.assert_close(got.double(), want, rtol=2e-6, atol=1e-7, equal_nan=True)
 
 
+@pytest.mark.parametrize("cols", [2048, 16384])
+def test_softmax_moves_its_row_once(cols: int) -> None:
+    """Counted by the simulator: a softmax over 64 rows reads each row once
+    and writes it once; besides, every thread of a row's block loads the
+    row's max and its sum once (L1 hits on a GPU)."""
+    x = torch.randn(64, cols)
+    compiled = torch.compile(lambda t: torch.softmax(t, -1), backend="rdyn", options={"device": "cuda-sim"})
+    compiled(x)
+    rdyn.reset_stats()
+    torch.testing.assert_close(compiled(x), torch.softmax(x, -1))
+    stats = rdyn.stats()
+    block = 1024 if cols >= 8192 else 256
+    assert stats["cuda_sim_bytes_stored"] == x.numel() * 4 + 2 * 64 * 4, stats
+    assert stats["cuda_sim_bytes_loaded"] == x.numel() * 4 + 64 * block * 2 * 4, stats
+
+
 def test_a_row_is_read_once() -> None:
     """Softmax over 1000-point rows (256 threads: three whole chunks and a
     partial one): each of a thread's four points of x is loaded once for

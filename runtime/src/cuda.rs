@@ -264,8 +264,9 @@ fn execute_simulated(plan: &CudaPlan, host: &mut dyn Host, ptrs: &mut [usize]) -
                 // SAFETY: every region is a live buffer of this call (torch
                 // tensors the host holds, or `scratch`), and nothing else
                 // touches them while the kernel runs.
-                unsafe { kernel.launch(k.grid, k.block, &params, &memory) }
+                let t = unsafe { kernel.launch(k.grid, k.block, &params, &memory) }
                     .map_err(|e| RuntimeError::Internal(format!("simulated CUDA: {e}")))?;
+                crate::stats::STATS.record_simulated(t.bytes_loaded, t.bytes_stored, t.instructions);
             }
             (CudaStep::Host(i), _) => run_host_step(plan, *i, host, ptrs)?,
             (CudaStep::Kernel(_), None) => return Err(RuntimeError::Internal("kernel without a decoding".into())),

@@ -20,6 +20,11 @@ pub struct Stats {
     pub compile_ns: AtomicU64,
     /// Kernels of wgpu graphs that have no WGSL form and ran on the CPU.
     pub wgpu_cpu_kernels: AtomicU64,
+    /// The PTX simulator's (`cuda-sim`) global memory traffic and executed
+    /// instructions, over every launch.
+    pub sim_bytes_loaded: AtomicU64,
+    pub sim_bytes_stored: AtomicU64,
+    pub sim_instructions: AtomicU64,
     pub fallback_ops: Mutex<BTreeMap<String, u64>>,
     /// Per step label: calls and nanoseconds, when `RDYN_PROFILE` is set.
     pub profile: Mutex<BTreeMap<String, (u64, u64)>>,
@@ -78,11 +83,21 @@ impl Stats {
                 ("guard_hits", get(&self.guard_hits)),
                 ("guard_misses", get(&self.guard_misses)),
                 ("wgpu_cpu_kernels", get(&self.wgpu_cpu_kernels)),
+                ("cuda_sim_bytes_loaded", get(&self.sim_bytes_loaded)),
+                ("cuda_sim_bytes_stored", get(&self.sim_bytes_stored)),
+                ("cuda_sim_instructions", get(&self.sim_instructions)),
             ],
             compile_seconds: get(&self.compile_ns) as f64 * 1e-9,
             fallback_ops: self.fallback_ops.lock().map(|m| m.clone()).unwrap_or_default(),
             profile: self.profile_rows(),
         }
+    }
+
+    /// Count one simulated launch.
+    pub fn record_simulated(&self, bytes_loaded: u64, bytes_stored: u64, instructions: u64) {
+        add(&self.sim_bytes_loaded, bytes_loaded);
+        add(&self.sim_bytes_stored, bytes_stored);
+        add(&self.sim_instructions, instructions);
     }
 
     /// Add one timed run of a step.
@@ -116,6 +131,9 @@ impl Stats {
             &self.guard_misses,
             &self.compile_ns,
             &self.wgpu_cpu_kernels,
+            &self.sim_bytes_loaded,
+            &self.sim_bytes_stored,
+            &self.sim_instructions,
         ] {
             c.store(0, Ordering::Relaxed);
         }

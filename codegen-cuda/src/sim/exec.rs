@@ -291,6 +291,7 @@ impl Launch<'_> {
                 // SAFETY: `check` found the bytes inside a region the caller
                 // of `launch` vouched for.
                 unsafe { std::ptr::copy_nonoverlapping(a as *const u8, raw.as_mut_ptr(), n) };
+                self.count(|t| t.bytes_loaded += n as u64);
             }
             Space::Shared => {
                 let a = addr as usize;
@@ -313,6 +314,7 @@ impl Launch<'_> {
                 let a = self.memory.check(addr, n)?;
                 // SAFETY: as in `load`.
                 unsafe { std::ptr::copy_nonoverlapping(raw.as_ptr(), a as *mut u8, n) };
+                self.count(|t| t.bytes_stored += n as u64);
             }
             Space::Shared => {
                 let a = addr as usize;
@@ -329,6 +331,20 @@ impl Launch<'_> {
     /// Run one thread until it synchronises or ends.
     pub(super) fn run(&self, t: &mut Thread, tid: u32, shared: &mut [u8]) -> Result<(), SimError> {
         let code = &self.kernel.code;
+        let mut executed = 0;
+        let result = self.run_counted(t, tid, shared, code, &mut executed);
+        self.count(|c| c.instructions += executed);
+        result
+    }
+
+    fn run_counted(
+        &self,
+        t: &mut Thread,
+        tid: u32,
+        shared: &mut [u8],
+        code: &[Ins],
+        executed: &mut u64,
+    ) -> Result<(), SimError> {
         for _ in 0..MAX_STEPS {
             let Some(ins) = code.get(t.pc) else {
                 t.wait = Wait::Exited;
@@ -340,6 +356,7 @@ impl Launch<'_> {
                     continue;
                 }
             }
+            *executed += 1;
             match ins.op {
                 Op::Bar => t.wait = Wait::Barrier(t.pc),
                 Op::Shfl(_) => t.wait = Wait::Shuffle(t.pc),

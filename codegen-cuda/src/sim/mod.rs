@@ -75,6 +75,15 @@ struct Thread {
     wait: Wait,
 }
 
+/// What a launch did: global memory traffic and instructions executed
+/// (every thread's, guarded-off ones excluded).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Traffic {
+    pub bytes_loaded: u64,
+    pub bytes_stored: u64,
+    pub instructions: u64,
+}
+
 /// What a launch shares between its threads.
 struct Launch<'a> {
     kernel: &'a Kernel,
@@ -83,6 +92,15 @@ struct Launch<'a> {
     block: u32,
     grid: u32,
     ctaid: u32,
+    traffic: &'a std::cell::Cell<Traffic>,
+}
+
+impl Launch<'_> {
+    fn count(&self, f: impl FnOnce(&mut Traffic)) {
+        let mut t = self.traffic.get();
+        f(&mut t);
+        self.traffic.set(t);
+    }
 }
 
 impl Kernel {
@@ -92,17 +110,18 @@ impl Kernel {
     ///
     /// Every region of `memory` must be valid host memory for reads and
     /// writes for the whole call, and nothing else may access it meanwhile.
-    pub unsafe fn launch(&self, grid: u32, block: u32, params: &[u64], memory: &Memory) -> Result<(), SimError> {
+    pub unsafe fn launch(&self, grid: u32, block: u32, params: &[u64], memory: &Memory) -> Result<Traffic, SimError> {
         if params.len() != self.params {
             return Err(self.error(0, 0, 0, format!("{} parameters given, {} declared", params.len(), self.params)));
         }
         let mut shared = vec![0u8; self.shared_bytes];
+        let traffic = std::cell::Cell::new(Traffic::default());
         for ctaid in 0..grid {
-            let launch = Launch { kernel: self, params, memory, block, grid, ctaid };
+            let launch = Launch { kernel: self, params, memory, block, grid, ctaid, traffic: &traffic };
             shared.fill(0);
             launch.block(&mut shared)?;
         }
-        Ok(())
+        Ok(traffic.get())
     }
 
     fn error(&self, pc: usize, block: u32, thread: u32, why: String) -> SimError {

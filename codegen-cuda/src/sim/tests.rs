@@ -1,6 +1,6 @@
 //! The simulator on hand-written PTX, against values computed here.
 
-use super::{parse, Memory, SimError};
+use super::{parse, Memory, SimError, Traffic};
 
 fn module(params: &[&str], body: &str) -> String {
     let decls: Vec<String> = params.iter().map(|p| format!("\t.param .u64 {p}")).collect();
@@ -10,7 +10,7 @@ fn module(params: &[&str], body: &str) -> String {
     )
 }
 
-fn run(ptx: &str, grid: u32, block: u32, bufs: &mut [&mut [u8]]) -> Result<(), SimError> {
+fn run(ptx: &str, grid: u32, block: u32, bufs: &mut [&mut [u8]]) -> Result<Traffic, SimError> {
     let kernel = parse(ptx)?;
     let mut memory = Memory::new();
     let params: Vec<u64> = bufs.iter().map(|b| b.as_ptr() as u64).collect();
@@ -73,9 +73,11 @@ $L_end:
     let input: Vec<f32> = (0..192).map(|i| (i % 7) as f32 - 2.5).collect();
     let mut x = floats(&input);
     let mut out = floats(&[0.0; 3]);
-    run(&ptx, 3, 64, &mut [&mut x, &mut out]).expect("the kernel runs");
+    let traffic = run(&ptx, 3, 64, &mut [&mut x, &mut out]).expect("the kernel runs");
     let want: Vec<f32> = input.chunks(64).map(|c| c.iter().sum()).collect();
     assert_eq!(to_floats(&out), want);
+    // Every input float read once, one float stored per block.
+    assert_eq!((traffic.bytes_loaded, traffic.bytes_stored), (192 * 4, 3 * 4));
 }
 
 /// Float → integer conversions saturate and send NaN to 0; integer
