@@ -314,24 +314,40 @@ def test_polynomials_on_cuda_sim(name: str) -> None:
         torch.special.i1e,
         torch.special.erfcx,
         torch.special.spherical_bessel_j0,
+        torch.special.ndtri,
     ],
     ids=lambda fn: fn.__name__,
 )
 def test_special_functions_on_cuda_sim(fn) -> None:
-    """Bessel I, erfcx and spherical j0 as PTX against float64 eager across
-    their branches: the series and the large-argument expansion (|x| = 20),
-    overflow, the x < 0 branch of erfcx, the small-x series of j0, ±inf and
-    NaN."""
-    x = torch.tensor(
-        [0.0, -0.0, 1e-3, -0.3, 0.49, 0.5, -0.51, 1.0, -3.0, 5.0, 9.0, -9.0, -10.0, 19.9, 20.0, 20.1, -25.0, 30.0, 80.0,
-         100.0, 1e4, float("inf"), -float("inf"), float("nan")]
-    )
+    """Bessel I, erfcx, spherical j0 and ndtri as PTX against float64 eager
+    across their branches: the series and the large-argument expansion
+    (|x| = 20), overflow, the x < 0 branch of erfcx, the small-x series of
+    j0, ndtri's tails (p < 0.02425 and above 0.97575), ±inf and NaN."""
+    if fn is torch.special.ndtri:
+        x = torch.tensor([0.0, 1.0, -0.1, 1.1, 0.5, 0.4999, 0.02, 0.03, 0.98, 0.97, 1e-10, 1e-30, 1e-45, 0.9999999, 0.3])
+    else:
+            x = torch.tensor(
+            [0.0, -0.0, 1e-3, -0.3, 0.49, 0.5, -0.51, 1.0, -3.0, 5.0, 9.0, -9.0, -10.0, 19.9, 20.0, 20.1, -25.0, 30.0,
+             80.0, 100.0, 1e4, float("inf"), -float("inf"), float("nan")]
+        )
     compiled = torch.compile(fn, backend="rdyn", options={"device": "cuda-sim"})
     with no_rust_panic():
         got = compiled(x)
     assert rdyn.stats()["nodes_fallback"] == 0, rdyn.stats()["fallback_ops"]
     want = fn(x.double()).to(torch.float32).double()
     torch.testing.assert_close(got.double(), want, rtol=2e-6, atol=1e-7, equal_nan=True)
+
+
+def test_zeta_on_cuda_sim() -> None:
+    """Hurwitz zeta's PTX against float64 eager: its domain (x = 1, x < 1,
+    poles of q, q ≤ 0 with non-integer x), small and large x, negative q."""
+    x = torch.tensor([1.0, 0.5, 1.5, 2.0, 3.0, 4.5, 10.0, 30.0, float("nan"), 2.0, 2.5, 3.0, 2.0, 5.0])
+    q = torch.tensor([1.0, 1.0, 1.0, 0.5, 2.0, 3.5, 1.0, 7.0, 1.0, -1.0, -0.5, -1.5, 0.0, 1e-3])
+    compiled = torch.compile(torch.special.zeta, backend="rdyn", options={"device": "cuda-sim"})
+    got = compiled(x, q)
+    assert rdyn.stats()["nodes_fallback"] == 0, rdyn.stats()["fallback_ops"]
+    want = torch.special.zeta(x.double(), q.double()).to(torch.float32).double()
+    torch.testing.assert_close(got.double(), want, rtol=5e-6, atol=0.0, equal_nan=True)
 
 
 @pytest.mark.parametrize("cols", [2048, 16384])

@@ -293,6 +293,7 @@ fn float32_unary(f: &mut Func, op: UnaryOp, x: &str) -> Result<String, PtxError>
         UnaryOp::Erfinv => crate::special::erfinv(f, x),
         UnaryOp::SphericalJ0 => crate::special::spherical_j0(f, x),
         UnaryOp::Erfcx => crate::special::erfcx(f, x),
+        UnaryOp::Ndtri => crate::special::ndtri(f, x),
         UnaryOp::I0 => crate::special::bessel_i(f, x, 0, false),
         UnaryOp::I0e => crate::special::bessel_i(f, x, 0, true),
         UnaryOp::I1 => crate::special::bessel_i(f, x, 1, false),
@@ -580,6 +581,7 @@ fn float_binary(f: &mut Func, op: BinaryOp, a: &str, b: &str, class: Class, from
         BinaryOp::Pow => crate::math64::pow(f, a, b),
         BinaryOp::Nextafter if class == Class::F32 => nextafter(f, a, b),
         BinaryOp::Polygamma if class == Class::F32 => crate::special::polygamma(f, a, b),
+        BinaryOp::Zeta if class == Class::F32 => crate::special::special_zeta(f, a, b),
         other if class == Class::F32 => {
             crate::poly::polynomial(f, other, a, b).ok_or_else(|| unsupported(other, from))?
         }

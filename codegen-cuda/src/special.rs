@@ -1,9 +1,9 @@
 //! float32 special functions as PTX: lgamma, digamma, erfinv and polygamma
-//! (through the Hurwitz zeta function), the erfc fit (erf, erfc, erfcx),
-//! Bessel I0/I1 and spherical j0. lgamma to polygamma follow the WGSL
+//! (through the Hurwitz zeta function, also `special.zeta`), the erfc fit
+//! (erf, erfc, erfcx), Bessel I0/I1, spherical j0 and ndtri. lgamma to polygamma follow the WGSL
 //! backend (recurrence to a large argument, then an asymptotic series;
 //! Giles' approximation for erfinv), Bessel I the CPU backend (float64
-//! series), with loops as branches.
+//! series), ndtri Acklam's fractions in float64, with loops as branches.
 
 use crate::emit::{Class, Func};
 use crate::math::{add, copysign, div, exp, fma, k, log, mul, op1, op2, poly, pow, sub};
@@ -258,6 +258,24 @@ fn zeta(f: &mut Func, s: &str, q: &str) -> String {
     f.selp(Class::F32, &k(f64::INFINITY), &sum, &pole)
 }
 
+/// `torch.special.zeta(x, q)`: Hurwitz ζ with PyTorch's domain: x = 1 and
+/// poles of q (non-positive integers) give +inf; x < 1, or q ≤ 0 with a
+/// non-integer x, give NaN.
+pub fn special_zeta(f: &mut Func, x: &str, q: &str) -> String {
+    let r = zeta(f, x, q);
+    let q_low = f.setp("le", "f32", q, &k(0.0));
+    let x_fl = op1(f, "cvt.rmi.f32", x);
+    let x_int = f.setp("eq", "f32", &x_fl, x);
+    let bad_q = f.pred("and", &q_low, &format!("!{x_int}"));
+    let r = f.selp(Class::F32, &k(f64::NAN), &r, &bad_q);
+    let pole = non_positive_integer(f, q);
+    let r = f.selp(Class::F32, &k(f64::INFINITY), &r, &pole);
+    let below = f.setp("lt", "f32", x, &k(1.0));
+    let r = f.selp(Class::F32, &k(f64::NAN), &r, &below);
+    let one = f.setp("eq", "f32", x, &k(1.0));
+    f.selp(Class::F32, &k(f64::INFINITY), &r, &one)
+}
+
 /// polygamma(n, x) = (−1)ⁿ⁺¹ n! ζ(n + 1, x) for n ≥ 1 (lowering sends n = 0
 /// to digamma).
 pub fn polygamma(f: &mut Func, n: &str, x: &str) -> String {
@@ -459,4 +477,64 @@ fn erfc_fit(f: &mut Func, z: &str) -> (String, String) {
         ],
     );
     (t, p)
+}
+
+/// Acklam's rational approximations of the normal quantile, highest degree
+/// first (relative error below 1.2e-9: finer than float32 needs).
+#[rustfmt::skip]
+#[allow(clippy::excessive_precision)]
+const ACKLAM: [[f64; 6]; 4] = [
+    [-3.969683028665376e+01, 2.209460984245205e+02, -2.759285104469687e+02,
+     1.383577518672690e+02, -3.066479806614716e+01, 2.506628277459239e+00],
+    [-5.447609879822406e+01, 1.615858368580409e+02, -1.556989798598866e+02,
+     6.680131188771972e+01, -1.328068155288572e+01, 1.0],
+    [-7.784894002430293e-03, -3.223964580411365e-01, -2.400758277161838e+00,
+     -2.549732539343734e+00, 4.374664141464968e+00, 2.938163982698783e+00],
+    [0.0, 7.784695709041462e-03, 3.224671290700398e-01, 2.445134137142996e+00, 3.754408661907416e+00, 1.0],
+];
+
+/// Float64 Horner of `c` (highest degree first) at `z`.
+fn horner64(f: &mut Func, c: &[f64], z: &str) -> String {
+    let low_first: Vec<f64> = c.iter().rev().copied().collect();
+    f.horner(Class::F64, z, &low_first)
+}
+
+/// ndtri(p), the standard normal quantile of a float32 p, in float64:
+/// Acklam's central fraction for |p − ½| ≤ 0.47575, the tail fraction of
+/// √(−2 ln p) (of 1 − p above, negated) beyond; 0 and 1 give ∓inf, p
+/// outside [0, 1] or NaN gives NaN.
+pub fn ndtri(f: &mut Func, p: &str) -> String {
+    let p64 = f.reg(Class::F64);
+    f.ins(format!("cvt.f64.f32 {p64}, {p}"));
+    let c = f.op(Class::F64, "sub.rn", &[&p64, &d64(0.5)]);
+    let r = f.op(Class::F64, "mul.rn", &[&c, &c]);
+    let num = horner64(f, &ACKLAM[0], &r);
+    let den = horner64(f, &ACKLAM[1], &r);
+    let central = f.op(Class::F64, "mul.rn", &[&c, &num]);
+    let central = f.op(Class::F64, "div.rn", &[&central, &den]);
+    let high = f.setp("gt", "f64", &p64, &d64(1.0 - 0.02425));
+    let upper = f.op(Class::F64, "sub.rn", &[&d64(1.0), &p64]);
+    let pt = f.selp(Class::F64, &upper, &p64, &high);
+    let l = crate::math64::log(f, &pt);
+    let q = f.op(Class::F64, "mul.rn", &[&l, &d64(-2.0)]);
+    let q = f.op(Class::F64, "sqrt.rn", &[&q]);
+    let num = horner64(f, &ACKLAM[2], &q);
+    let den = horner64(f, &ACKLAM[3], &q);
+    let tail = f.op(Class::F64, "div.rn", &[&num, &den]);
+    let neg_tail = f.op(Class::F64, "neg", &[&tail]);
+    let tail = f.selp(Class::F64, &neg_tail, &tail, &high);
+    let low = f.setp("lt", "f64", &p64, &d64(0.02425));
+    let in_tail = f.pred("or", &low, &high);
+    let x = f.selp(Class::F64, &tail, &central, &in_tail);
+    let out = f.reg(Class::F32);
+    f.ins(format!("cvt.rn.f32.f64 {out}, {x}"));
+    let zero = f.setp("eq", "f32", p, &k(0.0));
+    let out = f.selp(Class::F32, &k(f64::NEG_INFINITY), &out, &zero);
+    let one = f.setp("eq", "f32", p, &k(1.0));
+    let out = f.selp(Class::F32, &k(f64::INFINITY), &out, &one);
+    // NaN, or outside [0, 1].
+    let inside = f.setp("le", "f32", p, &k(1.0));
+    let nonneg = f.setp("ge", "f32", p, &k(0.0));
+    let valid = f.pred("and", &inside, &nonneg);
+    f.selp(Class::F32, &out, &k(f64::NAN), &valid)
 }
