@@ -367,14 +367,15 @@ def test_softmax_moves_its_row_once(cols: int) -> None:
 
 
 def test_a_row_is_read_once() -> None:
-    """Softmax over 1000-point rows (256 threads: three whole chunks and a
-    partial one): each of a thread's four points of x is loaded once for
-    all stages (max, exp-sum, output), and each reduction result once for
-    the whole chunks and once for the partial chunk."""
+    """Softmax over 1000-point rows (a warp per row: 31 whole chunks of 32
+    points and a partial one): each of a lane's 32 points of x is loaded
+    once for all stages (max, exp-sum, output), and each reduction result
+    once for the whole chunks and once for the partial chunk."""
     report = rdyn.explain(lambda x: torch.softmax(x, -1), torch.randn(64, 1000), device="cuda")
     (kernel,) = [k for k in report.kernels if k.device == "cuda" and k.source.startswith(".version")]
+    assert "bar.warp.sync" in kernel.source and "bar.sync" not in kernel.source, kernel.source[:1500]
     loads = kernel.source.count("ld.global.f32")
-    assert loads == 4 + 2 + 2, kernel.source
+    assert loads == 32 + 2 + 2, kernel.source
 
 
 @needs_ptxas

@@ -306,17 +306,35 @@ fn warp_reduce(f: &mut Func, op: ReduceOp, class: Class, acc: &str, acci: &str, 
     Ok(())
 }
 
+/// Who runs one row of a row kernel.
+#[derive(Copy, Clone, PartialEq, Eq)]
+enum RowShape {
+    /// A thread, alone (`thread_per_row`): no shuffles, no shared memory,
+    /// no barriers.
+    Thread,
+    /// A warp (rows of at most `WARP_ROW` points): shuffles and
+    /// `bar.warp.sync`, no shared memory.
+    Warp,
+    /// A block: shuffles, shared memory across warps, `bar.sync`.
+    Block,
+}
+
 struct Launch {
-    /// Each thread runs whole rows alone (`SHORT_ROW`): no shuffles, no
-    /// shared memory, no barriers.
-    per_thread: bool,
+    shape: RowShape,
     /// Threads per block.
     block: u32,
+    /// Where a row loop starts (the thread's index among the row's
+    /// threads) and its stride (the row's threads).
+    start: String,
+    step: i64,
     tid: String,
     lane: String,
     warp: String,
     smem: String,
 }
+
+/// Rows of at most this many points in every stage run a warp per row.
+const WARP_ROW: i64 = 1024;
 
 /// Rows of at most this many points (every stage's inner points times its
 /// reduced points) run a thread per row.
@@ -429,7 +447,7 @@ fn reduce_stage(f: &mut Func, em: &mut Emitter<'_>, l: &Launch, stage: &Stage, m
             (acc.to_string(), kind)
         }
     };
-    if l.per_thread {
+    if l.shape == RowShape::Thread {
         // The thread reduces its row's inner points one after another.
         return counted_loop(f, "0", inner_n, "1", |f, j| {
             unravel(f, em, j, &inner, m);
@@ -448,13 +466,24 @@ fn reduce_stage(f: &mut Func, em: &mut Emitter<'_>, l: &Launch, stage: &Stage, m
         let acc = f.mov(class, &identity(reduce.op, class));
         let acci = f.mov(Class::S64, "-1");
         let fold = fold(&acc, &acci);
-        if inner_n == 1 && red_n <= l.block as i64 * max_chunks(l.block) {
+        if inner_n == 1 && red_n <= l.step * max_chunks(l.block) {
             let canon = canonical(m, inner.len(), red.len());
-            chunked_loop(f, em, &l.tid, red_n, l.block as i64, canon, red.clone(), point, fold)?;
+            chunked_loop(f, em, &l.start, red_n, l.step, canon, red.clone(), point, fold)?;
         } else {
-            unrolled_loop(f, em, &l.tid, red_n, l.block as i64, point, fold)?;
+            unrolled_loop(f, em, &l.start, red_n, l.step, point, fold)?;
         }
         warp_reduce(f, reduce.op, class, &acc, &acci, 32)?;
+        if l.shape == RowShape::Warp {
+            // Every lane holds the row's result; lane 0 stores it.
+            let stored = f.label("stored");
+            let not_lane0 = f.setp("ne", "s64", &l.lane, "0");
+            f.ins(format!("@{not_lane0} bra {stored}"));
+            let (v, v_kind) = result(f, &acc, &acci);
+            store_stage(f, em, stage, &v, v_kind, &HashMap::new())?;
+            f.place(&stored);
+            f.ins("bar.warp.sync -1");
+            return Ok(());
+        }
         // Lane 0 of each warp parks its result in shared memory.
         let lane0 = f.setp("eq", "s64", &l.lane, "0");
         let slot = f.reg(Class::S64);
@@ -496,7 +525,7 @@ fn inner_pointwise_stage(
 ) -> Result<(), PtxError> {
     let inner = concrete_all(&stage.ranges[m..], em.syms)?;
     let n: i64 = inner.iter().product();
-    if l.per_thread {
+    if l.shape == RowShape::Thread {
         return counted_loop(f, "0", n, "1", |f, j| {
             unravel(f, em, j, &inner, m);
             pointwise_stage_at(f, em, stage)
@@ -516,11 +545,11 @@ fn inner_pointwise_stage(
         em.vars = vars;
         store_stage(f, em, stage, &v, kind, &regs)
     };
-    if n <= l.block as i64 * max_chunks(l.block) {
+    if n <= l.step * max_chunks(l.block) {
         let canon = canonical(m, 0, inner.len());
-        return chunked_loop(f, em, &l.tid, n, l.block as i64, canon, inner.clone(), point, put);
+        return chunked_loop(f, em, &l.start, n, l.step, canon, inner.clone(), point, put);
     }
-    unrolled_loop(f, em, &l.tid, n, l.block as i64, point, put)
+    unrolled_loop(f, em, &l.start, n, l.step, point, put)
 }
 
 /// A row kernel's stages at outer point `o` (a linear index over `outer`).
@@ -539,8 +568,10 @@ fn row_stages(
             reduce_stage(f, em, l, stage, m)?;
         } else {
             inner_pointwise_stage(f, em, l, stage, m)?;
-            if !l.per_thread {
-                f.ins("bar.sync 0");
+            match l.shape {
+                RowShape::Thread => {}
+                RowShape::Warp => f.ins("bar.warp.sync -1"),
+                RowShape::Block => f.ins("bar.sync 0"),
             }
         }
     }
@@ -668,8 +699,43 @@ fn emit_kernel(
         grid = ((outer_n.max(1) + BLOCK as i64 - 1) / BLOCK as i64).min(MAX_GRID);
         shared = false;
         let (start, step, tid) = grid_stride(&mut f, grid);
-        let l = Launch { per_thread: true, block, tid, lane: String::new(), warp: String::new(), smem: String::new() };
+        let none = String::new;
+        let l = Launch {
+            shape: RowShape::Thread,
+            block,
+            start: none(),
+            step: 1,
+            tid,
+            lane: none(),
+            warp: none(),
+            smem: none(),
+        };
         counted_loop(&mut f, &start, outer_n, &step, |f, o| row_stages(f, &mut em, &l, kernel, &outer, o))?;
+    } else if longest_row(kernel, m, syms)? <= WARP_ROW {
+        // A warp per row: row ctaid·warps + warp, then every grid's worth.
+        let warps = i64::from(BLOCK / 32);
+        grid = ((outer_n.max(1) + warps - 1) / warps).min(MAX_GRID);
+        shared = false;
+        let cta = sreg(&mut f, "%ctaid.x");
+        let tid = sreg(&mut f, "%tid.x");
+        let lane = f.reg(Class::S64);
+        f.ins(format!("and.b64 {lane}, {tid}, 31"));
+        let warp = f.reg(Class::S64);
+        f.ins(format!("shr.u64 {warp}, {tid}, 5"));
+        let first = f.reg(Class::S64);
+        f.ins(format!("mad.lo.s64 {first}, {cta}, {warps}, {warp}"));
+        let l = Launch {
+            shape: RowShape::Warp,
+            block,
+            start: lane.clone(),
+            step: 32,
+            tid,
+            lane,
+            warp,
+            smem: String::new(),
+        };
+        let step = (grid * warps).to_string();
+        counted_loop(&mut f, &first, outer_n, &step, |f, o| row_stages(f, &mut em, &l, kernel, &outer, o))?;
     } else {
         grid = outer_n.clamp(1, MAX_GRID);
         shared = true;
@@ -684,7 +750,8 @@ fn emit_kernel(
         if longest_row(kernel, m, syms)? >= LONG_ROW {
             block = LONG_BLOCK;
         }
-        let l = Launch { per_thread: false, block, tid, lane, warp, smem };
+        let l =
+            Launch { shape: RowShape::Block, block, start: tid.clone(), step: i64::from(block), tid, lane, warp, smem };
         let step = grid.to_string();
         counted_loop(&mut f, &cta, outer_n, &step, |f, o| row_stages(f, &mut em, &l, kernel, &outer, o))?;
     }

@@ -1,9 +1,10 @@
 //! float32 special functions as PTX: lgamma, digamma, erfinv and polygamma
 //! (through the Hurwitz zeta function, also `special.zeta`), the erfc fit
-//! (erf, erfc, erfcx), Bessel I0/I1, spherical j0 and ndtri. lgamma to polygamma follow the WGSL
-//! backend (recurrence to a large argument, then an asymptotic series;
-//! Giles' approximation for erfinv), Bessel I the CPU backend (float64
-//! series), ndtri Acklam's fractions in float64, with loops as branches.
+//! (erf, erfc, erfcx), Bessel I0/I1, spherical j0 and ndtri. lgamma to
+//! polygamma follow the WGSL backend (recurrence to a large argument, then
+//! an asymptotic series; Giles' approximation for erfinv), Bessel I the CPU
+//! backend (float64 series), ndtri Acklam's fractions in float64; loops are
+//! branches.
 
 use crate::emit::{Class, Func};
 use crate::math::{add, copysign, div, exp, fma, k, log, mul, op1, op2, poly, pow, sub};

@@ -359,7 +359,7 @@ impl Launch<'_> {
             *executed += 1;
             match ins.op {
                 Op::Bar => t.wait = Wait::Barrier(t.pc),
-                Op::Shfl(_) => t.wait = Wait::Shuffle(t.pc),
+                Op::Shfl(_) | Op::WarpSync => t.wait = Wait::Shuffle(t.pc),
                 Op::Ret => t.wait = Wait::Exited,
                 Op::Bra(target) => {
                     t.pc = target;
@@ -485,7 +485,14 @@ impl Launch<'_> {
     /// Execute the shuffle at `pc` for every lane of a warp.
     pub(super) fn shuffle(&self, lanes: &mut [Thread], pc: usize) -> Result<(), SimError> {
         let ins = &self.kernel.code[pc];
-        let Op::Shfl(mode) = ins.op else { unreachable!("a thread waits at a shuffle") };
+        let Op::Shfl(mode) = ins.op else {
+            // `bar.warp.sync`: every lane is here; go on.
+            for t in lanes.iter_mut() {
+                t.pc += 1;
+                t.wait = Wait::Ready;
+            }
+            return Ok(());
+        };
         let base = self.ctaid;
         let read = |t: &Thread, k: usize| {
             ins.opds.get(k).ok_or_else(|| "operand missing".to_string()).and_then(|o| self.read(o, t, 0))

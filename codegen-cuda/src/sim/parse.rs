@@ -170,6 +170,8 @@ pub(super) enum Op {
     St(Space),
     Bra(usize),
     Bar,
+    /// `bar.warp.sync`: the warp's lanes meet.
+    WarpSync,
     Ret,
     Shfl(Shfl),
     Ex2,
@@ -349,6 +351,7 @@ fn opcode(parts: &[&str], labels: &HashMap<String, usize>, target: Option<&str>)
         "brev" => Op::Brev,
         "selp" => Op::Selp,
         "cvta" => Op::Cvta,
+        "bar" | "barrier" if has("warp") => Op::WarpSync,
         "bar" | "barrier" => Op::Bar,
         "ret" | "exit" => Op::Ret,
         "ex2" => Op::Ex2,
