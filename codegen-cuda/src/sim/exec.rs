@@ -359,7 +359,7 @@ impl Launch<'_> {
             *executed += 1;
             match ins.op {
                 Op::Bar => t.wait = Wait::Barrier(t.pc),
-                Op::Shfl(_) | Op::WarpSync => t.wait = Wait::Shuffle(t.pc),
+                Op::Shfl(_) | Op::WarpSync => t.wait = Wait::Warp(t.pc),
                 Op::Ret => t.wait = Wait::Exited,
                 Op::Bra(target) => {
                     t.pc = target;
@@ -482,8 +482,9 @@ impl Launch<'_> {
         Ok(())
     }
 
-    /// Execute the shuffle at `pc` for every lane of a warp.
-    pub(super) fn shuffle(&self, lanes: &mut [Thread], pc: usize) -> Result<(), SimError> {
+    /// Execute the warp-wide instruction at `pc` (a shuffle or
+    /// `bar.warp.sync`) for every lane of a warp.
+    pub(super) fn warp_wide(&self, lanes: &mut [Thread], pc: usize) -> Result<(), SimError> {
         let ins = &self.kernel.code[pc];
         let Op::Shfl(mode) = ins.op else {
             // `bar.warp.sync`: every lane is here; go on.

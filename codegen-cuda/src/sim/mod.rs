@@ -3,11 +3,12 @@
 //! can be tested without a GPU (the `cuda-sim` device).
 //!
 //! Blocks run one after another. Within a block, each thread runs until it
-//! reaches a `bar.sync`, a `shfl.sync` or its end; a shuffle executes once
-//! every live lane of its warp has reached it, a barrier once every live
-//! thread of the block has. Lanes that disagree (one warp split between a
-//! shuffle and a barrier, or between two shuffles) are reported as errors,
-//! as are global accesses outside the memory a launch is given.
+//! reaches a `bar.sync`, a warp-wide instruction (`shfl.sync`,
+//! `bar.warp.sync`) or its end; a warp-wide instruction executes once every
+//! lane of its warp has reached it, a barrier once every live thread of the
+//! block has. Lanes that disagree (one warp split between a shuffle and a
+//! barrier, or between two shuffles) are reported as errors, as are global
+//! accesses outside the memory a launch is given.
 //!
 //! Arithmetic is IEEE in the instruction's type; `.approx` instructions
 //! (`ex2`, `lg2`, `sin`, `cos`, `rcp`, `rsqrt`) are computed to full
@@ -63,8 +64,9 @@ enum Wait {
     Ready,
     /// At the barrier instruction with this index.
     Barrier(usize),
-    /// At the shuffle instruction with this index.
-    Shuffle(usize),
+    /// At the warp-wide instruction (a shuffle, `bar.warp.sync`) with this
+    /// index.
+    Warp(usize),
     Exited,
 }
 
@@ -144,19 +146,20 @@ impl Launch<'_> {
                     self.run(t, tid as u32, shared)?;
                 }
             }
-            // Shuffles, warp by warp.
+            // Warp-wide instructions, warp by warp.
             let mut moved = false;
             for warp in 0..n.div_ceil(32) {
                 let lanes = warp * 32..((warp + 1) * 32).min(n);
                 let waits: Vec<Wait> = threads[lanes.clone()].iter().map(|t| t.wait).collect();
-                let Some(&Wait::Shuffle(pc)) = waits.iter().find(|w| matches!(w, Wait::Shuffle(_))) else {
+                let Some(&Wait::Warp(pc)) = waits.iter().find(|w| matches!(w, Wait::Warp(_))) else {
                     continue;
                 };
-                if let Some(other) = waits.iter().position(|w| *w != Wait::Shuffle(pc)) {
-                    let why = format!("lane {other} of the warp is not at this shuffle ({:?})", waits[other]);
+                if let Some(other) = waits.iter().position(|w| *w != Wait::Warp(pc)) {
+                    let why =
+                        format!("lane {other} of the warp is not at this warp-wide instruction ({:?})", waits[other]);
                     return Err(self.kernel.error(pc, self.ctaid, (warp * 32) as u32, why));
                 }
-                self.shuffle(&mut threads[lanes], pc)?;
+                self.warp_wide(&mut threads[lanes], pc)?;
                 moved = true;
             }
             if moved {

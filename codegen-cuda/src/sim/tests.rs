@@ -134,7 +134,7 @@ fn a_shuffle_some_lanes_skip_is_an_error() {
 $L_end:
 	ret;";
     let err = run(&module(&[], body), 1, 32, &mut []).expect_err("an error");
-    assert!(err.to_string().contains("not at this shuffle"), "{err}");
+    assert!(err.to_string().contains("not at this warp-wide instruction"), "{err}");
 }
 
 #[test]
