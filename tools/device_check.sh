@@ -48,8 +48,9 @@ for arg in "$@"; do
     case "$s" in
         info) stage info bash -c "nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv; $PY -c 'import torch, rdyn; print(torch.__version__, rdyn.__file__)'" ;;
         smoke) stage smoke "$PY" tools/cuda_smoke.py ;;
-        cuda) stage cuda "${PYTEST[@]}" tests/test_cuda.py tests/test_models.py -k "cuda or gpu" -rf ;;
-        opinfo) stage opinfo "${PYTEST[@]}" tests/test_opinfo.py -k "test_op_cuda and not half ${RDYN_OPINFO_K:-}" -rf ;;
+        # The simulator's tests (`cuda_sim`, `cuda-sim`) need no GPU: CI runs them.
+        cuda) stage cuda "${PYTEST[@]}" tests/test_cuda.py tests/test_models.py -k "(cuda or gpu) and not cuda_sim and not cuda-sim" -rf ;;
+        opinfo) stage opinfo "${PYTEST[@]}" tests/test_opinfo.py -k "test_op_cuda and not half and not cuda_sim ${RDYN_OPINFO_K:-}" -rf ;;
         half) stage half "${PYTEST[@]}" tests/test_opinfo.py -k "test_op_cuda_half" -rf ;;
         bandwidth) stage bandwidth "$PY" benches/cuda_bandwidth.py --json "$OUT/cuda_bandwidth.json" ;;
         suite*) stage "$s" "$PY" benches/suite.py --devices cuda --no-dashboard ${RDYN_SUITE_ARGS:-} \
