@@ -291,7 +291,7 @@ impl Emitter<'_> {
                 ScalarOp::Load { buf, index, indirect, mask } => {
                     let (root, dtype) = (self.program.storage_of(*buf), self.program.buffer(*buf).dtype);
                     let plain = indirect.is_empty() && mask.is_none();
-                    if let Some(r) = self.row.lookup(root, index, dtype, self.syms).filter(|_| plain) {
+                    if let Some(r) = plain.then(|| self.row.lookup(root, index, dtype, self.syms)).flatten() {
                         regs.insert(id, r);
                         continue;
                     }

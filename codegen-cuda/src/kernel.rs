@@ -395,10 +395,19 @@ fn grid_stride(f: &mut Func, grid: i64) -> (String, String, String) {
 
 /// Whether a row kernel runs a thread per outer point: its rows are short,
 /// or strided ones (see `strided_rows`) that fit.
-fn thread_per_row(program: &Program, kernel: &Kernel, m: usize, outer_n: i64, syms: &Ctx) -> Result<bool, PtxError> {
-    let longest = longest_row(kernel, m, syms)?;
-    Ok(longest <= SHORT_ROW
-        || (longest <= STRIDED_ROW && outer_n >= STRIDED_OUTER && strided_rows(program, kernel, m, syms)))
+/// `longest` is `longest_row`.
+fn thread_per_row(program: &Program, kernel: &Kernel, m: usize, outer_n: i64, longest: i64, syms: &Ctx) -> bool {
+    longest <= SHORT_ROW
+        || (longest <= STRIDED_ROW && outer_n >= STRIDED_OUTER && strided_rows(program, kernel, m, syms))
+}
+
+/// Lane and warp registers of thread index `tid`.
+fn lane_warp(f: &mut Func, tid: &str) -> (String, String) {
+    let lane = f.reg(Class::S64);
+    f.ins(format!("and.b64 {lane}, {tid}, 31"));
+    let warp = f.reg(Class::S64);
+    f.ins(format!("shr.u64 {warp}, {tid}, 5"));
+    (lane, warp)
 }
 
 /// The most points any stage of `kernel` has per outer point.
@@ -668,6 +677,7 @@ fn emit_kernel(
     let pointwise = !serial && kernel.stages.iter().all(|s| s.ranges.len() == m && s.reduce.is_none());
     let (grid, shared);
     let mut block = BLOCK;
+    let longest = if serial || pointwise { 0 } else { longest_row(kernel, m, syms)? };
     if serial {
         grid = 1;
         shared = false;
@@ -694,7 +704,7 @@ fn emit_kernel(
             }
             Ok(())
         })?;
-    } else if thread_per_row(program, kernel, m, outer_n, syms)? {
+    } else if thread_per_row(program, kernel, m, outer_n, longest, syms) {
         // A thread per outer point runs its stages in order.
         grid = ((outer_n.max(1) + BLOCK as i64 - 1) / BLOCK as i64).min(MAX_GRID);
         shared = false;
@@ -711,17 +721,14 @@ fn emit_kernel(
             smem: none(),
         };
         counted_loop(&mut f, &start, outer_n, &step, |f, o| row_stages(f, &mut em, &l, kernel, &outer, o))?;
-    } else if longest_row(kernel, m, syms)? <= WARP_ROW {
+    } else if longest <= WARP_ROW {
         // A warp per row: row ctaid·warps + warp, then every grid's worth.
         let warps = i64::from(BLOCK / 32);
         grid = ((outer_n.max(1) + warps - 1) / warps).min(MAX_GRID);
         shared = false;
         let cta = sreg(&mut f, "%ctaid.x");
         let tid = sreg(&mut f, "%tid.x");
-        let lane = f.reg(Class::S64);
-        f.ins(format!("and.b64 {lane}, {tid}, 31"));
-        let warp = f.reg(Class::S64);
-        f.ins(format!("shr.u64 {warp}, {tid}, 5"));
+        let (lane, warp) = lane_warp(&mut f, &tid);
         let first = f.reg(Class::S64);
         f.ins(format!("mad.lo.s64 {first}, {cta}, {warps}, {warp}"));
         let l = Launch {
@@ -741,13 +748,10 @@ fn emit_kernel(
         shared = true;
         let cta = sreg(&mut f, "%ctaid.x");
         let tid = sreg(&mut f, "%tid.x");
-        let lane = f.reg(Class::S64);
-        f.ins(format!("and.b64 {lane}, {tid}, 31"));
-        let warp = f.reg(Class::S64);
-        f.ins(format!("shr.u64 {warp}, {tid}, 5"));
+        let (lane, warp) = lane_warp(&mut f, &tid);
         let smem = f.reg(Class::S64);
         f.ins(format!("mov.u64 {smem}, {name}_smem"));
-        if longest_row(kernel, m, syms)? >= LONG_ROW {
+        if longest >= LONG_ROW {
             block = LONG_BLOCK;
         }
         let l =

@@ -7,17 +7,13 @@
 
 use rdyn_ir::loops::BinaryOp;
 
-use crate::emit::{f64_imm, Class, Func};
+use crate::emit::{f64_imm as c, Class, Func};
 use crate::math::{div, k, mul};
 use crate::trig::{trig, Trig};
 
 /// f64 `op` of registers or immediates into a fresh register.
 fn d(f: &mut Func, op: &str, args: &[&str]) -> String {
     f.op(Class::F64, op, args)
-}
-
-fn c(v: f64) -> String {
-    f64_imm(v)
 }
 
 /// The degree as PyTorch converts it: truncation, with NaN, ±inf and

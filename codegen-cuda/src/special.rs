@@ -6,7 +6,9 @@
 //! backend (float64 series), ndtri Acklam's fractions in float64; loops are
 //! branches.
 
-use crate::emit::{Class, Func};
+use rdyn_ir::approx::{NDTRI_ACKLAM, NDTRI_TAIL};
+
+use crate::emit::{f64_imm as d64, Class, Func};
 use crate::math::{add, copysign, div, exp, fma, k, log, mul, op1, op2, poly, pow, sub};
 
 const PI: f64 = std::f64::consts::PI;
@@ -304,11 +306,6 @@ pub fn polygamma(f: &mut Func, n: &str, x: &str) -> String {
     mul(f, &r, &z)
 }
 
-/// An f64 immediate.
-fn d64(v: f64) -> String {
-    crate::emit::f64_imm(v)
-}
-
 /// spherical j0 = sin(x)/x: a series of x² below 0.5 (the CPU backend's),
 /// 0 at ±inf.
 pub fn spherical_j0(f: &mut Func, x: &str) -> String {
@@ -480,20 +477,6 @@ fn erfc_fit(f: &mut Func, z: &str) -> (String, String) {
     (t, p)
 }
 
-/// Acklam's rational approximations of the normal quantile, highest degree
-/// first (relative error below 1.2e-9: finer than float32 needs).
-#[rustfmt::skip]
-#[allow(clippy::excessive_precision)]
-const ACKLAM: [[f64; 6]; 4] = [
-    [-3.969683028665376e+01, 2.209460984245205e+02, -2.759285104469687e+02,
-     1.383577518672690e+02, -3.066479806614716e+01, 2.506628277459239e+00],
-    [-5.447609879822406e+01, 1.615858368580409e+02, -1.556989798598866e+02,
-     6.680131188771972e+01, -1.328068155288572e+01, 1.0],
-    [-7.784894002430293e-03, -3.223964580411365e-01, -2.400758277161838e+00,
-     -2.549732539343734e+00, 4.374664141464968e+00, 2.938163982698783e+00],
-    [0.0, 7.784695709041462e-03, 3.224671290700398e-01, 2.445134137142996e+00, 3.754408661907416e+00, 1.0],
-];
-
 /// Float64 Horner of `c` (highest degree first) at `z`.
 fn horner64(f: &mut Func, c: &[f64], z: &str) -> String {
     let low_first: Vec<f64> = c.iter().rev().copied().collect();
@@ -501,7 +484,7 @@ fn horner64(f: &mut Func, c: &[f64], z: &str) -> String {
 }
 
 /// ndtri(p), the standard normal quantile of a float32 p, in float64:
-/// Acklam's central fraction for |p − ½| ≤ 0.47575, the tail fraction of
+/// Acklam's central fraction (`rdyn_ir::approx`, finer than float32 needs) for |p − ½| ≤ 0.47575, the tail fraction of
 /// √(−2 ln p) (of 1 − p above, negated) beyond; 0 and 1 give ∓inf, p
 /// outside [0, 1] or NaN gives NaN.
 pub fn ndtri(f: &mut Func, p: &str) -> String {
@@ -509,22 +492,22 @@ pub fn ndtri(f: &mut Func, p: &str) -> String {
     f.ins(format!("cvt.f64.f32 {p64}, {p}"));
     let c = f.op(Class::F64, "sub.rn", &[&p64, &d64(0.5)]);
     let r = f.op(Class::F64, "mul.rn", &[&c, &c]);
-    let num = horner64(f, &ACKLAM[0], &r);
-    let den = horner64(f, &ACKLAM[1], &r);
+    let num = horner64(f, &NDTRI_ACKLAM[0], &r);
+    let den = horner64(f, &NDTRI_ACKLAM[1], &r);
     let central = f.op(Class::F64, "mul.rn", &[&c, &num]);
     let central = f.op(Class::F64, "div.rn", &[&central, &den]);
-    let high = f.setp("gt", "f64", &p64, &d64(1.0 - 0.02425));
+    let high = f.setp("gt", "f64", &p64, &d64(1.0 - NDTRI_TAIL));
     let upper = f.op(Class::F64, "sub.rn", &[&d64(1.0), &p64]);
     let pt = f.selp(Class::F64, &upper, &p64, &high);
     let l = crate::math64::log(f, &pt);
     let q = f.op(Class::F64, "mul.rn", &[&l, &d64(-2.0)]);
     let q = f.op(Class::F64, "sqrt.rn", &[&q]);
-    let num = horner64(f, &ACKLAM[2], &q);
-    let den = horner64(f, &ACKLAM[3], &q);
+    let num = horner64(f, &NDTRI_ACKLAM[2], &q);
+    let den = horner64(f, &NDTRI_ACKLAM[3], &q);
     let tail = f.op(Class::F64, "div.rn", &[&num, &den]);
     let neg_tail = f.op(Class::F64, "neg", &[&tail]);
     let tail = f.selp(Class::F64, &neg_tail, &tail, &high);
-    let low = f.setp("lt", "f64", &p64, &d64(0.02425));
+    let low = f.setp("lt", "f64", &p64, &d64(NDTRI_TAIL));
     let in_tail = f.pred("or", &low, &high);
     let x = f.selp(Class::F64, &tail, &central, &in_tail);
     let out = f.reg(Class::F32);

@@ -5,10 +5,12 @@
 //! - [`expr`]: the index algebra every layout and loop bound is written in.
 //! - [`loops`]: the loop-level IR — buffers defined by index → value
 //!   functions, grouped into kernels — that every backend generates code from.
+//! - [`approx`]: approximation coefficients several backends share.
 //!
 //! Invariants: ids index into their arenas; scalar nodes are hash-consed so
 //! structural equality is identity; [`verify::verify`] holds after every pass.
 
+pub mod approx;
 pub mod dtype;
 pub mod expr;
 pub mod graph;

@@ -7,6 +7,8 @@
 
 use std::f64::consts::{FRAC_1_SQRT_2, LN_2, PI};
 
+use rdyn_ir::approx::{NDTRI_ACKLAM as ACKLAM, NDTRI_TAIL};
+
 const EPS: f64 = 1.1102230246251565e-16;
 const EULER_GAMMA: f64 = 0.577_215_664_901_532_9;
 const SQRT_2PI: f64 = 2.506_628_274_631_000_5;
@@ -235,22 +237,10 @@ pub fn erfcx(x: f64) -> f64 {
     }
 }
 
-/// Acklam's rational approximations (relative error ~1e-9), used as the
-/// starting point of the Halley refinement.
-#[rustfmt::skip]
-#[allow(clippy::excessive_precision)]
-const ACKLAM: [[f64; 6]; 4] = [
-    [-3.969683028665376e+01, 2.209460984245205e+02, -2.759285104469687e+02,
-     1.383577518672690e+02, -3.066479806614716e+01, 2.506628277459239e+00],
-    [-5.447609879822406e+01, 1.615858368580409e+02, -1.556989798598866e+02,
-     6.680131188771972e+01, -1.328068155288572e+01, 1.0],
-    [-7.784894002430293e-03, -3.223964580411365e-01, -2.400758277161838e+00,
-     -2.549732539343734e+00, 4.374664141464968e+00, 2.938163982698783e+00],
-    [0.0, 7.784695709041462e-03, 3.224671290700398e-01, 2.445134137142996e+00, 3.754408661907416e+00, 1.0],
-];
-
+/// Acklam's fractions (`rdyn_ir::approx`): the starting point of the
+/// Halley refinement.
 fn ndtri_guess(p: f64) -> f64 {
-    if p < 0.02425 {
+    if p < NDTRI_TAIL {
         let q = (-2.0 * p.ln()).sqrt();
         return horner(&ACKLAM[2], q) / horner(&ACKLAM[3], q);
     }

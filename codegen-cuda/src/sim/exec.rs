@@ -330,21 +330,14 @@ impl Launch<'_> {
 
     /// Run one thread until it synchronises or ends.
     pub(super) fn run(&self, t: &mut Thread, tid: u32, shared: &mut [u8]) -> Result<(), SimError> {
-        let code = &self.kernel.code;
         let mut executed = 0;
-        let result = self.run_counted(t, tid, shared, code, &mut executed);
+        let result = self.run_counted(t, tid, shared, &mut executed);
         self.count(|c| c.instructions += executed);
         result
     }
 
-    fn run_counted(
-        &self,
-        t: &mut Thread,
-        tid: u32,
-        shared: &mut [u8],
-        code: &[Ins],
-        executed: &mut u64,
-    ) -> Result<(), SimError> {
+    fn run_counted(&self, t: &mut Thread, tid: u32, shared: &mut [u8], executed: &mut u64) -> Result<(), SimError> {
+        let code = &self.kernel.code;
         for _ in 0..MAX_STEPS {
             let Some(ins) = code.get(t.pc) else {
                 t.wait = Wait::Exited;
