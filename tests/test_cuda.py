@@ -338,6 +338,50 @@ def test_special_functions_on_cuda_sim(fn) -> None:
     torch.testing.assert_close(got.double(), want, rtol=2e-6, atol=1e-7, equal_nan=True)
 
 
+BESSEL_JYK = {
+    "bessel_j0": (0, "j"),
+    "bessel_j1": (1, "j"),
+    "bessel_y0": (0, "y"),
+    "bessel_y1": (1, "y"),
+    "modified_bessel_k0": (0, "k"),
+    "modified_bessel_k1": (1, "k"),
+    "scaled_modified_bessel_k0": (0, "ke"),
+    "scaled_modified_bessel_k1": (1, "ke"),
+}
+
+
+@pytest.mark.parametrize("name", list(BESSEL_JYK))
+def test_bessel_jyk_on_cuda_sim(name: str) -> None:
+    """Bessel J, Y and K as PTX against mpmath at 30 digits (eager's own
+    float64 J/Y is off by up to 1e-5 near zeros, its float32 by far more
+    at large x): both sides of the power-series/expansion switch (9 for K,
+    12 for J and Y), near zeros, large arguments that need the float64
+    π/2 reduction, and the special values (±0, negative, ±inf, NaN)."""
+    mpmath = pytest.importorskip("mpmath")
+    mpmath.mp.dps = 30
+    n, kind = BESSEL_JYK[name]
+    fn = getattr(torch.special, name)
+    x = torch.tensor(
+        [1e-30, 1e-3, 0.3, 0.89, 1.0, 2.404825, 3.9577, 5.0, 8.9, 9.0, 9.1, 11.9, 12.0, 12.1, 20.0, 55.5,
+         1234.5, 1e5, 3e7, 1e10]
+    )
+    if kind in ("j", "y"):
+        want = [(mpmath.besselj if kind == "j" else mpmath.bessely)(n, mpmath.mpf(float(v))) for v in x]
+    else:
+        scale = (lambda v: mpmath.exp(v)) if kind == "ke" else (lambda v: 1)
+        want = [mpmath.besselk(n, mpmath.mpf(float(v))) * scale(mpmath.mpf(float(v))) for v in x]
+    want = torch.tensor([float(w) for w in want], dtype=torch.float64)
+    compiled = torch.compile(fn, backend="rdyn", options={"device": "cuda-sim"})
+    with no_rust_panic():
+        got = compiled(x).double()
+    assert rdyn.stats()["nodes_fallback"] == 0, rdyn.stats()["fallback_ops"]
+    # float32 rounding of the result (2^-24), and underflow to 0 for K.
+    torch.testing.assert_close(got, want, rtol=1.2e-7, atol=1e-44)
+    special = torch.tensor([0.0, -0.0, -2.0, float("inf"), -float("inf"), float("nan")])
+    got = torch.compile(fn, backend="rdyn", options={"device": "cuda-sim"})(special)
+    torch.testing.assert_close(got, fn(special), equal_nan=True)
+
+
 def test_zeta_on_cuda_sim() -> None:
     """Hurwitz zeta's PTX against float64 eager: its domain (x = 1, x < 1,
     poles of q, q ≤ 0 with non-integer x), small and large x, negative q."""
@@ -376,6 +420,67 @@ def test_a_row_is_read_once() -> None:
     assert "bar.warp.sync" in kernel.source and "bar.sync" not in kernel.source, kernel.source[:1500]
     loads = kernel.source.count("ld.global.f32")
     assert loads == 32 + 2 + 2, kernel.source
+
+
+VECTOR_CASES = {
+    # (dtype, the vector load and store each kernel must hold)
+    torch.float32: ("ld.global.v4.f32", "st.global.v4.f32"),
+    torch.float16: ("ld.global.v4.b16", "st.global.v4.b16"),
+    torch.bfloat16: ("ld.global.v4.b16", "st.global.v4.b16"),
+    torch.float64: ("ld.global.v2.f64", "st.global.v2.f64"),
+}
+
+
+def _vector_fn(x, y, b):
+    # Two outputs, a row broadcast (b) and a scalar per row (y[:, :1]).
+    z = (x * 2 + y).relu() * b + y[:, :1]
+    return z, torch.sigmoid(z) - x
+
+
+@pytest.mark.parametrize("dtype", list(VECTOR_CASES), ids=str)
+def test_pointwise_kernels_load_and_store_vectors(dtype) -> None:
+    """A pointwise kernel whose rows are a multiple of 4 long loads and
+    stores 4 consecutive elements per instruction (16 bytes at most); a
+    base off that alignment (a view at an odd offset) takes the scalar loop
+    instead, which the simulator's alignment check would otherwise catch."""
+    x, y = torch.randn(37, 260, dtype=torch.float64), torch.randn(37, 260, dtype=torch.float64)
+    b = torch.randn(260, dtype=torch.float64)
+    x, y, b = x.to(dtype), y.to(dtype), b.to(dtype)
+    report = rdyn.explain(_vector_fn, x, y, b, device="cuda")
+    (source,) = [k.source for k in report.kernels if k.device == "cuda" and k.source.startswith(".version")]
+    vld, vst = VECTOR_CASES[dtype]
+    assert vld in source and vst in source and "$L_scalar" in source, source[:3000]
+    compiled = torch.compile(_vector_fn, backend="rdyn", options={"device": "cuda-sim"})
+    odd = torch.randn(37 * 260 + 1, dtype=torch.float64).to(dtype)[1:].view(37, 260)
+    for args in ((x, y, b), (odd, y, b), (x, odd, b), (x.t().contiguous().t(), y, b)):
+        with no_rust_panic():
+            got = compiled(*args)
+        # float64 eager, rounded once to the dtype (rdyn rounds half
+        # precision once per output, eager after every op).
+        want = _vector_fn(*(a.double() for a in args))
+        for g, w in zip(got, want):
+            assert g.dtype == dtype and g.shape == w.shape
+            torch.testing.assert_close(g, w.to(dtype), equal_nan=True)
+    assert rdyn.stats()["nodes_fallback"] == 0, rdyn.stats()["fallback_ops"]
+
+
+def test_pointwise_vectors_count_their_bytes_once() -> None:
+    """Counted by the simulator: an aligned add of 1024x1024 float32 moves
+    each byte once, in a quarter of the scalar kernel's instructions or
+    fewer per element (one index computation per 4 points)."""
+    compiled = torch.compile(lambda a, c: a + c, backend="rdyn", options={"device": "cuda-sim"})
+    a, c = torch.randn(1024, 1024), torch.randn(1024, 1024)
+    odd = torch.randn(1024 * 1024 + 1)[1:].view(1024, 1024)
+    counts = {}
+    for name, args in (("vector", (a, c)), ("scalar", (odd, c))):
+        compiled(*args)
+        rdyn.reset_stats()
+        torch.testing.assert_close(compiled(*args), args[0] + args[1])
+        stats = rdyn.stats()
+        assert stats["cuda_sim_bytes_loaded"] == 2 * a.numel() * 4, stats
+        assert stats["cuda_sim_bytes_stored"] == a.numel() * 4, stats
+        counts[name] = stats["cuda_sim_instructions"] / a.numel()
+    assert counts["vector"] * 2 < counts["scalar"], counts
 
 
 @needs_ptxas

@@ -232,6 +232,8 @@ pub struct Emitter<'a> {
     pub error_addr: Option<String>,
     /// Row elements already in registers (block kernels).
     pub row: crate::row::RowCache,
+    /// A vectorised group's loaded elements (pointwise kernels).
+    pub lanes: crate::vector::Lanes,
 }
 
 impl Emitter<'_> {
@@ -291,7 +293,11 @@ impl Emitter<'_> {
                 ScalarOp::Load { buf, index, indirect, mask } => {
                     let (root, dtype) = (self.program.storage_of(*buf), self.program.buffer(*buf).dtype);
                     let plain = indirect.is_empty() && mask.is_none();
-                    if let Some(r) = plain.then(|| self.row.lookup(root, index, dtype, self.syms)).flatten() {
+                    let found = || {
+                        let index = index.simplify(self.syms);
+                        self.lanes.lookup(root, &index).or_else(|| self.row.lookup(root, &index, dtype, self.syms))
+                    };
+                    if let Some(r) = plain.then(found).flatten() {
                         regs.insert(id, r);
                         continue;
                     }

@@ -18,7 +18,7 @@ pub const BLOCK: u32 = 256;
 const LONG_BLOCK: u32 = 1024;
 const LONG_ROW: i64 = 8192;
 /// Blocks a grid-stride kernel launches at most.
-const MAX_GRID: i64 = 65_535;
+pub(crate) const MAX_GRID: i64 = 65_535;
 
 /// A generated kernel and how to launch it.
 #[derive(Clone, Debug)]
@@ -45,7 +45,7 @@ fn concrete_all(es: &[Expr], syms: &Ctx) -> Result<Vec<i64>, PtxError> {
 }
 
 /// Set the loop variables `first..` from `linear` unravelled over `sizes`.
-fn unravel(f: &mut Func, em: &mut Emitter<'_>, linear: &str, sizes: &[i64], first: usize) {
+pub(crate) fn unravel(f: &mut Func, em: &mut Emitter<'_>, linear: &str, sizes: &[i64], first: usize) {
     if em.vars.len() < first + sizes.len() {
         em.vars.resize(first + sizes.len(), String::new());
     }
@@ -87,7 +87,7 @@ fn unravel(f: &mut Func, em: &mut Emitter<'_>, linear: &str, sizes: &[i64], firs
 }
 
 /// `for (i = start; i < end; i += step) { body }` over an s64 register.
-fn counted_loop(
+pub(crate) fn counted_loop(
     f: &mut Func,
     start: &str,
     end: i64,
@@ -153,7 +153,11 @@ fn unrolled_loop<T>(
 }
 
 /// Compute a stage's value at the current loop variables; its register.
-fn value(f: &mut Func, em: &Emitter<'_>, stage: &Stage) -> Result<(String, HashMap<ScalarId, String>), PtxError> {
+pub(crate) fn value(
+    f: &mut Func,
+    em: &Emitter<'_>,
+    stage: &Stage,
+) -> Result<(String, HashMap<ScalarId, String>), PtxError> {
     let mut roots = vec![stage.value];
     roots.extend(stage.store_indirect.iter().map(|(s, _)| *s));
     let regs = em.scalars(f, &roots)?;
@@ -191,7 +195,7 @@ fn store_stage(
     Ok(())
 }
 
-fn pointwise_stage_at(f: &mut Func, em: &Emitter<'_>, stage: &Stage) -> Result<(), PtxError> {
+pub(crate) fn pointwise_stage_at(f: &mut Func, em: &Emitter<'_>, stage: &Stage) -> Result<(), PtxError> {
     let (v, regs) = value(f, em, stage)?;
     let kind = em.program.scalars.dtype(stage.value).kind();
     store_stage(f, em, stage, &v, kind, &regs)
@@ -377,7 +381,7 @@ fn strided_rows(program: &Program, kernel: &Kernel, m: usize, syms: &Ctx) -> boo
 
 /// A grid-stride loop's start (the global thread index) and step (the
 /// grid's threads), and the thread index in the block.
-fn grid_stride(f: &mut Func, grid: i64) -> (String, String, String) {
+pub(crate) fn grid_stride(f: &mut Func, grid: i64) -> (String, String, String) {
     let sreg = |f: &mut Func, name: &str| {
         let r32 = f.reg(Class::B32);
         f.ins(format!("mov.u32 {r32}, {name}"));
@@ -655,6 +659,7 @@ fn emit_kernel(
         vars: Vec::new(),
         error_addr: None,
         row: RowCache::new(written, unstored),
+        lanes: Default::default(),
     };
     for (k, buf) in params.iter().enumerate() {
         let r = f.reg(Class::S64);
@@ -694,16 +699,8 @@ fn emit_kernel(
             Ok(())
         })?;
     } else if pointwise {
-        grid = ((outer_n.max(1) + BLOCK as i64 - 1) / BLOCK as i64).min(MAX_GRID);
+        grid = crate::vector::pointwise(&mut f, &mut em, kernel, &outer)?;
         shared = false;
-        let (start, step, _) = grid_stride(&mut f, grid);
-        counted_loop(&mut f, &start, outer_n, &step, |f, o| {
-            unravel(f, &mut em, o, &outer, 0);
-            for stage in &kernel.stages {
-                pointwise_stage_at(f, &em, stage)?;
-            }
-            Ok(())
-        })?;
     } else if thread_per_row(program, kernel, m, outer_n, longest, syms) {
         // A thread per outer point runs its stages in order.
         grid = ((outer_n.max(1) + BLOCK as i64 - 1) / BLOCK as i64).min(MAX_GRID);

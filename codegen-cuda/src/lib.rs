@@ -6,7 +6,9 @@
 //! check every module with `ptxas` where it is installed.
 //!
 //! Kernel shapes follow the WGSL backend's:
-//! - pointwise kernels: one thread per outer point, a grid-stride loop;
+//! - pointwise kernels: one thread per outer point, a grid-stride loop, or
+//!   per group of 4 consecutive points with vector loads and stores
+//!   (`vector.rs`) when the innermost dim allows and the bases are aligned;
 //! - kernels with reductions or inner dims: one 256-thread block per outer
 //!   point; a reduction folds a strided share per thread, then warp shuffles
 //!   and shared memory; stages are separated by `bar.sync`;
@@ -16,6 +18,7 @@
 //! (`.f32` for float32, float16 and bfloat16, `.f64`, `.s64` for integers and
 //! bool) and stored back in its own width.
 
+mod bessel;
 mod emit;
 mod kernel;
 mod math;
@@ -25,6 +28,7 @@ mod row;
 pub mod sim;
 mod special;
 mod trig;
+mod vector;
 
 pub use kernel::{kernel_ptx, PtxKernel, BLOCK};
 

@@ -168,6 +168,7 @@ pub(crate) fn copysign(f: &mut Func, mag: &str, sign: &str) -> String {
 }
 
 fn float32_unary(f: &mut Func, op: UnaryOp, x: &str) -> Result<String, PtxError> {
+    use crate::bessel as b;
     Ok(match op {
         UnaryOp::Neg => op1(f, "neg", x),
         UnaryOp::Abs => op1(f, "abs", x),
@@ -294,10 +295,18 @@ fn float32_unary(f: &mut Func, op: UnaryOp, x: &str) -> Result<String, PtxError>
         UnaryOp::SphericalJ0 => crate::special::spherical_j0(f, x),
         UnaryOp::Erfcx => crate::special::erfcx(f, x),
         UnaryOp::Ndtri => crate::special::ndtri(f, x),
-        UnaryOp::I0 => crate::special::bessel_i(f, x, 0, false),
-        UnaryOp::I0e => crate::special::bessel_i(f, x, 0, true),
-        UnaryOp::I1 => crate::special::bessel_i(f, x, 1, false),
-        UnaryOp::I1e => crate::special::bessel_i(f, x, 1, true),
+        UnaryOp::I0 => b::bessel_i(f, x, 0, false),
+        UnaryOp::I0e => b::bessel_i(f, x, 0, true),
+        UnaryOp::I1 => b::bessel_i(f, x, 1, false),
+        UnaryOp::I1e => b::bessel_i(f, x, 1, true),
+        UnaryOp::K0 => b::bessel_k(f, x, 0, false),
+        UnaryOp::K0e => b::bessel_k(f, x, 0, true),
+        UnaryOp::K1 => b::bessel_k(f, x, 1, false),
+        UnaryOp::K1e => b::bessel_k(f, x, 1, true),
+        UnaryOp::BesselJ0 => b::bessel_jy(f, x, 0, b::Kind::J),
+        UnaryOp::BesselJ1 => b::bessel_jy(f, x, 1, b::Kind::J),
+        UnaryOp::BesselY0 => b::bessel_jy(f, x, 0, b::Kind::Y),
+        UnaryOp::BesselY1 => b::bessel_jy(f, x, 1, b::Kind::Y),
         other => return float_common_unary(f, other, x, Class::F32),
     })
 }

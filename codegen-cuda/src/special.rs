@@ -1,10 +1,9 @@
 //! float32 special functions as PTX: lgamma, digamma, erfinv and polygamma
 //! (through the Hurwitz zeta function, also `special.zeta`), the erfc fit
-//! (erf, erfc, erfcx), Bessel I0/I1, spherical j0 and ndtri. lgamma to
-//! polygamma follow the WGSL backend (recurrence to a large argument, then
-//! an asymptotic series; Giles' approximation for erfinv), Bessel I the CPU
-//! backend (float64 series), ndtri Acklam's fractions in float64; loops are
-//! branches.
+//! (erf, erfc, erfcx), spherical j0 and ndtri (Bessel functions are in
+//! `bessel.rs`). lgamma to polygamma follow the WGSL backend (recurrence to
+//! a large argument, then an asymptotic series; Giles' approximation for
+//! erfinv), ndtri Acklam's fractions in float64; loops are branches.
 
 use rdyn_ir::approx::{NDTRI_ACKLAM, NDTRI_TAIL};
 
@@ -324,96 +323,6 @@ pub fn spherical_j0(f: &mut Func, x: &str) -> String {
     let r = f.selp(Class::F32, &q, &acc, &big);
     let inf = f.setp("eq", "f32", &ax, &k(f64::INFINITY));
     f.selp(Class::F32, &k(0.0), &r, &inf)
-}
-
-/// `for j in first..end { body(j) }` in f64 with `body` branching to `out`
-/// to leave early.
-fn series(f: &mut Func, first: f64, end: f64, body: impl FnOnce(&mut Func, &str, &str)) {
-    let j = f.mov(Class::F64, &d64(first));
-    let (top, out) = (f.label("series"), f.label("series_end"));
-    f.place(&top);
-    let done = f.setp("ge", "f64", &j, &d64(end));
-    f.ins(format!("@{done} bra {out}"));
-    body(f, &j, &out);
-    f.ins(format!("add.rn.f64 {j}, {j}, {}", d64(1.0)));
-    f.ins(format!("bra {top}"));
-    f.place(&out);
-}
-
-/// I0 or I1 (`nu`), plain or scaled by e^(−|x|), of a float32 value:
-/// computed in float64 as the CPU backend does (power series to |x| = 20,
-/// the large-argument expansion beyond).
-pub fn bessel_i(f: &mut Func, x: &str, nu: u32, scaled: bool) -> String {
-    const EPS: f64 = 1.110_223_024_625_156_5e-16;
-    const SQRT_2PI: f64 = 2.506_628_274_631_000_5;
-    let dd = |f: &mut Func, op: &str, a: &str, b: &str| f.op(Class::F64, op, &[a, b]);
-    let x64 = f.reg(Class::F64);
-    f.ins(format!("cvt.f64.f32 {x64}, {x}"));
-    let ax = f.op(Class::F64, "abs", &[&x64]);
-    let r = f.reg(Class::F64);
-    let (asym, done) = (f.label("bessel_asym"), f.label("bessel_done"));
-    let small = f.setp("le", "f64", &ax, &d64(20.0));
-    f.ins(format!("@!{small} bra {asym}"));
-    // Σ y^k / (k! (k+ν)!) with y = x²/4, until a term is negligible.
-    let q = dd(f, "mul.rn", &d64(0.25), &ax);
-    let y = dd(f, "mul.rn", &q, &ax);
-    let (term, sum) = (f.mov(Class::F64, &d64(1.0)), f.mov(Class::F64, &d64(1.0)));
-    series(f, 1.0, 200.0, |f, kf, out| {
-        let kn = dd(f, "add.rn", kf, &d64(f64::from(nu)));
-        let den = dd(f, "mul.rn", kf, &kn);
-        let ratio = dd(f, "div.rn", &y, &den);
-        f.ins(format!("mul.rn.f64 {term}, {term}, {ratio}"));
-        f.ins(format!("add.rn.f64 {sum}, {sum}, {term}"));
-        let lim = dd(f, "mul.rn", &d64(0.1 * EPS), &sum);
-        let stop = f.setp("lt", "f64", &term, &lim);
-        f.ins(format!("@{stop} bra {out}"));
-    });
-    let factor = if nu == 0 { d64(1.0) } else { dd(f, "mul.rn", &d64(0.5), &ax) };
-    f.ins(format!("mul.rn.f64 {r}, {sum}, {factor}"));
-    if scaled {
-        let nax = f.op(Class::F64, "neg", &[&ax]);
-        let e = crate::math64::exp(f, &nax);
-        f.ins(format!("mul.rn.f64 {r}, {e}, {r}"));
-    }
-    f.ins(format!("bra {done}"));
-    // √(2πx)·e^(−x)·I_ν(x) ~ Σ_k Π_{j≤k} ((2j−1)² − 4ν²)/(8jx).
-    f.place(&asym);
-    let mu = d64(f64::from(4 * nu * nu));
-    let (term, sum) = (f.mov(Class::F64, &d64(1.0)), f.mov(Class::F64, &d64(1.0)));
-    series(f, 1.0, 80.0, |f, j, out| {
-        let odd = f.op(Class::F64, "fma.rn", &[j, &d64(2.0), &d64(-1.0)]);
-        let sq = dd(f, "mul.rn", &odd, &odd);
-        let num = dd(f, "sub.rn", &sq, &mu);
-        let t = dd(f, "mul.rn", &term, &num);
-        let eight_j = dd(f, "mul.rn", &d64(8.0), j);
-        let den = dd(f, "mul.rn", &eight_j, &ax);
-        let next = dd(f, "div.rn", &t, &den);
-        let (an, at) = (f.op(Class::F64, "abs", &[&next]), f.op(Class::F64, "abs", &[&term]));
-        let grows = f.setp("gt", "f64", &an, &at);
-        f.ins(format!("@{grows} bra {out}"));
-        f.ins(format!("mov.f64 {term}, {next}"));
-        f.ins(format!("add.rn.f64 {sum}, {sum}, {term}"));
-        let (a_t, a_s) = (f.op(Class::F64, "abs", &[&term]), f.op(Class::F64, "abs", &[&sum]));
-        let lim = dd(f, "mul.rn", &d64(0.1 * EPS), &a_s);
-        let stop = f.setp("lt", "f64", &a_t, &lim);
-        f.ins(format!("@{stop} bra {out}"));
-    });
-    let sx = f.op(Class::F64, "sqrt.rn", &[&ax]);
-    let den = dd(f, "mul.rn", &d64(SQRT_2PI), &sx);
-    f.ins(format!("div.rn.f64 {r}, {sum}, {den}"));
-    if !scaled {
-        let e = crate::math64::exp(f, &ax);
-        f.ins(format!("mul.rn.f64 {r}, {e}, {r}"));
-    }
-    f.place(&done);
-    if nu == 1 {
-        // I1 is odd; −0 maps to +0 as in PyTorch.
-        let neg = f.setp("lt", "f64", &x64, &d64(0.0));
-        f.ins(format!("@{neg} neg.f64 {r}, {r}"));
-    }
-    let out = f.reg(Class::F32);
-    f.ins(format!("cvt.rn.f32.f64 {out}, {r}"));
-    out
 }
 
 /// erfcx(x) = e^(x²)·erfc(x): for x ≥ 0 the erfc fit's t·e^(p(t)) without

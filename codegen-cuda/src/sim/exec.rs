@@ -378,6 +378,7 @@ impl Launch<'_> {
         let value = match &ins.op {
             Op::St(space) => {
                 let addr = self.address(&o[0], t)?;
+                aligned(addr, ty, &o[1])?;
                 return match &o[1] {
                     Opd::Vector(regs) => {
                         for (k, r) in regs.iter().enumerate() {
@@ -395,6 +396,7 @@ impl Launch<'_> {
             },
             Op::Ld(space) => {
                 let addr = self.address(&o[1], t)?;
+                aligned(addr, ty, &o[0])?;
                 if let Opd::Vector(regs) = &o[0] {
                     for (k, r) in regs.iter().enumerate() {
                         t.regs[*r as usize] = self.load(*space, addr + (k * ty.size()) as u64, ty, shared)?;
@@ -519,4 +521,18 @@ impl Launch<'_> {
         }
         Ok(())
     }
+}
+
+/// A memory access must sit at a multiple of its bytes (a vector's: all
+/// its elements'), as on the GPU, where a misaligned one faults.
+fn aligned(addr: u64, ty: Ty, data: &Opd) -> Result<(), String> {
+    let n = match data {
+        Opd::Vector(regs) => regs.len(),
+        _ => 1,
+    };
+    let bytes = (n * ty.size()) as u64;
+    if !addr.is_multiple_of(bytes) {
+        return Err(format!("misaligned access: {bytes} bytes at address {addr:#x}"));
+    }
+    Ok(())
 }

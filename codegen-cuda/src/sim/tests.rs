@@ -142,3 +142,28 @@ fn unknown_instructions_are_named() {
     let err = parse(&module(&[], "\tvote.sync.all.pred %p0, %p1, -1;\n\tret;")).expect_err("an error");
     assert!(matches!(err, SimError::Parse { .. }) && err.to_string().contains("vote.sync"), "{err}");
 }
+
+/// A vector access must sit at a multiple of its whole size, as on a GPU:
+/// 16 floats read 4 at a time from element 0 work, from element 1 fail.
+#[test]
+fn a_misaligned_vector_access_is_an_error() {
+    let body = |offset: u32| {
+        format!(
+            "
+	ld.param.u64 %rd0, [t_p0];
+	ld.global.v4.f32 {{%f0, %f1, %f2, %f3}}, [%rd0+{offset}];
+	add.rn.f32 %f0, %f0, %f3;
+	st.global.v4.f32 [%rd0+{offset}], {{%f0, %f1, %f2, %f3}};
+	ret;"
+        )
+    };
+    // 16 floats from a 16-byte boundary inside a larger buffer.
+    let mut whole = floats(&(0..20).map(|i| i as f32).collect::<Vec<_>>());
+    let pad = (16 - whole.as_ptr() as usize % 16) % 16;
+    let data = &mut whole[pad..pad + 64];
+    let before = to_floats(data);
+    run(&module(&["t_p0"], &body(16)), 1, 1, &mut [&mut *data]).expect("aligned");
+    assert_eq!(to_floats(data)[4], before[4] + before[7]);
+    let err = run(&module(&["t_p0"], &body(4)), 1, 1, &mut [data]).expect_err("misaligned");
+    assert!(err.to_string().contains("misaligned"), "{err}");
+}
