@@ -382,6 +382,34 @@ def test_bessel_jyk_on_cuda_sim(name: str) -> None:
     torch.testing.assert_close(got, fn(special), equal_nan=True)
 
 
+@pytest.mark.parametrize("name", ["igamma", "igammac"])
+def test_incomplete_gamma_on_cuda_sim(name: str) -> None:
+    """The regularized incomplete gamma functions as PTX against mpmath at
+    30 digits: both sides of the series/continued-fraction switch
+    (x = a + 1), tiny and large a, results near 0 and 1 (the one computed
+    as 1 minus the other); PyTorch's edge cases against eager."""
+    mpmath = pytest.importorskip("mpmath")
+    mpmath.mp.dps = 30
+    a = torch.tensor([0.5, 1.0, 2.5, 10.0, 1e-3, 3.0, 50.0, 200.0, 1000.0, 0.1, 7.0, 1e4, 30.0, 4.0, 4.0])
+    x = torch.tensor([0.3, 1.0, 2.0, 12.0, 0.5, 20.0, 45.0, 210.0, 1000.0, 5.0, 0.01, 1e4, 1.0, 4.999, 5.001])
+    lower = name == "igamma"
+
+    def ref(p, q):
+        p, q = mpmath.mpf(float(p)), mpmath.mpf(float(q))
+        return mpmath.gammainc(p, 0, q, regularized=True) if lower else mpmath.gammainc(p, q, mpmath.inf, regularized=True)
+
+    want = torch.tensor([float(ref(p, q)) for p, q in zip(a, x)], dtype=torch.float64)
+    fn = getattr(torch, name)
+    compiled = torch.compile(fn, backend="rdyn", options={"device": "cuda-sim"})
+    with no_rust_panic():
+        got = compiled(a, x).double()
+    assert rdyn.stats()["nodes_fallback"] == 0, rdyn.stats()["fallback_ops"]
+    torch.testing.assert_close(got, want, rtol=1.2e-7, atol=0.0)
+    edge_a = torch.tensor([0.0, 0.0, -1.0, 1.0, float("inf"), float("inf"), 1.0, float("nan"), 2.0, 0.0])
+    edge_x = torch.tensor([1.0, 0.0, 1.0, -1.0, 1.0, float("inf"), float("inf"), 1.0, float("nan"), -1.0])
+    torch.testing.assert_close(compiled(edge_a, edge_x), fn(edge_a, edge_x), equal_nan=True)
+
+
 def test_zeta_on_cuda_sim() -> None:
     """Hurwitz zeta's PTX against float64 eager: its domain (x = 1, x < 1,
     poles of q, q ≤ 0 with non-integer x), small and large x, negative q."""

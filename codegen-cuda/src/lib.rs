@@ -20,6 +20,7 @@
 
 mod bessel;
 mod emit;
+mod igamma;
 mod kernel;
 mod math;
 mod math64;

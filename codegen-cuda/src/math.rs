@@ -591,6 +591,8 @@ fn float_binary(f: &mut Func, op: BinaryOp, a: &str, b: &str, class: Class, from
         BinaryOp::Nextafter if class == Class::F32 => nextafter(f, a, b),
         BinaryOp::Polygamma if class == Class::F32 => crate::special::polygamma(f, a, b),
         BinaryOp::Zeta if class == Class::F32 => crate::special::special_zeta(f, a, b),
+        BinaryOp::Igamma if class == Class::F32 => crate::igamma::igamma(f, a, b, false),
+        BinaryOp::Igammac if class == Class::F32 => crate::igamma::igamma(f, a, b, true),
         other if class == Class::F32 => {
             crate::poly::polynomial(f, other, a, b).ok_or_else(|| unsupported(other, from))?
         }
