@@ -77,6 +77,7 @@ macro_rules! float_ops {
                 UnaryOp::BesselY0 => map!(|v: $t| sp::y0(v as f64) as $t),
                 UnaryOp::BesselY1 => map!(|v: $t| sp::y1(v as f64) as $t),
                 UnaryOp::SphericalJ0 => map!(|v: $t| sp::spherical_j0(v as f64) as $t),
+                UnaryOp::AiryAi => map!(|v: $t| sp::airy_ai(v as f64) as $t),
                 UnaryOp::Erfcx => map!(|v: $t| sp::erfcx(v as f64) as $t),
                 UnaryOp::Ndtri => map!(|v: $t| sp::ndtri(v as f64) as $t),
             }

@@ -2,7 +2,8 @@
 //! (as the CPU backend does: power series to |x| = 20, the large-argument
 //! expansion beyond), J0/J1 and Y0/Y1 (power series to |x| = 12, Hankel's
 //! expansion beyond), K0/K1 and their scaled forms (power series to x = 9,
-//! the large-argument expansion beyond). The power series of Y and K are
+//! the large-argument expansion beyond), and Airy Ai (Maclaurin series,
+//! then its large-argument expansions). The power series of Y and K are
 //! the standard ones in ln(x/2) + γ and harmonic numbers; every series runs
 //! until its terms are negligible. Loops are branches.
 
@@ -386,6 +387,123 @@ pub(crate) fn bessel_k(f: &mut Func, x: &str, n: u32, scaled: bool) -> String {
     f.ins(format!("@{zero} mov.f64 {r}, {}", d64(f64::INFINITY)));
     let inf = f.setp("eq", "f64", &x64, &d64(f64::INFINITY));
     f.ins(format!("@{inf} mov.f64 {r}, {}", d64(0.0)));
+    let out = f.reg(Class::F32);
+    f.ins(format!("cvt.rn.f32.f64 {out}, {r}"));
+    out
+}
+
+/// Airy Ai of a float32 value, in float64 as the CPU backend computes it:
+/// the Maclaurin series on `AIRY_SERIES`, beyond it the large-argument
+/// expansions in ζ = (2/3)|x|^(3/2) (decaying for x > 0, oscillating for
+/// x < 0, with the float64 sin and cos of ζ). NaN at ±inf, as PyTorch.
+pub(crate) fn airy_ai(f: &mut Func, x: &str) -> String {
+    use rdyn_ir::approx::{AIRY_AI0, AIRY_DAI0, AIRY_SERIES};
+    let x64 = f.reg(Class::F64);
+    f.ins(format!("cvt.f64.f32 {x64}, {x}"));
+    let r = f.reg(Class::F64);
+    let (asym, done) = (f.label("airy_asym"), f.label("airy_done"));
+    let below = f.setp("lt", "f64", &x64, &d64(AIRY_SERIES.0));
+    let above = f.setp("gt", "f64", &x64, &d64(AIRY_SERIES.1));
+    let outside = f.pred("or", &below, &above);
+    f.ins(format!("@{outside} bra {asym}"));
+    // f = Σ t_k, t_k = t_(k−1)·x³/((3k−1)·3k); g = Σ u_k from x,
+    // u_k = u_(k−1)·x³/(3k·(3k+1)).
+    let x2 = dd(f, "mul.rn", &x64, &x64);
+    let x3 = dd(f, "mul.rn", &x2, &x64);
+    let (t, u) = (f.mov(Class::F64, &d64(1.0)), f.mov(Class::F64, &x64));
+    let (sf, sg) = (f.mov(Class::F64, &d64(1.0)), f.mov(Class::F64, &x64));
+    series(f, 1.0, 200.0, |f, kf, out| {
+        let k3 = dd(f, "mul.rn", kf, &d64(3.0));
+        let km = dd(f, "sub.rn", &k3, &d64(1.0));
+        let kp = dd(f, "add.rn", &k3, &d64(1.0));
+        let dt = dd(f, "mul.rn", &km, &k3);
+        let du = dd(f, "mul.rn", &k3, &kp);
+        let rt = dd(f, "div.rn", &x3, &dt);
+        let ru = dd(f, "div.rn", &x3, &du);
+        f.ins(format!("mul.rn.f64 {t}, {t}, {rt}"));
+        f.ins(format!("mul.rn.f64 {u}, {u}, {ru}"));
+        f.ins(format!("add.rn.f64 {sf}, {sf}, {t}"));
+        f.ins(format!("add.rn.f64 {sg}, {sg}, {u}"));
+        let (at, au) = (f.op(Class::F64, "abs", &[&t]), f.op(Class::F64, "abs", &[&u]));
+        let size = dd(f, "add.rn", &at, &au);
+        let (af, ag) = (f.op(Class::F64, "abs", &[&sf]), f.op(Class::F64, "abs", &[&sg]));
+        let total = dd(f, "add.rn", &af, &ag);
+        let lim = dd(f, "mul.rn", &total, &d64(0.1 * EPS));
+        let small = f.setp("lt", "f64", &size, &lim);
+        f.ins(format!("@{small} bra {out}"));
+    });
+    let g = dd(f, "mul.rn", &sg, &d64(-AIRY_DAI0));
+    f.ins(format!("fma.rn.f64 {r}, {sf}, {}, {g}", d64(AIRY_AI0)));
+    f.ins(format!("bra {done}"));
+    f.place(&asym);
+    let z = f.op(Class::F64, "abs", &[&x64]);
+    let sz = f.op(Class::F64, "sqrt.rn", &[&z]);
+    let z32 = dd(f, "mul.rn", &z, &sz);
+    let zeta = dd(f, "mul.rn", &z32, &d64(2.0 / 3.0));
+    let positive = f.setp("gt", "f64", &x64, &d64(0.0));
+    // Terms u_k/ζ^k: for x > 0 all into `even` with alternating signs;
+    // for x < 0, P (even k) and Q (odd k), signs + − by pairs.
+    let term = f.mov(Class::F64, &d64(1.0));
+    let (even, odd) = (f.mov(Class::F64, &d64(1.0)), f.mov(Class::F64, &d64(0.0)));
+    series(f, 1.0, 100.0, |f, kf, out| {
+        // `rdyn_ir::approx::airy_u_ratio(k)`, over ζ:
+        // (6k−5)(6k−3)(6k−1)/((2k−1)·216·k·ζ).
+        let k6 = dd(f, "mul.rn", kf, &d64(6.0));
+        let a = dd(f, "sub.rn", &k6, &d64(5.0));
+        let b = dd(f, "sub.rn", &k6, &d64(3.0));
+        let c = dd(f, "sub.rn", &k6, &d64(1.0));
+        let num = dd(f, "mul.rn", &a, &b);
+        let num = dd(f, "mul.rn", &num, &c);
+        let k2 = f.op(Class::F64, "fma.rn", &[kf, &d64(2.0), &d64(-1.0)]);
+        let den = dd(f, "mul.rn", &k2, kf);
+        let den = dd(f, "mul.rn", &den, &d64(216.0));
+        let den = dd(f, "mul.rn", &den, &zeta);
+        let ratio = dd(f, "div.rn", &num, &den);
+        let next = dd(f, "mul.rn", &term, &ratio);
+        let grows = f.setp("gt", "f64", &next, &term);
+        f.ins(format!("@{grows} bra {out}"));
+        f.ins(format!("mov.f64 {term}, {next}"));
+        // k mod 4 from the float counter (exact).
+        let quarter = dd(f, "mul.rn", kf, &d64(0.25));
+        let fl = f.op(Class::F64, "cvt.rmi.f64", &[&quarter]);
+        let m = f.op(Class::F64, "fma.rn", &[&fl, &d64(-4.0), kf]);
+        let m1 = f.setp("eq", "f64", &m, &d64(1.0));
+        let m3 = f.setp("eq", "f64", &m, &d64(3.0));
+        let k_odd = f.pred("or", &m1, &m3);
+        let high = f.setp("ge", "f64", &m, &d64(2.0));
+        // Minus: x > 0 for odd k ((−1)^k); x < 0 for k mod 4 in {2, 3}.
+        let p1 = f.pred("and", &positive, &k_odd);
+        let p2 = f.pred("and", &format!("!{positive}"), &high);
+        let minus = f.pred("or", &p1, &p2);
+        let neg_term = f.op(Class::F64, "neg", &[&term]);
+        let signed = f.selp(Class::F64, &neg_term, &term, &minus);
+        let to_odd = f.pred("and", &k_odd, &format!("!{positive}"));
+        f.ins(format!("@{to_odd} add.rn.f64 {odd}, {odd}, {signed}"));
+        f.ins(format!("@!{to_odd} add.rn.f64 {even}, {even}, {signed}"));
+        let small = f.setp("lt", "f64", &term, &d64(0.1 * EPS));
+        f.ins(format!("@{small} bra {out}"));
+    });
+    let qz = f.op(Class::F64, "sqrt.rn", &[&sz]);
+    let scale = dd(f, "div.rn", &d64(1.0 / PI.sqrt()), &qz);
+    // x > 0: ½·scale·e^(−ζ)·Σ.
+    let nz = f.op(Class::F64, "neg", &[&zeta]);
+    let e = crate::math64::exp(f, &nz);
+    let dec = dd(f, "mul.rn", &scale, &e);
+    let dec = dd(f, "mul.rn", &dec, &even);
+    let dec = dd(f, "mul.rn", &dec, &d64(0.5));
+    // x < 0: scale/√2·((cos ζ + sin ζ)·P + (sin ζ − cos ζ)·Q).
+    let (sin, cos) = sincos64(f, &zeta);
+    let plus = dd(f, "add.rn", &cos, &sin);
+    let minus = dd(f, "sub.rn", &sin, &cos);
+    let qm = dd(f, "mul.rn", &minus, &odd);
+    let osc = f.op(Class::F64, "fma.rn", &[&plus, &even, &qm]);
+    let osc = dd(f, "mul.rn", &osc, &scale);
+    let osc = dd(f, "mul.rn", &osc, &d64(FRAC_1_SQRT_2));
+    f.ins(format!("selp.f64 {r}, {dec}, {osc}, {positive}"));
+    f.place(&done);
+    let ax = f.op(Class::F64, "abs", &[&x64]);
+    let bad = f.setp("equ", "f64", &ax, &d64(f64::INFINITY));
+    f.ins(format!("@{bad} mov.f64 {r}, {}", d64(f64::NAN)));
     let out = f.reg(Class::F32);
     f.ins(format!("cvt.rn.f32.f64 {out}, {r}"));
     out

@@ -307,6 +307,7 @@ fn float32_unary(f: &mut Func, op: UnaryOp, x: &str) -> Result<String, PtxError>
         UnaryOp::BesselJ1 => b::bessel_jy(f, x, 1, b::Kind::J),
         UnaryOp::BesselY0 => b::bessel_jy(f, x, 0, b::Kind::Y),
         UnaryOp::BesselY1 => b::bessel_jy(f, x, 1, b::Kind::Y),
+        UnaryOp::AiryAi => b::airy_ai(f, x),
         other => return float_common_unary(f, other, x, Class::F32),
     })
 }

@@ -421,6 +421,7 @@ impl BodyWriter<'_> {
             | UnaryOp::BesselY0
             | UnaryOp::BesselY1
             | UnaryOp::SphericalJ0
+            | UnaryOp::AiryAi
             | UnaryOp::Erfcx
             | UnaryOp::Ndtri => return Err(WgslError::Unsupported(format!("{op} in WGSL"))),
         };

@@ -20,3 +20,18 @@ pub const NDTRI_ACKLAM: [[f64; 6]; 4] = [
 
 /// Where `NDTRI_ACKLAM`'s tail fractions take over from the central one.
 pub const NDTRI_TAIL: f64 = 0.02425;
+
+/// Airy Ai's Maclaurin series `Ai(x) = AIRY_AI0·f(x) − AIRY_DAI0·g(x)`
+/// (`AIRY_DAI0` = −Ai'(0)) is used on `AIRY_SERIES`; beyond it, the
+/// large-argument expansions. At 5.5 the series' cancellation costs about
+/// 2e-8 relative and the decaying expansion's smallest term is about 3e-8;
+/// at −8 the oscillating expansion's smallest term is about e^(−30).
+pub const AIRY_AI0: f64 = 0.355_028_053_887_817_2;
+pub const AIRY_DAI0: f64 = 0.258_819_403_792_806_8;
+pub const AIRY_SERIES: (f64, f64) = (-8.0, 5.5);
+
+/// The ratio u_k / u_(k−1) of the coefficients of Airy's large-argument
+/// expansions (DLMF 9.7.2): (6k−5)(6k−3)(6k−1) / ((2k−1)·216·k).
+pub fn airy_u_ratio(k: f64) -> f64 {
+    (6.0 * k - 5.0) * (6.0 * k - 3.0) * (6.0 * k - 1.0) / ((2.0 * k - 1.0) * 216.0 * k)
+}

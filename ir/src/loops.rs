@@ -118,7 +118,7 @@ simple_enum! {
         // special functions
         I0 => "i0", I0e => "i0e", I1 => "i1", I1e => "i1e", K0 => "k0", K1 => "k1",
         K0e => "k0e", K1e => "k1e", BesselJ0 => "bessel_j0", BesselJ1 => "bessel_j1",
-        BesselY0 => "bessel_y0", BesselY1 => "bessel_y1", SphericalJ0 => "spherical_j0",
+        BesselY0 => "bessel_y0", BesselY1 => "bessel_y1", SphericalJ0 => "spherical_j0", AiryAi => "airy_ai",
         Erfcx => "erfcx", Ndtri => "ndtri",
     }
 }

@@ -108,6 +108,7 @@ ops! {
     SpecialJ0 => "special_bessel_j0", SpecialJ1 => "special_bessel_j1",
     SpecialY0 => "special_bessel_y0", SpecialY1 => "special_bessel_y1",
     SpecialSphericalJ0 => "special_spherical_bessel_j0", SpecialErfcx => "special_erfcx",
+    SpecialAiryAi => "special_airy_ai",
     SpecialNdtri => "special_ndtri", SpecialZeta => "special_zeta", Igamma => "igamma", Igammac => "igammac",
     ChebyshevT => "special_chebyshev_polynomial_t", ChebyshevU => "special_chebyshev_polynomial_u",
     ChebyshevV => "special_chebyshev_polynomial_v", ChebyshevW => "special_chebyshev_polynomial_w",

@@ -24,7 +24,7 @@ impl Lowerer<'_> {
             | Digamma | Gelu | Silu | Relu | Square | Frac | IsFinite | IsPosInf | IsNegInf | Positive | Deg2Rad
             | Rad2Deg | Round | Sinc | I0 | SpecialI0 | SpecialI0e | SpecialI1 | SpecialModI1 | SpecialI1e
             | SpecialK0 | SpecialK1 | SpecialK0e | SpecialK1e | SpecialJ0 | SpecialJ1 | SpecialY0 | SpecialY1
-            | SpecialSphericalJ0 | SpecialErfcx | SpecialNdtri => self.unary(node),
+            | SpecialSphericalJ0 | SpecialErfcx | SpecialNdtri | SpecialAiryAi => self.unary(node),
             Add | Sub | Rsub | Mul | Div | TrueDivide | FloorDivide | Remainder | Fmod | Pow | Maximum | Minimum
             | Fmax | Fmin | Atan2 | Hypot | Copysign | Nextafter | Eq | Ne | Lt | Le | Gt | Ge | LogicalAnd
             | LogicalOr | LogicalXor | BitwiseAnd | BitwiseOr | BitwiseXor | BitwiseLeftShift | BitwiseRightShift
@@ -184,6 +184,7 @@ impl Lowerer<'_> {
             SpecialY0 => simple(UnaryOp::BesselY0),
             SpecialY1 => simple(UnaryOp::BesselY1),
             SpecialSphericalJ0 => simple(UnaryOp::SphericalJ0),
+            SpecialAiryAi => simple(UnaryOp::AiryAi),
             SpecialErfcx => simple(UnaryOp::Erfcx),
             SpecialNdtri => simple(UnaryOp::Ndtri),
             _ => None,

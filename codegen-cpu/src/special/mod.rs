@@ -7,7 +7,7 @@
 
 use std::f64::consts::{FRAC_1_SQRT_2, LN_2, PI};
 
-use rdyn_ir::approx::{NDTRI_ACKLAM as ACKLAM, NDTRI_TAIL};
+use rdyn_ir::approx::{airy_u_ratio, AIRY_AI0, AIRY_DAI0, AIRY_SERIES, NDTRI_ACKLAM as ACKLAM, NDTRI_TAIL};
 
 const EPS: f64 = 1.1102230246251565e-16;
 const EULER_GAMMA: f64 = 0.577_215_664_901_532_9;
@@ -192,6 +192,65 @@ pub fn y0(x: f64) -> f64 {
 /// Bessel function of the second kind, order 1.
 pub fn y1(x: f64) -> f64 {
     bessel_y(x, libm::y1)
+}
+
+/// Airy function Ai(x): the Maclaurin series on `AIRY_SERIES`, beyond it
+/// the large-argument expansions (DLMF 9.7.5 and 9.7.9) with ζ = (2/3)|x|^(3/2),
+/// summed until a term is negligible or grows. NaN at ±inf, as PyTorch.
+pub fn airy_ai(x: f64) -> f64 {
+    let (lo, hi) = AIRY_SERIES;
+    if x.is_nan() || x.is_infinite() {
+        return f64::NAN;
+    }
+    if (lo..=hi).contains(&x) {
+        // f = Σ t_k, t_k = t_(k−1)·x³/((3k−1)·3k); g = Σ u_k from x,
+        // u_k = u_(k−1)·x³/(3k·(3k+1)).
+        let x3 = x * x * x;
+        let (mut t, mut u, mut f, mut g) = (1.0, x, 1.0, x);
+        for k in 1..200 {
+            let k = f64::from(k);
+            t *= x3 / ((3.0 * k - 1.0) * (3.0 * k));
+            u *= x3 / ((3.0 * k) * (3.0 * k + 1.0));
+            f += t;
+            g += u;
+            if t.abs() + u.abs() < 0.1 * EPS * (f.abs() + g.abs()) {
+                break;
+            }
+        }
+        return AIRY_AI0 * f - AIRY_DAI0 * g;
+    }
+    let z = x.abs();
+    let zeta = 2.0 / 3.0 * z * z.sqrt();
+    // Terms u_k/ζ^k, with the sign pattern of each expansion.
+    let (mut term, mut even, mut odd, mut alt) = (1.0, 1.0, 0.0, 1.0);
+    for k in 1..100 {
+        let next = term * airy_u_ratio(f64::from(k)) / zeta;
+        if next.abs() > term.abs() {
+            break;
+        }
+        term = next;
+        if x > 0.0 {
+            // Σ (−1)^k u_k ζ^(−k), kept in `even`.
+            alt = -alt;
+            even += alt * term;
+        } else if k % 2 == 0 {
+            // P = Σ (−1)^j u_2j ζ^(−2j), Q = Σ (−1)^j u_(2j+1) ζ^(−2j−1).
+            even += if k % 4 == 0 { term } else { -term };
+        } else {
+            odd += if k % 4 == 1 { term } else { -term };
+        }
+        if term < 0.1 * EPS {
+            break;
+        }
+    }
+    let scale = FRAC_1_SQRT_PI / z.sqrt().sqrt();
+    if x > 0.0 {
+        0.5 * scale * (-zeta).exp() * even
+    } else {
+        // cos(ζ − π/4)·P + sin(ζ − π/4)·Q.
+        let (s, c) = zeta.sin_cos();
+        scale * FRAC_1_SQRT_2 * ((c + s) * even + (s - c) * odd)
+    }
 }
 
 /// Spherical Bessel function j0(x) = sin(x)/x (0 at ±inf).
