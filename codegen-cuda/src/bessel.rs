@@ -113,9 +113,8 @@ pub fn bessel_i(f: &mut Func, x: &str, nu: u32, scaled: bool) -> String {
     out
 }
 
-/// π/2 in four parts (fdlibm's 33-bit splits, then the tail): with FMAs,
-/// x − n·π/2 is accurate to about 1e-16 for n below 2^54, far past where
-/// J and Y (of amplitude √(2/(πx))) fall below float32's resolution.
+/// π/2 in four parts (fdlibm's 33-bit splits, then the tail), for the
+/// FMA reduction x − n·π/2.
 const PIO2: [f64; 4] = [
     f64::from_bits(0x3FF9_21FB_5440_0000),
     f64::from_bits(0x3DD0_B461_1A60_0000),
@@ -123,16 +122,41 @@ const PIO2: [f64; 4] = [
     f64::from_bits(0x397B_839A_2520_49C1),
 ];
 
-/// (sin x, cos x) in float64: the π/2 reduction, Taylor polynomials on
-/// |r| ≤ π/4 (to r¹⁷ and r¹⁸), then the quadrant.
+/// Reduction passes. One suffices below about 2^52, where the remainder
+/// is accurate to about 1e-16; up to about 2^62 the first pass leaves a
+/// remainder of up to a few hundred, accurate to about 1e-8, which the
+/// second brings into [−π/4, π/4]; beyond, each pass shrinks it by about
+/// 6e-11, so four bring any float32 argument into range, with its phase
+/// lost: J and Y are then below 4e-10 in magnitude, and the result stays
+/// within their amplitude.
+const PASSES: usize = 4;
+
+/// (sin x, cos x) in float64: the π/2 reduction (`PASSES` times, the
+/// quadrant counted mod 4), Taylor polynomials on |r| ≤ π/4 (to r¹⁷ and
+/// r¹⁸), then the quadrant.
 pub(crate) fn sincos64(f: &mut Func, x: &str) -> (String, String) {
-    let t = dd(f, "mul.rn", x, &d64(2.0 / PI));
-    let n = f.op(Class::F64, "cvt.rni.f64", &[&t]);
-    let nn = f.op(Class::F64, "neg", &[&n]);
     let mut r = x.to_string();
-    for part in PIO2 {
-        r = f.op(Class::F64, "fma.rn", &[&nn, &d64(part), &r]);
+    let q = f.mov(Class::F64, &d64(0.0));
+    for _ in 0..PASSES {
+        let t = dd(f, "mul.rn", &r, &d64(2.0 / PI));
+        let n = f.op(Class::F64, "cvt.rni.f64", &[&t]);
+        let nn = f.op(Class::F64, "neg", &[&n]);
+        for part in PIO2 {
+            r = f.op(Class::F64, "fma.rn", &[&nn, &d64(part), &r]);
+        }
+        // q += n mod 4, exact for any integral float64.
+        let quarter = dd(f, "mul.rn", &n, &d64(0.25));
+        let fl = f.op(Class::F64, "cvt.rmi.f64", &[&quarter]);
+        let m = f.op(Class::F64, "fma.rn", &[&fl, &d64(-4.0), &n]);
+        f.ins(format!("add.rn.f64 {q}, {q}, {m}"));
     }
+    // Bounded whatever happened above (NaN inputs, which callers override,
+    // become a bound).
+    let r = dd(f, "min", &r, &d64(PI / 4.0));
+    let r = dd(f, "max", &r, &d64(-PI / 4.0));
+    let quarter = dd(f, "mul.rn", &q, &d64(0.25));
+    let fl = f.op(Class::F64, "cvt.rmi.f64", &[&quarter]);
+    let q = f.op(Class::F64, "fma.rn", &[&fl, &d64(-4.0), &q]);
     let z = dd(f, "mul.rn", &r, &r);
     let fact = |k: u32| (1..=k).map(f64::from).product::<f64>();
     let sign = |k: u32| if k.is_multiple_of(2) { 1.0 } else { -1.0 };
@@ -142,10 +166,6 @@ pub(crate) fn sincos64(f: &mut Func, x: &str) -> (String, String) {
     let sp = dd(f, "mul.rn", &sp, &z);
     let s = f.op(Class::F64, "fma.rn", &[&sp, &r, &r]);
     let c = f.horner(Class::F64, &z, &cc);
-    // n mod 4, exact for any integral float64.
-    let quarter = dd(f, "mul.rn", &n, &d64(0.25));
-    let fl = f.op(Class::F64, "cvt.rmi.f64", &[&quarter]);
-    let q = f.op(Class::F64, "fma.rn", &[&fl, &d64(-4.0), &n]);
     let odd = f.setp("eq", "f64", &q, &d64(1.0));
     let q3 = f.setp("eq", "f64", &q, &d64(3.0));
     let odd = f.pred("or", &odd, &q3);
@@ -318,7 +338,10 @@ pub(crate) fn bessel_jy(f: &mut Func, x: &str, n: u32, kind: Kind) -> String {
     let is_inf = f.setp("eq", "f64", &ax, &d64(f64::INFINITY));
     if kind == Kind::J {
         if n == 1 {
-            let neg = f.setp("lt", "f64", &x64, &d64(0.0));
+            // J1 is odd, −0 included (its sign bit).
+            let bits = f.reg(Class::S64);
+            f.ins(format!("mov.b64 {bits}, {x64}"));
+            let neg = f.setp("lt", "s64", &bits, "0");
             f.ins(format!("@{neg} neg.f64 {r}, {r}"));
         }
         f.ins(format!("@{is_inf} mov.f64 {r}, {nan}"));

@@ -13,9 +13,12 @@
 //! by multiples of `VEC` with everything else (so a group's first element
 //! sits at a multiple of `VEC` elements from the storage's base), and it
 //! does not touch storage that the kernel both reads and writes (such
-//! elements keep the scalar path's order). The kernel checks at entry that
-//! every vector-accessed base address is aligned to its vector's bytes; a
-//! view at an odd offset (`x[1:]`) takes the scalar loop instead.
+//! elements keep the scalar path's order); other accesses are made per
+//! point. The kernel checks at entry that every vector-accessed base
+//! address is aligned to its vector's bytes, and otherwise runs the scalar
+//! loop (an input that starts at an odd element, such as `x[1:]` passed in
+//! by itself), on the vector loop's grid. Kernels whose points take many
+//! instructions (`HEAVY_LINES`) are not vectorised.
 
 use std::collections::{HashMap, HashSet};
 
@@ -152,7 +155,8 @@ pub fn pointwise(f: &mut Func, em: &mut Emitter<'_>, kernel: &Kernel, outer: &[i
     let last = Var(m.saturating_sub(1) as u32);
     let p = plan(em, kernel, last);
     let contiguous = p.loads.iter().any(|l| l.3 == Along::Contiguous);
-    if m == 0 || outer[m - 1] % VEC != 0 || outer_n == 0 || (!contiguous && p.stores.is_empty()) {
+    let eligible = m > 0 && outer[m - 1] % VEC == 0 && outer_n > 0 && (contiguous || !p.stores.is_empty());
+    if !eligible || heavy(em, kernel, outer)? {
         let grid = blocks(outer_n);
         let (start, step, _) = grid_stride(f, grid);
         scalar_loop(f, em, kernel, outer, &start, &step)?;
@@ -160,8 +164,9 @@ pub fn pointwise(f: &mut Func, em: &mut Emitter<'_>, kernel: &Kernel, outer: &[i
     }
     let grid = blocks(outer_n / VEC);
     let (start, step, _) = grid_stride(f, grid);
-    // Misaligned bases take the scalar loop.
-    let mut bases: Vec<(BufId, DType)> = p.loads.iter().map(|l| (l.0, l.2)).collect();
+    // Misaligned bases of vector accesses take the scalar loop.
+    let mut bases: Vec<(BufId, DType)> =
+        p.loads.iter().filter(|l| l.3 == Along::Contiguous).map(|l| (l.0, l.2)).collect();
     for k in &p.stores {
         let out = kernel.stages[*k].out;
         bases.push((em.program.storage_of(out), em.program.buffer(out).dtype));
@@ -182,6 +187,20 @@ pub fn pointwise(f: &mut Func, em: &mut Emitter<'_>, kernel: &Kernel, outer: &[i
     scalar_loop(f, em, kernel, outer, &start, &step)?;
     f.place(&done);
     Ok(grid)
+}
+
+/// PTX lines of one point's stages above which a kernel is not vectorised:
+/// its arithmetic (a Bessel function's loops, say), not its memory access,
+/// bounds it, and its 4 copies would only lengthen the module.
+const HEAVY_LINES: usize = 300;
+
+/// Whether one point's stages take more than `HEAVY_LINES` lines of PTX
+/// (emitted into a scratch body to count them).
+fn heavy(em: &mut Emitter<'_>, kernel: &Kernel, outer: &[i64]) -> Result<bool, PtxError> {
+    let mut probe = Func::default();
+    let (start, step) = (probe.reg(Class::S64), probe.reg(Class::S64));
+    scalar_loop(&mut probe, em, kernel, outer, &start, &step)?;
+    Ok(probe.body.lines().count() > HEAVY_LINES)
 }
 
 fn scalar_loop(

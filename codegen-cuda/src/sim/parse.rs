@@ -482,6 +482,14 @@ pub fn parse(text: &str) -> Result<Kernel, SimError> {
                 .map(|o| dec.operand(o).ok_or_else(|| bad(line, l, format!("operand {o:?}"))))
                 .collect::<Result<Vec<_>, _>>()?
         };
+        if matches!(op, Op::Ld(_) | Op::St(_)) {
+            // `.v2`/`.v4` must name as many registers as the vector holds.
+            let lanes = parts.iter().find_map(|p| p.strip_prefix('v').and_then(|n| n.parse::<usize>().ok()));
+            let regs = opds.iter().find_map(|o| if let Opd::Vector(r) = o { Some(r.len()) } else { None });
+            if lanes != regs {
+                return Err(bad(line, l, format!("vector width {lanes:?} with {regs:?} registers")));
+            }
+        }
         code.push(Ins { guard, op, ty, opds, line });
         lines.push(l.to_string());
     }
