@@ -136,6 +136,7 @@ def _raised_value_error(error: BaseException, word: str) -> bool:
     [
         pytest.param({"no_such_option": 1}, "no_such_option", id="unknown-option"),
         pytest.param({"device": "no-such-device"}, "device", id="bad-device"),
+        pytest.param({"index_checks": "later"}, "index_checks", id="bad-index-checks"),
     ],
 )
 def test_bad_option_raises_value_error(options: dict[str, Any], word: str) -> None:

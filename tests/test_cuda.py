@@ -552,6 +552,48 @@ def test_pointwise_vectors_count_their_bytes_once() -> None:
     assert counts["vector"] * 2 < counts["scalar"], counts
 
 
+def _cuda_sources(fn, *args) -> list[str]:
+    report = rdyn.explain(fn, *args, device="cuda")
+    return [k.source for k in report.kernels if k.device == "cuda" and k.source.startswith(".version")]
+
+
+def test_index_checks_trap_or_raise_on_cuda_sim() -> None:
+    """An index out of range: by default the kernel traps, as eager's
+    device-side asserts do (no error flag, so no call waits for the GPU;
+    the simulator reports the trap as an IndexError); with
+    `index_checks="sync"` the kernel sets the error flag and the call
+    raises an IndexError. In-range indices give eager's values both ways."""
+    table = torch.randn(10, 4)
+    fn = lambda i: table[i] * 2  # noqa: E731
+    good, bad = torch.tensor([1, 9, 0]), torch.tensor([1, 12, 0])
+    (device_src,) = _cuda_sources(fn, good)
+    assert "trap;" in device_src and "st.global.u32" not in device_src, device_src
+    for checks, word in (("device", "device-side index check"), ("sync", "index out of range")):
+        compiled = torch.compile(fn, backend="rdyn", options={"device": "cuda-sim", "index_checks": checks})
+        with no_rust_panic():
+            torch.testing.assert_close(compiled(good), fn(good))
+            with pytest.raises(IndexError, match=word):
+                compiled(bad)
+            torch.testing.assert_close(compiled(good), fn(good))
+        assert rdyn.stats()["nodes_fallback"] == 0
+        torch._dynamo.reset()
+
+
+def test_integer_division_by_zero_is_checked_only_with_sync_checks() -> None:
+    """Eager's CUDA kernels do not raise on an integer division by zero, so
+    the default device-side checks leave it unchecked (no trap, no flag);
+    sync checks raise an IndexError at the call."""
+    fn = lambda a, b: torch.div(a, b, rounding_mode="floor")  # noqa: E731
+    a, b, ok = torch.tensor([7, -7, 9]), torch.tensor([2, 2, 0]), torch.tensor([2, 2, 3])
+    (source,) = _cuda_sources(fn, a, ok)
+    assert "trap" not in source and "st.global.u32" not in source, source
+    compiled = torch.compile(fn, backend="rdyn", options={"device": "cuda-sim", "index_checks": "sync"})
+    with no_rust_panic():
+        torch.testing.assert_close(compiled(a, ok), fn(a, ok))
+        with pytest.raises(IndexError, match="divided an integer by zero"):
+            compiled(a, b)
+
+
 @needs_ptxas
 def test_golden_ptx_assembles() -> None:
     files = sorted((ROOT / "tests" / "golden" / "cuda").glob("*.txt"))

@@ -230,6 +230,7 @@ pub struct Emitter<'a> {
     pub vars: Vec<String>,
     /// Register with the error flag's global address.
     pub error_addr: Option<String>,
+    pub checks: crate::IndexChecks,
     /// Row elements already in registers (block kernels).
     pub row: crate::row::RowCache,
     /// A vectorised group's loaded elements (pointwise kernels).
@@ -353,7 +354,7 @@ impl Emitter<'_> {
                     let low = f.setp("lt", "s64", &w, "0");
                     let high = f.setp("ge", "s64", &w, &n);
                     let bad = f.pred("or", &low, &high);
-                    self.raise(f, &bad)?;
+                    self.raise_index(f, &bad)?;
                     f.selp(Class::S64, "0", &w, &bad)
                 }
             };
@@ -362,8 +363,27 @@ impl Emitter<'_> {
         Ok(regs)
     }
 
+    /// An index out of range where `pred` holds: the kernel traps
+    /// (`IndexChecks::Device`) or sets its error flag.
+    pub fn raise_index(&self, f: &mut Func, pred: &str) -> Result<(), PtxError> {
+        if self.checks == crate::IndexChecks::Device {
+            f.ins(format!("@{pred} trap"));
+            return Ok(());
+        }
+        self.raise(f, pred)
+    }
+
+    /// An integer division by zero where `pred` holds: the error flag under
+    /// `IndexChecks::Sync`; unchecked otherwise.
+    pub fn raise_division(&self, f: &mut Func, pred: &str) -> Result<(), PtxError> {
+        match self.checks {
+            crate::IndexChecks::Device => Ok(()),
+            crate::IndexChecks::Sync => self.raise(f, pred),
+        }
+    }
+
     /// Set the kernel's error flag where `pred` holds.
-    pub fn raise(&self, f: &mut Func, pred: &str) -> Result<(), PtxError> {
+    fn raise(&self, f: &mut Func, pred: &str) -> Result<(), PtxError> {
         let addr = self.error_addr.as_ref().ok_or(PtxError::Internal("no error flag"))?;
         f.error_flag = true;
         f.ins(format!("@{pred} st.global.u32 [{addr}], 1"));

@@ -8,7 +8,7 @@ use rdyn_ir::{Atom, Ctx, Expr, Kind, Var};
 
 use crate::emit::{imm, sel_ty, store, Class, Emitter, Func};
 use crate::row::{canonical, chunked_loop, max_chunks, RowCache};
-use crate::{PtxError, PTX_TARGET, PTX_VERSION};
+use crate::{IndexChecks, PtxError, PTX_TARGET, PTX_VERSION};
 
 /// Threads per block.
 pub const BLOCK: u32 = 256;
@@ -594,13 +594,20 @@ fn row_stages(
 /// The PTX for `kernel`, with sizes from `syms`. A first emission finds
 /// which storages the kernel reads back from memory; stores to its private
 /// temporaries that no load reads from memory are then left out.
-pub fn kernel_ptx(program: &Program, kernel: &Kernel, syms: &Ctx, name: String) -> Result<PtxKernel, PtxError> {
-    let (ptx, memory_loads) = emit_kernel(program, kernel, syms, name.clone(), HashSet::new())?;
+pub fn kernel_ptx(
+    program: &Program,
+    kernel: &Kernel,
+    syms: &Ctx,
+    name: String,
+    checks: IndexChecks,
+) -> Result<PtxKernel, PtxError> {
+    let target = Target { program, kernel, syms, checks };
+    let (ptx, memory_loads) = emit_kernel(&target, name.clone(), HashSet::new())?;
     let unstored = private_storages(program, kernel, &memory_loads);
     if unstored.is_empty() {
         return Ok(ptx);
     }
-    Ok(emit_kernel(program, kernel, syms, name, unstored)?.0)
+    Ok(emit_kernel(&target, name, unstored)?.0)
 }
 
 /// Temporaries `kernel` writes that no other step reads, that are no
@@ -629,13 +636,20 @@ fn private_storages(program: &Program, kernel: &Kernel, memory_loads: &HashSet<B
         .collect()
 }
 
+/// What `emit_kernel` generates code for.
+struct Target<'a> {
+    program: &'a Program,
+    kernel: &'a Kernel,
+    syms: &'a Ctx,
+    checks: IndexChecks,
+}
+
 fn emit_kernel(
-    program: &Program,
-    kernel: &Kernel,
-    syms: &Ctx,
+    target: &Target<'_>,
     name: String,
     unstored: HashSet<BufId>,
 ) -> Result<(PtxKernel, HashSet<BufId>), PtxError> {
+    let Target { program, kernel, syms, checks } = *target;
     let outer = concrete_all(&kernel.outer, syms)?;
     let m = outer.len();
     let outer_n: i64 = outer.iter().product();
@@ -658,6 +672,7 @@ fn emit_kernel(
         bases: Default::default(),
         vars: Vec::new(),
         error_addr: None,
+        checks,
         row: RowCache::new(written, unstored),
         lanes: Default::default(),
     };

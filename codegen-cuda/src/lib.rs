@@ -38,6 +38,22 @@ pub use kernel::{kernel_ptx, PtxKernel, BLOCK};
 pub const PTX_VERSION: &str = "7.8";
 pub const PTX_TARGET: &str = "sm_80";
 
+/// How kernels report an index out of range.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub enum IndexChecks {
+    /// A device-side check, as eager's and Inductor's CUDA kernels do: the
+    /// kernel executes `trap`, the CUDA context fails, and the error
+    /// surfaces at the next synchronisation. No call waits for the GPU.
+    /// Integer division by zero is not checked (eager's CUDA kernels do not
+    /// raise either).
+    #[default]
+    Device,
+    /// An error flag read back after every call of a graph whose kernels
+    /// can set it (one stream synchronisation per call): an `IndexError`
+    /// naming the failure at the call itself, and division by zero too.
+    Sync,
+}
+
 /// Why a kernel has no PTX form.
 #[derive(Debug, thiserror::Error, PartialEq)]
 pub enum PtxError {

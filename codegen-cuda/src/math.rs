@@ -729,9 +729,10 @@ fn int_binary(f: &mut Func, em: &Emitter<'_>, op: BinaryOp, a: &str, b: &str) ->
             }
         }
         BinaryOp::Div | BinaryOp::TruncDiv | BinaryOp::FloorDiv | BinaryOp::Rem | BinaryOp::Fmod => {
-            // Division by zero sets the error flag (PyTorch raises on CPU).
+            // Division by zero sets the error flag under sync checks
+            // (PyTorch raises on the CPU; its CUDA kernels do not).
             let zero = f.setp("eq", "s64", b, "0");
-            em.raise(f, &zero)?;
+            em.raise_division(f, &zero)?;
             let d = f.selp(Class::S64, "1", b, &zero);
             let r = match op {
                 BinaryOp::FloorDiv => f.floor_divmod(a, &d).0,

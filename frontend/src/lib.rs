@@ -15,6 +15,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
 
 use rdyn_codegen_cpu::plan::{CpuProgram, CpuStep, OutputPlan, Storage};
+use rdyn_codegen_cuda::IndexChecks;
 use rdyn_runtime::compiled::{execute, Backend, CompiledGraph as RtGraph, Selected};
 use rdyn_runtime::cuda::CudaStep;
 use rdyn_runtime::gpu::GpuStep;
@@ -53,7 +54,7 @@ fn guarded<T>(f: impl FnOnce() -> PyResult<T>) -> PyResult<T> {
 fn to_py(e: RuntimeError) -> PyErr {
     match e {
         RuntimeError::Input(msg) => PyValueError::new_err(format!("rdyn: {msg}")),
-        RuntimeError::Kernel(msg) => PyIndexError::new_err(format!("rdyn: {msg}")),
+        RuntimeError::Kernel(msg) | RuntimeError::DeviceCheck(msg) => PyIndexError::new_err(format!("rdyn: {msg}")),
         RuntimeError::Unsupported(msg) => PyNotImplementedError::new_err(format!("rdyn: {msg}")),
         other => PyRuntimeError::new_err(format!("rdyn: {other}")),
     }
@@ -81,8 +82,8 @@ struct CompiledGraph {
 #[pymethods]
 impl CompiledGraph {
     #[new]
-    #[pyo3(signature = (graph_data, runner, device = "cpu"))]
-    fn new(graph_data: &Bound<'_, PyAny>, runner: Py<PyAny>, device: &str) -> PyResult<Self> {
+    #[pyo3(signature = (graph_data, runner, device = "cpu", index_checks = "device"))]
+    fn new(graph_data: &Bound<'_, PyAny>, runner: Py<PyAny>, device: &str, index_checks: &str) -> PyResult<Self> {
         guarded(|| {
             let backend = match device {
                 "cpu" => Backend::Cpu,
@@ -95,9 +96,20 @@ impl CompiledGraph {
                     )))
                 }
             };
+            let index_checks = match index_checks {
+                "device" => IndexChecks::Device,
+                "sync" => IndexChecks::Sync,
+                other => {
+                    return Err(PyValueError::new_err(format!(
+                        "rdyn: unknown index_checks {other:?}; use 'device' or 'sync'"
+                    )))
+                }
+            };
             let graph = import::graph(graph_data)?;
+            let mut inner = RtGraph::new(graph, backend);
+            inner.index_checks = index_checks;
             Ok(CompiledGraph {
-                inner: RtGraph::new(graph, backend),
+                inner,
                 runner,
                 pool: host::Pool::default(),
                 kept: host::Kept::default(),

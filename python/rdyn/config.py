@@ -12,6 +12,8 @@ Environment:
                                      always compile for CUDA.
   RDYN_JIT=0                         interpret every CPU stage (no Cranelift
                                      machine code)
+  RDYN_INDEX_CHECKS=device|sync      how CUDA kernels report an index out of
+                                     range (the `index_checks` option)
 """
 
 from __future__ import annotations
@@ -24,18 +26,26 @@ DEVICES = ("cpu", "wgpu", "cuda-sim")
 #: Devices `rdyn.explain` can generate code for (CUDA needs no GPU for that).
 EXPLAIN_DEVICES = ("cpu", "wgpu", "cuda")
 PLANNED_DEVICES: tuple = ()
+INDEX_CHECKS = ("device", "sync")
 
 
 @dataclass(frozen=True)
 class Options:
     device: str = "cpu"
     strict: bool = False
+    #: How CUDA kernels (and the simulator's) report an index out of range:
+    #: "device" traps in the kernel, as eager's and Inductor's device-side
+    #: asserts do (the error surfaces at the next synchronisation and the
+    #: CUDA context is then unusable; no call waits for the GPU); "sync"
+    #: reads an error flag back after each call of a graph that can set it
+    #: and raises IndexError there (also for integer division by zero).
+    index_checks: str = "device"
 
     @staticmethod
     def parse(options, extra=None) -> "Options":
         merged = dict(options or {})
         merged.update(extra or {})
-        known = {"device", "strict"}
+        known = {"device", "strict", "index_checks"}
         unknown = sorted(set(merged) - known)
         if unknown:
             raise ValueError(
@@ -51,7 +61,10 @@ class Options:
         strict = merged.get("strict", False)
         if not isinstance(strict, bool):
             raise ValueError(f"rdyn: option strict must be True or False, got {strict!r}")
-        return Options(device=device, strict=strict)
+        checks = merged.get("index_checks", os.environ.get("RDYN_INDEX_CHECKS", "device"))
+        if checks not in INDEX_CHECKS:
+            raise ValueError(f"rdyn: option index_checks={checks!r} is not one of {list(INDEX_CHECKS)}")
+        return Options(device=device, strict=strict, index_checks=checks)
 
 
 _TOPICS: frozenset = frozenset()

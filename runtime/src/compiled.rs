@@ -110,6 +110,8 @@ struct Generic {
 pub struct CompiledGraph {
     pub graph: Graph,
     pub backend: Backend,
+    /// How CUDA kernels report an index out of range.
+    pub index_checks: rdyn_codegen_cuda::IndexChecks,
     guard_offsets: bool,
     specs: Mutex<Vec<Arc<Specialization>>>,
     generic: Mutex<Option<Arc<Generic>>>,
@@ -135,7 +137,14 @@ impl CompiledGraph {
     pub fn new(graph: Graph, backend: Backend) -> CompiledGraph {
         let guard_offsets = graph.nodes.iter().any(|n| n.op == Op::AsStrided);
         STATS.graphs.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        CompiledGraph { graph, backend, guard_offsets, specs: Mutex::new(Vec::new()), generic: Mutex::new(None) }
+        CompiledGraph {
+            graph,
+            backend,
+            index_checks: Default::default(),
+            guard_offsets,
+            specs: Mutex::new(Vec::new()),
+            generic: Mutex::new(None),
+        }
     }
 
     pub fn specializations(&self) -> Vec<Arc<Specialization>> {
@@ -263,8 +272,10 @@ impl CompiledGraph {
             Backend::Cpu | Backend::Cuda | Backend::CudaSim => None,
         };
         let cuda = match self.backend {
-            Backend::Cuda => Some(crate::cuda::plan_cuda(&program, cpu.clone(), &ctx, false)?),
-            Backend::CudaSim => Some(crate::cuda::plan_cuda(&program, cpu.clone(), &ctx, true)?),
+            Backend::Cuda | Backend::CudaSim => {
+                let simulated = self.backend == Backend::CudaSim;
+                Some(crate::cuda::plan_cuda(&program, cpu.clone(), &ctx, simulated, self.index_checks)?)
+            }
             Backend::Cpu | Backend::Wgpu => None,
         };
         STATS.record_lowering(&counts, program.kernels().count(), start.elapsed().as_nanos() as u64);

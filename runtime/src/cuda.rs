@@ -17,7 +17,7 @@ use std::sync::{Arc, OnceLock};
 
 use cudarc::driver::{result, sys};
 use rdyn_codegen_cpu::plan::{CpuProgram, CpuStep, Storage};
-use rdyn_codegen_cuda::{kernel_ptx, sim, PtxError, PtxKernel};
+use rdyn_codegen_cuda::{kernel_ptx, sim, IndexChecks, PtxError, PtxKernel};
 use rdyn_ir::loops::{Program, Step};
 use rdyn_ir::Ctx;
 
@@ -52,13 +52,14 @@ pub fn plan_cuda(
     cpu: Arc<CpuProgram>,
     syms: &Ctx,
     simulated: bool,
+    checks: IndexChecks,
 ) -> Result<CudaPlan, RuntimeError> {
     let mut steps = Vec::new();
     let mut kernel_index = 0;
     for (i, step) in program.steps.iter().enumerate() {
         match step {
             Step::Kernel(k) => {
-                let kernel = kernel_ptx(program, k, syms, format!("k{kernel_index}")).map_err(|e| match e {
+                let kernel = kernel_ptx(program, k, syms, format!("k{kernel_index}"), checks).map_err(|e| match e {
                     PtxError::Unsupported(why) => RuntimeError::Unsupported(format!("kernel k{kernel_index}: {why}")),
                     other => RuntimeError::Internal(other.to_string()),
                 })?;
@@ -144,11 +145,16 @@ pub fn execute_cuda(plan: &CudaPlan, host: &mut dyn Host, ptrs: &mut [usize]) ->
     let functions =
         plan.functions.get_or_init(|| load(plan)).as_ref().map_err(|e| RuntimeError::Internal(e.clone()))?;
     let stream = host.cuda_stream()? as sys::CUstream;
-    // One scratch allocation: the arena, then the error flag.
+    // One scratch allocation: the arena, then the error flag; none when
+    // the program has neither (a call then makes no allocation of its own).
     let arena = scratch_arena(plan);
-    let scratch = host.alloc_device(arena + 256)?;
-    place_scratch(plan, scratch, ptrs);
-    let flag = scratch + arena;
+    let flag = if arena == 0 && !plan.checks_errors {
+        0
+    } else {
+        let scratch = host.alloc_device(arena + 256)?;
+        place_scratch(plan, scratch, ptrs);
+        scratch + arena
+    };
     if plan.checks_errors {
         // SAFETY: `flag` is 4 bytes inside the scratch allocation.
         unsafe { result::memset_d8_async(flag as sys::CUdeviceptr, 0, 4, stream) }.map_err(|e| driver("memset", e))?;
@@ -222,6 +228,12 @@ fn run_host_step(plan: &CudaPlan, i: usize, host: &mut dyn Host, ptrs: &mut [usi
     }
 }
 
+/// What a trapped kernel means, for the simulator's error (on a GPU the
+/// driver reports the failure at the next synchronisation).
+const TRAPPED: &str = "an index was out of range. On a GPU this surfaces at the next synchronisation as a CUDA \
+error and leaves the CUDA context unusable, as eager's device-side asserts do; options={'index_checks': 'sync'} \
+raises an IndexError at the call instead";
+
 fn error_raised() -> RuntimeError {
     RuntimeError::Kernel("a CUDA kernel read an index out of range or divided an integer by zero".into())
 }
@@ -264,8 +276,10 @@ fn execute_simulated(plan: &CudaPlan, host: &mut dyn Host, ptrs: &mut [usize]) -
                 // SAFETY: every region is a live buffer of this call (torch
                 // tensors the host holds, or `scratch`), and nothing else
                 // touches them while the kernel runs.
-                let t = unsafe { kernel.launch(k.grid, k.block, &params, &memory) }
-                    .map_err(|e| RuntimeError::Internal(format!("simulated CUDA: {e}")))?;
+                let t = unsafe { kernel.launch(k.grid, k.block, &params, &memory) }.map_err(|e| match e {
+                    sim::SimError::Trap { .. } => RuntimeError::DeviceCheck(format!("simulated CUDA: {e}: {TRAPPED}")),
+                    other => RuntimeError::Internal(format!("simulated CUDA: {other}")),
+                })?;
                 crate::stats::STATS.record_simulated(t.bytes_loaded, t.bytes_stored, t.instructions);
             }
             (CudaStep::Host(i), _) => run_host_step(plan, *i, host, ptrs)?,

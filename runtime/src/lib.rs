@@ -28,6 +28,9 @@ pub enum RuntimeError {
     /// A kernel detected bad data (index out of range).
     #[error("{0}")]
     Kernel(String),
+    /// A kernel's device-side check failed (it trapped).
+    #[error("{0}")]
+    DeviceCheck(String),
     /// The host (Python) raised; the message is its exception.
     #[error("{0}")]
     Host(String),

@@ -354,6 +354,9 @@ impl Launch<'_> {
                 Op::Bar => t.wait = Wait::Barrier(t.pc),
                 Op::Shfl(_) | Op::WarpSync => t.wait = Wait::Warp(t.pc),
                 Op::Ret => t.wait = Wait::Exited,
+                Op::Trap => {
+                    return Err(SimError::Trap { kernel: self.kernel.name.clone(), block: self.ctaid, thread: tid });
+                }
                 Op::Bra(target) => {
                     t.pc = target;
                     continue;

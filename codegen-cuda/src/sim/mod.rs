@@ -27,6 +27,9 @@ pub enum SimError {
     Parse { line: usize, text: String, why: String },
     #[error("kernel {kernel}, block {block}, thread {thread}, at {ins}: {why}")]
     Run { kernel: String, block: u32, thread: u32, ins: String, why: String },
+    /// A `trap`: a device-side check of the kernel failed.
+    #[error("kernel {kernel} trapped in block {block}, thread {thread}: a device-side index check failed")]
+    Trap { kernel: String, block: u32, thread: u32 },
 }
 
 /// The host memory a launch may touch: `[start, end)` byte ranges.

@@ -173,6 +173,8 @@ pub(super) enum Op {
     /// `bar.warp.sync`: the warp's lanes meet.
     WarpSync,
     Ret,
+    /// `trap`: the kernel aborts (a device-side check failed).
+    Trap,
     Shfl(Shfl),
     Ex2,
     Lg2,
@@ -354,6 +356,7 @@ fn opcode(parts: &[&str], labels: &HashMap<String, usize>, target: Option<&str>)
         "bar" | "barrier" if has("warp") => Op::WarpSync,
         "bar" | "barrier" => Op::Bar,
         "ret" | "exit" => Op::Ret,
+        "trap" => Op::Trap,
         "ex2" => Op::Ex2,
         "lg2" => Op::Lg2,
         "sin" => Op::Sin,
