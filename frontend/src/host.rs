@@ -21,6 +21,10 @@ pub struct Torch {
     pub empty: Py<PyAny>,
     /// `torch.cuda.current_stream` (the module exists without CUDA too).
     pub current_stream: Py<PyAny>,
+    /// `torch._C._cuda_getCurrentRawStream(device)`, the current stream's
+    /// handle as an int without building a `Stream` object (Inductor's
+    /// `get_raw_stream`), when this torch has it.
+    pub raw_stream: Option<Py<PyAny>>,
     /// `torch._C._dynamo.guards.assert_size_stride_grouped`, which checks
     /// many tensors' sizes and strides in one call (when this torch has it).
     pub assert_size_stride_grouped: Option<Py<PyAny>>,
@@ -41,6 +45,7 @@ impl Torch {
             empty_strided: torch.getattr("empty_strided")?.unbind(),
             empty: torch.getattr("empty")?.unbind(),
             current_stream: torch.getattr("cuda")?.getattr("current_stream")?.unbind(),
+            raw_stream: torch.getattr("_C")?.getattr("_cuda_getCurrentRawStream").ok().map(Bound::unbind),
             assert_size_stride_grouped: guards_function(&torch, "assert_size_stride_grouped"),
             empty_strided_cpu: guards_function(&torch, "_empty_strided_cpu"),
         })
@@ -267,7 +272,11 @@ impl<'py> PyHost<'py, '_> {
 impl Host for PyHost<'_, '_> {
     fn cuda_stream(&mut self) -> Result<usize, RuntimeError> {
         let result = (|| -> PyResult<usize> {
-            self.torch.current_stream.bind(self.py).call0()?.getattr("cuda_stream")?.extract()
+            // CUDA graphs run on device 0.
+            match &self.torch.raw_stream {
+                Some(raw) => raw.bind(self.py).call1((0,))?.extract(),
+                None => self.torch.current_stream.bind(self.py).call0()?.getattr("cuda_stream")?.extract(),
+            }
         })();
         result.map_err(|e| self.fail(e))
     }
