@@ -27,7 +27,7 @@ fn dd(f: &mut Func, op: &str, a: &str, b: &str) -> String {
 
 /// `for j in first..end { body(j) }` in f64 with `body` branching to `out`
 /// to leave early.
-fn series(f: &mut Func, first: f64, end: f64, body: impl FnOnce(&mut Func, &str, &str)) {
+pub(crate) fn series(f: &mut Func, first: f64, end: f64, body: impl FnOnce(&mut Func, &str, &str)) {
     let j = f.mov(Class::F64, &d64(first));
     let (top, out) = (f.label("series"), f.label("series_end"));
     f.place(&top);

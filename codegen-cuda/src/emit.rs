@@ -426,15 +426,22 @@ pub fn widen_half(f: &mut Func, h: &str, dtype: DType) -> String {
 
 /// Store `value` (a register of `kind`) into an element of `dtype`.
 pub fn store(f: &mut Func, addr: &str, value: &str, kind: Kind, dtype: DType) {
+    let v = memory_value(f, value, kind, dtype);
+    f.ins(format!("st.global.{} [{addr}], {v}", mem_ty(dtype)));
+}
+
+/// `value` (a register of `kind`) as the register a store of `dtype`
+/// writes: converted to its kind, float16/bfloat16 rounded to 16 bits.
+pub fn memory_value(f: &mut Func, value: &str, kind: Kind, dtype: DType) -> String {
     let v = convert_kind(f, value, kind, dtype.kind());
     match dtype {
         DType::F16 | DType::BF16 => {
             let h = f.reg(Class::B16);
             let t = if dtype == DType::F16 { "f16" } else { "bf16" };
             f.ins(format!("cvt.rn.{t}.f32 {h}, {v}"));
-            f.ins(format!("st.global.b16 [{addr}], {h}"));
+            h
         }
-        _ => f.ins(format!("st.global.{} [{addr}], {v}", mem_ty(dtype))),
+        _ => v,
     }
 }
 

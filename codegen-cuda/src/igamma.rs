@@ -26,18 +26,10 @@ fn dd(f: &mut Func, op: &str, a: &str, b: &str) -> String {
     f.op(Class::F64, op, &[a, b])
 }
 
-/// `while cond(i) { body }` over a float64 counter `i` from `first`, at
-/// most `MAX_ITER` times, `body` branching to `out` to leave early.
+/// `for i in first..MAX_ITER { body(i) }` over a float64 counter, `body`
+/// branching to its second argument to leave early.
 fn repeat(f: &mut Func, first: f64, body: impl FnOnce(&mut Func, &str, &str)) {
-    let i = f.mov(Class::F64, &d64(first));
-    let (top, out) = (f.label("igamma_loop"), f.label("igamma_end"));
-    f.place(&top);
-    let done = f.setp("ge", "f64", &i, &d64(MAX_ITER));
-    f.ins(format!("@{done} bra {out}"));
-    body(f, &i, &out);
-    f.ins(format!("add.rn.f64 {i}, {i}, {}", d64(1.0)));
-    f.ins(format!("bra {top}"));
-    f.place(&out);
+    crate::bessel::series(f, first, MAX_ITER, body);
 }
 
 /// ln Γ(z) for z > 0: z·(z+1)…(z+n−1) while z + n < 10, then Stirling's

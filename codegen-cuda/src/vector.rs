@@ -25,7 +25,7 @@ use std::collections::{HashMap, HashSet};
 use rdyn_ir::loops::{BufId, Kernel, ScalarOp};
 use rdyn_ir::{Atom, DType, Expr, Var};
 
-use crate::emit::{convert_kind, widen_half, Class, Emitter, Func};
+use crate::emit::{memory_value, widen_half, Class, Emitter, Func};
 use crate::kernel::{counted_loop, grid_stride, pointwise_stage_at, unravel, value, BLOCK, MAX_GRID};
 use crate::PtxError;
 
@@ -300,20 +300,6 @@ fn vector_load(f: &mut Func, addr: &str, dtype: DType) -> Vec<String> {
         }
     }
     out
-}
-
-/// A stage's value `v` (of `kind`) as the register a store of `dtype` writes.
-fn memory_value(f: &mut Func, v: &str, kind: rdyn_ir::Kind, dtype: DType) -> String {
-    let v = convert_kind(f, v, kind, dtype.kind());
-    match dtype {
-        DType::F16 | DType::BF16 => {
-            let h = f.reg(Class::B16);
-            let t = if dtype == DType::F16 { "f16" } else { "bf16" };
-            f.ins(format!("cvt.rn.{t}.f32 {h}, {v}"));
-            h
-        }
-        _ => v,
-    }
 }
 
 fn vector_store(f: &mut Func, addr: &str, values: &[String], dtype: DType) {
