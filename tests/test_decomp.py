@@ -97,6 +97,61 @@ def test_max_pool2d_training_gradient() -> None:
     torch.testing.assert_close(x1.grad, x2.grad)
 
 
+ADAPTIVE = [
+    # input shape, output size: windows of unequal lengths (sizes that do
+    # not divide), overlapping windows, one window (global), identity.
+    ((2, 3, 10, 9), (4, 4)),
+    ((2, 3, 10, 9), (5, 7)),
+    ((3, 11, 13), (6, 5)),
+    ((2, 3, 8, 8), (4, 4)),
+    ((1, 2, 7, 5), (7, 5)),
+    ((2, 2, 5, 6), (1, 1)),
+]
+
+
+@pytest.mark.parametrize("shape,out", ADAPTIVE, ids=str)
+@pytest.mark.parametrize("kind", ["random", "ties", "special", "all_neg_inf"])
+@pytest.mark.parametrize("layout", ["contiguous", "channels_last"])
+@pytest.mark.parametrize("device", ["cpu", "cuda-sim"])
+def test_adaptive_max_pool2d_matches_eager(shape, out, kind, layout, device) -> None:
+    """Adaptive max pooling for any output size (PyTorch's decomposition
+    covers sizes that divide the input): values and indices as ATen's kernel
+    gives them, ties (the first maximum), NaN (the last one in a window) and
+    -inf included, in the input's memory format, with no eager node."""
+    x = _input(shape, kind)
+    if layout == "channels_last" and x.dim() == 4:
+        x = x.contiguous(memory_format=torch.channels_last)
+    fn = lambda t: torch.nn.functional.adaptive_max_pool2d(t, out, return_indices=True)  # noqa: E731
+    compiled = torch.compile(fn, backend="rdyn", options={"device": device})
+    values, indices = compiled(x)
+    want_values, want_indices = fn(x)
+    torch.testing.assert_close(values, want_values, equal_nan=True, rtol=0, atol=0)
+    assert torch.equal(indices, want_indices)
+    # The layout (strides of dims longer than 1; a size-1 dim's is free).
+    for got, want in ((values, want_values), (indices, want_indices)):
+        assert [s for s, n in zip(got.stride(), got.shape) if n > 1] == [
+            s for s, n in zip(want.stride(), want.shape) if n > 1
+        ], (got.stride(), want.stride())
+    assert rdyn.stats()["nodes_fallback"] == 0, rdyn.stats()["fallback_ops"]
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "channels_last"])
+def test_adaptive_max_pool2d_training_gradient(layout) -> None:
+    """The gradient through adaptive max pooling with overlapping windows
+    (10 rows into 4: windows of 3 and 4 that share rows) against float64
+    eager, in the input's layout, with no eager node."""
+    x = torch.randn(2, 3, 10, 9, dtype=torch.float64)
+    if layout == "channels_last":
+        x = x.contiguous(memory_format=torch.channels_last)
+    x1, x2 = x.clone().requires_grad_(), x.clone().requires_grad_()
+    fn = lambda t: (torch.nn.functional.adaptive_max_pool2d(t, (4, 5)) ** 2).sum()  # noqa: E731
+    torch.compile(fn, backend="rdyn")(x1).backward()
+    fn(x2).backward()
+    torch.testing.assert_close(x1.grad, x2.grad)
+    assert x1.grad.stride() == x2.grad.stride()
+    assert rdyn.stats()["nodes_fallback"] == 0, rdyn.stats()["fallback_ops"]
+
+
 CONVS = [
     # name, (batch, in, out, size), Conv2d keyword arguments
     ("pointwise", (1, 24, 40, 5), dict(kernel_size=1)),

@@ -19,6 +19,11 @@ pooling and batch norm follow the input's suggested memory format
 slices, whose layout ``cat`` picks, and ``xlogy``/``xlog1py`` follow their
 first operand where the operands' layouts differ.
 
+Adaptive max pooling of any output size gathers each window at the longest
+window's size, masked, and picks the maximum and its index as ATen's kernel
+does (PyTorch's decomposition covers only sizes that divide the input); its
+gradient adds each output's gradient at its index.
+
 Softmax normalises by multiplying with the reciprocal of the row sum, as
 ATen's own softmax kernels do: PyTorch's decomposition divides, and a
 divide costs several multiplies in the kernel rdyn builds (a softmax of
@@ -43,6 +48,7 @@ _TORCH = get_decompositions(
         aten.roll,
         aten.log_sigmoid_forward,
         aten._native_batch_norm_legit_functional,
+        aten.adaptive_max_pool2d,
     ]
 )
 
@@ -103,6 +109,72 @@ def max_pool2d_with_indices(x, kernel_size, stride=(), padding=0, dilation=1, ce
             best = torch.maximum(value, best)
     layout = suggest_memory_format(x)
     return best.contiguous(memory_format=layout), index.contiguous(memory_format=layout)
+
+
+def _windows(size, out, device):
+    """ATen's adaptive pooling windows along one dim, as tensors: each
+    output's first input index (floor(i·size/out)) and length
+    (ceil((i+1)·size/out) minus the start), and the longest length (an int)."""
+    longest = max(-(-((i + 1) * size) // out) - i * size // out for i in range(out))
+    i = torch.arange(out, device=device)
+    starts = torch.div(i * size, out, rounding_mode="floor")
+    ends = torch.div((i + 1) * size + out - 1, out, rounding_mode="floor")
+    return starts, ends - starts, longest
+
+
+def adaptive_max_pool2d(x, output_size):
+    """``adaptive_max_pool2d`` for any output size (PyTorch's decomposition
+    covers only sizes that divide the input): every window gathered at the
+    longest window's size, the positions past a shorter window's end set to
+    −inf, then the maximum and its index as ATen's kernel picks them: the
+    first maximum in row-major order, but the last NaN (its loop takes
+    every NaN it meets)."""
+    if _Traced.active:
+        return NotImplemented
+    h_out, w_out = output_size
+    h, w = x.shape[-2], x.shape[-1]
+    if not all(isinstance(v, int) for v in (h, w, h_out, w_out)) or h_out <= 0 or w_out <= 0 or x.numel() == 0:
+        return _as_is(aten.adaptive_max_pool2d.default)(x, output_size)
+    if h % h_out == 0 and w % w_out == 0 and (h_out, w_out) != (1, 1):
+        # max_pool2d_with_indices (rdyn's, above). PyTorch's global case
+        # takes argmax, whose NaN is the first, not ATen's last.
+        out = _TORCH[aten.adaptive_max_pool2d.default](x, output_size)
+    else:
+        dev = x.device
+        hs, hl, kh = _windows(h, h_out, dev)
+        ws, wl, kw = _windows(w, w_out, dev)
+        k = torch.arange(kh, device=dev)
+        rows = hs[:, None] + k  # [h_out, kh]
+        row_ok = k < hl[:, None]
+        l = torch.arange(kw, device=dev)
+        cols = ws[:, None] + l  # [w_out, kw]
+        col_ok = l < wl[:, None]
+        rows = torch.where(row_ok, rows, 0)
+        cols = torch.where(col_ok, cols, 0)
+        # [..., h_out, kh, w_out, kw] → [..., h_out, w_out, kh·kw]
+        win = x[..., rows[:, :, None, None], cols[None, None, :, :]]
+        ok = row_ok[:, :, None, None] & col_ok[None, None, :, :]
+        win = torch.where(ok, win, float("-inf"))
+        lead = win.dim() - 4
+        win = win.permute(*range(lead), lead, lead + 2, lead + 1, lead + 3).flatten(-2)
+        value = torch.amax(win, dim=-1)
+        nan = torch.isnan(win)
+        last_nan = kh * kw - 1 - torch.argmax(nan.flip(-1).to(torch.uint8), dim=-1)
+        local = torch.where(nan.any(-1), last_nan, torch.argmax(torch.where(nan, float("-inf"), win), dim=-1))
+        row = hs[:, None] + torch.div(local, kw, rounding_mode="floor")
+        col = ws[None, :] + torch.remainder(local, kw)
+        out = (value, row * w + col)
+    layout = suggest_memory_format(x)
+    return tuple(t.contiguous(memory_format=layout) for t in out)
+
+
+def adaptive_max_pool2d_backward(grad, x, indices):
+    """The gradient of ``adaptive_max_pool2d``: each output's gradient added
+    at its index in the flattened plane (windows may overlap), laid out as
+    the input, as ATen's kernel does."""
+    plane = x.new_zeros((*x.shape[:-2], x.shape[-2] * x.shape[-1]), dtype=grad.dtype)
+    flat = plane.scatter_add(-1, indices.flatten(-2), grad.flatten(-2))
+    return flat.view(x.shape).contiguous(memory_format=suggest_memory_format(x))
 
 
 def _first_in_suggested_format(fn):
@@ -307,4 +379,6 @@ DECOMPOSITIONS = {
     aten.xlogy.Tensor: _xlog(torch.log),
     aten.special_xlog1py.default: _xlog(torch.log1p),
     aten.roll.default: roll,
+    aten.adaptive_max_pool2d.default: adaptive_max_pool2d,
+    aten.adaptive_max_pool2d_backward.default: adaptive_max_pool2d_backward,
 }
