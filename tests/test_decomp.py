@@ -152,6 +152,37 @@ def test_adaptive_max_pool2d_training_gradient(layout) -> None:
     assert rdyn.stats()["nodes_fallback"] == 0, rdyn.stats()["fallback_ops"]
 
 
+@pytest.mark.parametrize("beta,alpha", [(1, 1), (0.5, 2.0), (0, 1)])
+def test_addbmm_is_one_matrix_product(beta, alpha) -> None:
+    """``addbmm`` as one GEMM over the batches side by side, against
+    float64 eager; with beta = 0 a NaN in ``self`` is ignored, as ATen
+    does. No eager node."""
+    g = torch.Generator().manual_seed(3)
+    s, b1, b2 = torch.randn(5, 7, generator=g), torch.randn(4, 5, 6, generator=g), torch.randn(4, 6, 7, generator=g)
+    s[1, 2] = float("nan") if beta == 0 else s[1, 2]
+    fn = lambda s, b1, b2: torch.addbmm(s, b1, b2, beta=beta, alpha=alpha)  # noqa: E731
+    got = torch.compile(fn, backend="rdyn")(s, b1, b2)
+    want = fn(s.double(), b1.double(), b2.double())
+    torch.testing.assert_close(got.double(), want, rtol=1e-5, atol=1e-5)
+    assert rdyn.stats()["nodes_fallback"] == 0, rdyn.stats()["fallback_ops"]
+
+
+def test_bilinear_forward_and_gradients() -> None:
+    """``F.bilinear`` (``_trilinear``) as a fused product-and-sum, forward
+    and the gradients of both inputs, the weight and the bias against
+    float64 eager, with no eager node in either graph."""
+    g = torch.Generator().manual_seed(4)
+    args = [torch.randn(*s, generator=g, dtype=torch.float64) for s in ((5, 3), (5, 4), (6, 3, 4), (6,))]
+    mine = [a.clone().requires_grad_() for a in args]
+    ref = [a.clone().requires_grad_() for a in args]
+    fn = lambda a, b, w, c: (torch.nn.functional.bilinear(a, b, w, c) ** 2).sum()  # noqa: E731
+    torch.compile(fn, backend="rdyn")(*mine).backward()
+    fn(*ref).backward()
+    for m, r in zip(mine, ref):
+        torch.testing.assert_close(m.grad, r.grad)
+    assert rdyn.stats()["nodes_fallback"] == 0, rdyn.stats()["fallback_ops"]
+
+
 CONVS = [
     # name, (batch, in, out, size), Conv2d keyword arguments
     ("pointwise", (1, 24, 40, 5), dict(kernel_size=1)),

@@ -22,7 +22,9 @@ first operand where the operands' layouts differ.
 Adaptive max pooling of any output size gathers each window at the longest
 window's size, masked, and picks the maximum and its index as ATen's kernel
 does (PyTorch's decomposition covers only sizes that divide the input); its
-gradient adds each output's gradient at its index.
+gradient adds each output's gradient at its index. ``addbmm`` is one matrix
+product (the batches side by side along the contracted dim), and
+``_trilinear`` (``F.bilinear``) a product of broadcast operands summed.
 
 Softmax normalises by multiplying with the reciprocal of the row sum, as
 ATen's own softmax kernels do: PyTorch's decomposition divides, and a
@@ -175,6 +177,34 @@ def adaptive_max_pool2d_backward(grad, x, indices):
     plane = x.new_zeros((*x.shape[:-2], x.shape[-2] * x.shape[-1]), dtype=grad.dtype)
     flat = plane.scatter_add(-1, indices.flatten(-2), grad.flatten(-2))
     return flat.view(x.shape).contiguous(memory_format=suggest_memory_format(x))
+
+
+def addbmm(self, batch1, batch2, *, beta=1, alpha=1):
+    """``beta·self + alpha·Σ_b batch1[b] @ batch2[b]`` as one matrix
+    product: the batches side by side along the contracted dim."""
+    b, n, k = batch1.shape
+    m = batch2.shape[2]
+    prod = torch.mm(batch1.permute(1, 0, 2).reshape(n, b * k), batch2.reshape(b * k, m))
+    if alpha != 1:
+        prod = prod * alpha
+    if beta == 0:
+        # ATen ignores `self` (NaN included) when beta is 0.
+        return prod.expand(n, m).contiguous()
+    return (self if beta == 1 else self * beta) + prod
+
+
+def trilinear(i1, i2, i3, expand1, expand2, expand3, sumdim, unroll_dim=1):
+    """``_trilinear`` (``F.bilinear``): each operand with its size-1 dims
+    inserted, multiplied, summed over ``sumdim``; rdyn fuses the products
+    into the reduction, so nothing of the broadcast product is stored."""
+
+    def expand(t, dims):
+        for d in sorted(dims):
+            t = t.unsqueeze(d)
+        return t
+
+    product = expand(i1, expand1) * expand(i2, expand2) * expand(i3, expand3)
+    return product.sum(list(sumdim)) if sumdim else product
 
 
 def _first_in_suggested_format(fn):
@@ -381,4 +411,6 @@ DECOMPOSITIONS = {
     aten.roll.default: roll,
     aten.adaptive_max_pool2d.default: adaptive_max_pool2d,
     aten.adaptive_max_pool2d_backward.default: adaptive_max_pool2d_backward,
+    aten.addbmm.default: addbmm,
+    aten._trilinear.default: trilinear,
 }
