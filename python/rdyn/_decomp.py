@@ -25,6 +25,10 @@ does (PyTorch's decomposition covers only sizes that divide the input); its
 gradient adds each output's gradient at its index. ``addbmm`` is one matrix
 product (the batches side by side along the contracted dim), and
 ``_trilinear`` (``F.bilinear``) a product of broadcast operands summed.
+Antialiased bilinear resizing is two matrix products with ATen's weights
+(its triangle filter stretched by the downscale factor, computed in the
+input's type), along the width first as ATen's separable kernel goes; its
+gradient is the transposed products.
 
 Softmax normalises by multiplying with the reciprocal of the row sum, as
 ATen's own softmax kernels do: PyTorch's decomposition divides, and a
@@ -205,6 +209,54 @@ def trilinear(i1, i2, i3, expand1, expand2, expand3, sumdim, unroll_dim=1):
 
     product = expand(i1, expand1) * expand(i2, expand2) * expand(i3, expand3)
     return product.sum(list(sumdim)) if sumdim else product
+
+
+def _aa_weights(in_size, out_size, align_corners, scale, dtype, device):
+    """The dense [out, in] matrix of ATen's antialiased bilinear weights
+    along one dim (its `_compute_weights_aa` with the triangle filter),
+    computed in `dtype` as ATen computes them in the input's type."""
+    if align_corners:
+        s = (in_size - 1) / (out_size - 1) if out_size > 1 else 0.0
+    else:
+        s = 1.0 / scale if scale is not None and scale > 0 else in_size / out_size
+    support, invscale = (s, 1.0 / s) if s >= 1.0 else (1.0, 1.0)
+    center = (torch.arange(out_size, device=device, dtype=dtype) + 0.5) * s
+    lo = torch.clamp_min(torch.trunc(center - support + 0.5), 0)
+    hi = torch.clamp_max(torch.trunc(center + support + 0.5), in_size)
+    j = torch.arange(in_size, device=device, dtype=dtype)
+    inside = (j >= lo[:, None]) & (j < hi[:, None])
+    w = torch.clamp_min(1 - torch.abs((j - center[:, None] + 0.5) * invscale), 0)
+    w = torch.where(inside, w, 0)
+    total = w.sum(-1, keepdim=True)
+    return torch.where(total != 0, w / total, w)
+
+
+def _aa_pair(h, w, output_size, align_corners, scales_h, scales_w, dtype, device):
+    dt = dtype if dtype in (torch.float32, torch.float64) else torch.float32
+    wh = _aa_weights(h, output_size[0], align_corners, scales_h, dt, device)
+    ww = _aa_weights(w, output_size[1], align_corners, scales_w, dt, device)
+    return wh, ww
+
+
+def upsample_bilinear2d_aa(x, output_size, align_corners, scales_h=None, scales_w=None):
+    """Antialiased bilinear resizing as two matrix products with ATen's
+    weights, along the width first as ATen's separable kernel does."""
+    h, w = x.shape[-2], x.shape[-1]
+    if not all(isinstance(v, int) for v in (h, w, *output_size)):
+        return NotImplemented
+    wh, ww = _aa_pair(h, w, output_size, align_corners, scales_h, scales_w, x.dtype, x.device)
+    out = torch.matmul(wh.to(x.dtype), torch.matmul(x, ww.t().to(x.dtype)))
+    return out.contiguous(memory_format=suggest_memory_format(x))
+
+
+def upsample_bilinear2d_aa_backward(grad, output_size, input_size, align_corners, scales_h=None, scales_w=None):
+    """Its gradient: the transposed products."""
+    h, w = input_size[-2], input_size[-1]
+    if not all(isinstance(v, int) for v in (h, w, *output_size)):
+        return NotImplemented
+    wh, ww = _aa_pair(h, w, output_size, align_corners, scales_h, scales_w, grad.dtype, grad.device)
+    out = torch.matmul(wh.t().to(grad.dtype), torch.matmul(grad, ww.to(grad.dtype)))
+    return out.contiguous(memory_format=suggest_memory_format(grad))
 
 
 def _first_in_suggested_format(fn):
@@ -413,4 +465,6 @@ DECOMPOSITIONS = {
     aten.adaptive_max_pool2d_backward.default: adaptive_max_pool2d_backward,
     aten.addbmm.default: addbmm,
     aten._trilinear.default: trilinear,
+    aten._upsample_bilinear2d_aa.default: upsample_bilinear2d_aa,
+    aten._upsample_bilinear2d_aa_backward.default: upsample_bilinear2d_aa_backward,
 }
