@@ -25,6 +25,9 @@ does (PyTorch's decomposition covers only sizes that divide the input); its
 gradient adds each output's gradient at its index. ``addbmm`` is one matrix
 product (the batches side by side along the contracted dim), and
 ``_trilinear`` (``F.bilinear``) a product of broadcast operands summed.
+``cdist`` (``_cdist_forward``, ``_euclidean_dist``, ``_cdist_backward``) is
+computed from coordinate differences for every p, so a point's distance to
+itself is 0 (ATen's GEMM form for p = 2 cancels).
 Antialiased bilinear resizing is two matrix products with ATen's weights
 (its triangle filter stretched by the downscale factor, computed in the
 input's type), along the width first as ATen's separable kernel goes; its
@@ -259,6 +262,64 @@ def upsample_bilinear2d_aa_backward(grad, output_size, input_size, align_corners
     return out.contiguous(memory_format=suggest_memory_format(grad))
 
 
+def _root_or_zero(s, root):
+    """``root(s)`` where s > 0, else 0, with a zero gradient at 0 (ATen's
+    ``_cdist_backward`` gives points at distance 0 none)."""
+    positive = s > 0
+    return torch.where(positive, root(torch.where(positive, s, 1)), 0)
+
+
+def cdist_forward(x1, x2, p, compute_mode=None):
+    """``torch.cdist`` from the coordinate differences, for every p and
+    every compute mode: ATen's matrix-product form for p = 2 (|x|² + |y|² −
+    2x·y under a square root) cancels, so the distance of a point to itself
+    came out as the square root of the rounding error (2e-4 for unit-scale
+    32-dim points with rdyn's GEMM), where the differences give 0. rdyn
+    fuses the differences into the reduction, so they are never stored."""
+    if x1.shape[-1] == 0:
+        shape = torch.broadcast_shapes(x1.shape[:-2], x2.shape[:-2]) + (x1.shape[-2], x2.shape[-2])
+        return x1.new_zeros(shape)
+    diff = x1.unsqueeze(-2) - x2.unsqueeze(-3)
+    if p == 0:
+        return (diff != 0).sum(-1).to(x1.dtype)
+    if math.isinf(p):
+        return diff.abs().amax(-1)
+    if p == 1:
+        return diff.abs().sum(-1)
+    if p == 2:
+        return _root_or_zero((diff * diff).sum(-1), torch.sqrt)
+    return _root_or_zero((diff.abs() ** p).sum(-1), lambda s: s ** (1.0 / p))
+
+
+def euclidean_dist(x1, x2):
+    """``_euclidean_dist`` (``cdist``'s matrix-product path) by differences."""
+    return cdist_forward(x1, x2, 2.0)
+
+
+def cdist_backward(grad, x1, x2, p, dist):
+    """The gradient of ``cdist`` for ``x1``, ATen's formula: each pair's
+    gradient times ∂d/∂x1, which is 0 where the pair's distance or the
+    coordinate difference is 0."""
+    diff = x1.unsqueeze(-2) - x2.unsqueeze(-3)
+    d = dist.unsqueeze(-1)
+    zero = torch.zeros((), dtype=diff.dtype, device=diff.device)
+    if p == 0:
+        term = torch.zeros_like(diff)
+    elif p == 1:
+        term = torch.sign(diff)
+    elif math.isinf(p):
+        term = torch.sign(diff) * (diff.abs() == d)
+    elif p == 2:
+        term = torch.where(d == 0, zero, diff / torch.where(d == 0, 1, d))
+    else:
+        safe = (diff == 0) | (d == 0)
+        a = torch.where(safe, 1, diff.abs())
+        scale = torch.where(safe, 1, d)
+        term = torch.where(safe, zero, torch.sign(diff) * a ** (p - 1) / scale ** (p - 1))
+    out = (grad.unsqueeze(-1) * term).sum(-2)
+    return out.sum_to_size(x1.shape) if out.shape != x1.shape else out
+
+
 def _first_in_suggested_format(fn):
     """``fn`` with its result (or first result) copied into its input's
     suggested memory format, as ATen's kernel lays it out; the copy is no
@@ -467,4 +528,7 @@ DECOMPOSITIONS = {
     aten._trilinear.default: trilinear,
     aten._upsample_bilinear2d_aa.default: upsample_bilinear2d_aa,
     aten._upsample_bilinear2d_aa_backward.default: upsample_bilinear2d_aa_backward,
+    aten._cdist_forward.default: cdist_forward,
+    aten._euclidean_dist.default: euclidean_dist,
+    aten._cdist_backward.default: cdist_backward,
 }
