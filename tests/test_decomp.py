@@ -244,6 +244,28 @@ def test_cdist_from_differences(p) -> None:
     assert rdyn.stats()["nodes_fallback"] == 0, rdyn.stats()["fallback_ops"]
 
 
+@pytest.mark.parametrize("device", ["cpu", "cuda-sim"])
+def test_masked_scatter_takes_source_in_order(device) -> None:
+    """``masked_scatter`` by a cumulative count of the mask: a broadcast
+    mask over a transposed input, as eager; a source shorter than the
+    selection is an IndexError (ATen raises too), never silent values; an
+    empty source with nothing selected returns the input. No eager node."""
+    g = torch.Generator().manual_seed(7)
+    x = torch.randn(5, 4, generator=g).t()
+    m = torch.rand(1, 5, generator=g) > 0.4
+    fn = lambda x, m, s: torch.masked_scatter(x, m, s)  # noqa: E731
+    compiled = torch.compile(fn, backend="rdyn", options={"device": device})
+    s = torch.randn(25, generator=g)
+    got, want = compiled(x, m, s), fn(x, m, s)
+    assert torch.equal(got, want) and got.stride() == want.stride()
+    assert rdyn.stats()["nodes_fallback"] == 0, rdyn.stats()["fallback_ops"]
+    with pytest.raises(IndexError):
+        compiled(x, m, torch.randn(int(m.expand_as(x).sum()) - 1))
+    torch._dynamo.reset()
+    empty = torch.compile(fn, backend="rdyn", options={"device": device})
+    assert torch.equal(empty(x, torch.zeros_like(m), torch.randn(0)), x)
+
+
 CONVS = [
     # name, (batch, in, out, size), Conv2d keyword arguments
     ("pointwise", (1, 24, 40, 5), dict(kernel_size=1)),

@@ -28,6 +28,8 @@ product (the batches side by side along the contracted dim), and
 ``cdist`` (``_cdist_forward``, ``_euclidean_dist``, ``_cdist_backward``) is
 computed from coordinate differences for every p, so a point's distance to
 itself is 0 (ATen's GEMM form for p = 2 cancels).
+``masked_scatter`` counts the selected positions with a cumulative sum and
+gathers from the source behind one padding element.
 Antialiased bilinear resizing is two matrix products with ATen's weights
 (its triangle filter stretched by the downscale factor, computed in the
 input's type), along the width first as ATen's separable kernel goes; its
@@ -320,6 +322,21 @@ def cdist_backward(grad, x1, x2, p, dist):
     return out.sum_to_size(x1.shape) if out.shape != x1.shape else out
 
 
+def masked_scatter(self, mask, source):
+    """``masked_scatter``: the k-th selected position (row-major) takes
+    ``source``'s k-th element, its position among the selected ones counted
+    by a cumulative sum of the mask; contiguous, as ATen's result is. The
+    elements are read from ``source`` behind one padding element that the
+    unselected positions read, so a selected position past ``source``'s end
+    is an index out of range (an error, as in ATen), never a silent value."""
+    m = mask.expand(self.shape).reshape(-1)
+    flat = self.reshape(-1)
+    k = torch.cumsum(m.to(torch.int64), 0)
+    padded = torch.cat([flat.new_zeros(1), source.reshape(-1).to(self.dtype)])
+    taken = padded[torch.where(m, k, 0)]
+    return torch.where(m, taken, flat).view(self.shape)
+
+
 def _first_in_suggested_format(fn):
     """``fn`` with its result (or first result) copied into its input's
     suggested memory format, as ATen's kernel lays it out; the copy is no
@@ -531,4 +548,5 @@ DECOMPOSITIONS = {
     aten._cdist_forward.default: cdist_forward,
     aten._euclidean_dist.default: euclidean_dist,
     aten._cdist_backward.default: cdist_backward,
+    aten.masked_scatter.default: masked_scatter,
 }
