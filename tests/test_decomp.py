@@ -266,6 +266,55 @@ def test_masked_scatter_takes_source_in_order(device) -> None:
     assert torch.equal(empty(x, torch.zeros_like(m), torch.randn(0)), x)
 
 
+POOL3D = [
+    ((2, 3, 7, 10, 9), (3, 4, 5)),  # windows of unequal lengths
+    ((3, 6, 6, 6), (2, 3, 6)),  # unbatched, one dim unchanged
+    ((1, 2, 4, 4, 4), (1, 1, 1)),  # global
+    ((2, 2, 5, 6, 7), (8, 9, 10)),  # larger than the input: windows repeat
+]
+
+
+@pytest.mark.parametrize("shape,out", POOL3D, ids=str)
+@pytest.mark.parametrize("layout", ["contiguous", "channels_last_3d"])
+def test_adaptive_avg_pool3d_as_matrix_products(shape, out, layout) -> None:
+    """3-D adaptive average pooling as one averaging matrix product per dim:
+    values within float32 rounding of eager, eager's layouts (a contiguous
+    result even for a channels-last input; the gradient in the input's),
+    the gradient against float64 eager, and no eager node."""
+    g = torch.Generator().manual_seed(8)
+    x = torch.randn(*shape, generator=g)
+    if layout == "channels_last_3d" and x.dim() == 5:
+        x = x.contiguous(memory_format=torch.channels_last_3d)
+    fn = lambda t: torch.nn.functional.adaptive_avg_pool3d(t, out)  # noqa: E731
+    got, want = torch.compile(fn, backend="rdyn")(x), fn(x)
+    torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-6)
+    assert got.stride() == want.stride()
+    x1, x2 = x.double().requires_grad_(), x.double().requires_grad_()
+    loss = lambda t: (fn(t) ** 2).sum()  # noqa: E731
+    torch.compile(loss, backend="rdyn")(x1).backward()
+    loss(x2).backward()
+    torch.testing.assert_close(x1.grad, x2.grad)
+    assert x1.grad.stride() == x2.grad.stride()
+    assert rdyn.stats()["nodes_fallback"] == 0, rdyn.stats()["fallback_ops"]
+
+
+@pytest.mark.parametrize(
+    "size,stride,offset", [((2, 3), (1, 2), 0), ((3,), (4,), 1), ((2, 2), (5, 1), 2), ((4, 2), (2, 1), None)], ids=str
+)
+def test_as_strided_scatter_into_contiguous(size, stride, offset) -> None:
+    """``as_strided_scatter`` into a contiguous tensor (what the gradients
+    of views build) as an ``index_put`` at the view's storage positions,
+    against eager, with no eager node; a transposed tensor keeps the op."""
+    g = torch.Generator().manual_seed(9)
+    x, src = torch.randn(3, 4, generator=g), torch.randn(size, generator=g)
+    fn = lambda x, s: torch.as_strided_scatter(x, s, size, stride, offset)  # noqa: E731
+    assert torch.equal(torch.compile(fn, backend="rdyn")(x, src), fn(x, src))
+    assert rdyn.stats()["nodes_fallback"] == 0, rdyn.stats()["fallback_ops"]
+    torch._dynamo.reset()
+    t = torch.randn(4, 3, generator=g).t()
+    assert torch.equal(torch.compile(fn, backend="rdyn")(t, src), fn(t, src))
+
+
 CONVS = [
     # name, (batch, in, out, size), Conv2d keyword arguments
     ("pointwise", (1, 24, 40, 5), dict(kernel_size=1)),

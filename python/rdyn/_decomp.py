@@ -28,6 +28,9 @@ product (the batches side by side along the contracted dim), and
 ``cdist`` (``_cdist_forward``, ``_euclidean_dist``, ``_cdist_backward``) is
 computed from coordinate differences for every p, so a point's distance to
 itself is 0 (ATen's GEMM form for p = 2 cancels).
+3-D adaptive average pooling is one averaging matrix product per dim.
+``as_strided_scatter`` into a contiguous tensor is an ``index_put`` at the
+storage positions its view reaches.
 ``masked_scatter`` counts the selected positions with a cumulative sum and
 gathers from the source behind one padding element.
 Antialiased bilinear resizing is two matrix products with ATen's weights
@@ -337,6 +340,70 @@ def masked_scatter(self, mask, source):
     return torch.where(m, taken, flat).view(self.shape)
 
 
+def _mean_matrix(size, out, dtype, device):
+    """The [out, size] matrix averaging ATen's adaptive pooling windows
+    along one dim (1/length inside each window, 0 outside)."""
+    starts, lengths, _ = _windows(size, out, device)
+    j = torch.arange(size, device=device)
+    inside = (j >= starts[:, None]) & (j < (starts + lengths)[:, None])
+    return torch.where(inside, 1.0 / lengths[:, None].to(dtype), torch.zeros((), dtype=dtype, device=device))
+
+
+def _pool3d_mats(shape, output_size, dtype, device):
+    dt = dtype if dtype in (torch.float32, torch.float64) else torch.float32
+    return [_mean_matrix(n, o, dt, device).to(dtype) for n, o in zip(shape[-3:], output_size)]
+
+
+def _sizes_known(*sizes):
+    return all(isinstance(v, int) and v > 0 for v in sizes)
+
+
+def adaptive_avg_pool3d(x, output_size):
+    """``_adaptive_avg_pool3d`` as three matrix products, one per dim (a
+    box mean is separable); contiguous, as ATen's kernel writes it (also
+    for a channels-last input, unlike its gradient)."""
+    if x.numel() == 0 and all(isinstance(v, int) for v in output_size):
+        return x.new_zeros((*x.shape[:-3], *output_size))
+    if not _sizes_known(*x.shape[-3:], *output_size):
+        return _as_is(aten._adaptive_avg_pool3d.default)(x, output_size)
+    ad, ah, aw = _pool3d_mats(x.shape, output_size, x.dtype, x.device)
+    y = torch.matmul(ah, torch.matmul(x, aw.t()))  # [..., D, oh, ow]
+    lead, (oh, ow) = y.shape[:-3], y.shape[-2:]
+    y = torch.matmul(ad, y.reshape(*lead, y.shape[-3], oh * ow)).view(*lead, output_size[0], oh, ow)
+    return y.contiguous()
+
+
+def adaptive_avg_pool3d_backward(grad, x):
+    """Its gradient: the transposed products, in the input's layout."""
+    output_size = grad.shape[-3:]
+    if not _sizes_known(*x.shape[-3:], *output_size) or x.numel() == 0:
+        return _as_is(aten._adaptive_avg_pool3d_backward.default)(grad, x)
+    ad, ah, aw = _pool3d_mats(x.shape, output_size, grad.dtype, grad.device)
+    y = torch.matmul(ah.t(), torch.matmul(grad, aw))  # [..., od, H, W]
+    lead, (h, w) = y.shape[:-3], y.shape[-2:]
+    y = torch.matmul(ad.t(), y.reshape(*lead, y.shape[-3], h * w)).view(*lead, x.shape[-3], h, w)
+    return y.contiguous(memory_format=suggest_memory_format(x))
+
+
+def as_strided_scatter(self, src, size, stride, storage_offset=None):
+    """``as_strided_scatter`` into a contiguous ``self`` (what autograd's
+    gradients of views build): ``src`` put at the storage positions the
+    strided view reaches, relative to ``self``'s first element. Other
+    inputs keep the op (it runs eagerly)."""
+    sizes = (*size, *stride, self.storage_offset(), storage_offset or 0)
+    if not self.is_contiguous() or not all(isinstance(v, int) for v in sizes):
+        return NotImplemented
+    start = (self.storage_offset() if storage_offset is None else storage_offset) - self.storage_offset()
+    index = torch.full((), start, dtype=torch.int64, device=self.device)
+    for d, (n, st) in enumerate(zip(size, stride)):
+        shape = [1] * len(size)
+        shape[d] = n
+        index = index + (torch.arange(n, device=self.device) * st).view(shape)
+    index = index.expand(tuple(size)).reshape(-1)
+    flat = self.reshape(-1).index_put((index,), src.expand(tuple(size)).reshape(-1).to(self.dtype))
+    return flat.view(self.shape)
+
+
 def _first_in_suggested_format(fn):
     """``fn`` with its result (or first result) copied into its input's
     suggested memory format, as ATen's kernel lays it out; the copy is no
@@ -549,4 +616,7 @@ DECOMPOSITIONS = {
     aten._euclidean_dist.default: euclidean_dist,
     aten._cdist_backward.default: cdist_backward,
     aten.masked_scatter.default: masked_scatter,
+    aten.as_strided_scatter.default: as_strided_scatter,
+    aten._adaptive_avg_pool3d.default: adaptive_avg_pool3d,
+    aten._adaptive_avg_pool3d_backward.default: adaptive_avg_pool3d_backward,
 }
