@@ -27,7 +27,8 @@ product (the batches side by side along the contracted dim), and
 ``_trilinear`` (``F.bilinear``) a product of broadcast operands summed.
 ``cdist`` (``_cdist_forward``, ``_euclidean_dist``, ``_cdist_backward``) is
 computed from coordinate differences for every p, so a point's distance to
-itself is 0 (ATen's GEMM form for p = 2 cancels).
+itself is 0 (ATen's GEMM form for p = 2 cancels), up to
+``CDIST_DIFFERENCES`` for the GEMM path.
 3-D adaptive average pooling is one averaging matrix product per dim.
 ``as_strided_scatter`` into a contiguous tensor is an ``index_put`` at the
 storage positions its view reaches.
@@ -63,6 +64,7 @@ _TORCH = get_decompositions(
         aten.log_sigmoid_forward,
         aten._native_batch_norm_legit_functional,
         aten.adaptive_max_pool2d,
+        aten._euclidean_dist,
     ]
 )
 
@@ -296,9 +298,21 @@ def cdist_forward(x1, x2, p, compute_mode=None):
     return _root_or_zero((diff.abs() ** p).sum(-1), lambda s: s ** (1.0 / p))
 
 
+#: Above this many coordinate differences (pairs times dims), ``cdist``'s
+#: matrix-product path keeps ATen's GEMM form: as fast as eager's, with
+#: eager's cancellation (the price ATen pays for speed on large inputs).
+CDIST_DIFFERENCES = 1 << 22
+
+
 def euclidean_dist(x1, x2):
-    """``_euclidean_dist`` (``cdist``'s matrix-product path) by differences."""
-    return cdist_forward(x1, x2, 2.0)
+    """``_euclidean_dist`` (``cdist``'s matrix-product path, which ATen
+    takes for more than 25 points or when asked) by differences, up to
+    ``CDIST_DIFFERENCES``; ATen's GEMM form beyond."""
+    pairs = x1.shape[-2] * x2.shape[-2] * x1.shape[-1]
+    batch = max(torch.broadcast_shapes(x1.shape[:-2], x2.shape[:-2]).numel(), 1)
+    if isinstance(pairs, int) and pairs * batch <= CDIST_DIFFERENCES:
+        return cdist_forward(x1, x2, 2.0)
+    return _TORCH[aten._euclidean_dist.default](x1, x2)
 
 
 def cdist_backward(grad, x1, x2, p, dist):
