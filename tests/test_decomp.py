@@ -97,61 +97,6 @@ def test_max_pool2d_training_gradient() -> None:
     torch.testing.assert_close(x1.grad, x2.grad)
 
 
-ADAPTIVE = [
-    # input shape, output size: windows of unequal lengths (sizes that do
-    # not divide), overlapping windows, one window (global), identity.
-    ((2, 3, 10, 9), (4, 4)),
-    ((2, 3, 10, 9), (5, 7)),
-    ((3, 11, 13), (6, 5)),
-    ((2, 3, 8, 8), (4, 4)),
-    ((1, 2, 7, 5), (7, 5)),
-    ((2, 2, 5, 6), (1, 1)),
-]
-
-
-@pytest.mark.parametrize("shape,out", ADAPTIVE, ids=str)
-@pytest.mark.parametrize("kind", ["random", "ties", "special", "all_neg_inf"])
-@pytest.mark.parametrize("layout", ["contiguous", "channels_last"])
-@pytest.mark.parametrize("device", ["cpu", "cuda-sim"])
-def test_adaptive_max_pool2d_matches_eager(shape, out, kind, layout, device) -> None:
-    """Adaptive max pooling for any output size (PyTorch's decomposition
-    covers sizes that divide the input): values and indices as ATen's kernel
-    gives them, ties (the first maximum), NaN (the last one in a window) and
-    -inf included, in the input's memory format, with no eager node."""
-    x = _input(shape, kind)
-    if layout == "channels_last" and x.dim() == 4:
-        x = x.contiguous(memory_format=torch.channels_last)
-    fn = lambda t: torch.nn.functional.adaptive_max_pool2d(t, out, return_indices=True)  # noqa: E731
-    compiled = torch.compile(fn, backend="rdyn", options={"device": device})
-    values, indices = compiled(x)
-    want_values, want_indices = fn(x)
-    torch.testing.assert_close(values, want_values, equal_nan=True, rtol=0, atol=0)
-    assert torch.equal(indices, want_indices)
-    # The layout (strides of dims longer than 1; a size-1 dim's is free).
-    for got, want in ((values, want_values), (indices, want_indices)):
-        assert [s for s, n in zip(got.stride(), got.shape) if n > 1] == [
-            s for s, n in zip(want.stride(), want.shape) if n > 1
-        ], (got.stride(), want.stride())
-    assert rdyn.stats()["nodes_fallback"] == 0, rdyn.stats()["fallback_ops"]
-
-
-@pytest.mark.parametrize("layout", ["contiguous", "channels_last"])
-def test_adaptive_max_pool2d_training_gradient(layout) -> None:
-    """The gradient through adaptive max pooling with overlapping windows
-    (10 rows into 4: windows of 3 and 4 that share rows) against float64
-    eager, in the input's layout, with no eager node."""
-    x = torch.randn(2, 3, 10, 9, dtype=torch.float64)
-    if layout == "channels_last":
-        x = x.contiguous(memory_format=torch.channels_last)
-    x1, x2 = x.clone().requires_grad_(), x.clone().requires_grad_()
-    fn = lambda t: (torch.nn.functional.adaptive_max_pool2d(t, (4, 5)) ** 2).sum()  # noqa: E731
-    torch.compile(fn, backend="rdyn")(x1).backward()
-    fn(x2).backward()
-    torch.testing.assert_close(x1.grad, x2.grad)
-    assert x1.grad.stride() == x2.grad.stride()
-    assert rdyn.stats()["nodes_fallback"] == 0, rdyn.stats()["fallback_ops"]
-
-
 @pytest.mark.parametrize("beta,alpha", [(1, 1), (0.5, 2.0), (0, 1)])
 def test_addbmm_is_one_matrix_product(beta, alpha) -> None:
     """``addbmm`` as one GEMM over the batches side by side, against
@@ -164,54 +109,6 @@ def test_addbmm_is_one_matrix_product(beta, alpha) -> None:
     got = torch.compile(fn, backend="rdyn")(s, b1, b2)
     want = fn(s.double(), b1.double(), b2.double())
     torch.testing.assert_close(got.double(), want, rtol=1e-5, atol=1e-5)
-    assert rdyn.stats()["nodes_fallback"] == 0, rdyn.stats()["fallback_ops"]
-
-
-def test_bilinear_forward_and_gradients() -> None:
-    """``F.bilinear`` (``_trilinear``) as a fused product-and-sum, forward
-    and the gradients of both inputs, the weight and the bias against
-    float64 eager, with no eager node in either graph."""
-    g = torch.Generator().manual_seed(4)
-    args = [torch.randn(*s, generator=g, dtype=torch.float64) for s in ((5, 3), (5, 4), (6, 3, 4), (6,))]
-    mine = [a.clone().requires_grad_() for a in args]
-    ref = [a.clone().requires_grad_() for a in args]
-    fn = lambda a, b, w, c: (torch.nn.functional.bilinear(a, b, w, c) ** 2).sum()  # noqa: E731
-    torch.compile(fn, backend="rdyn")(*mine).backward()
-    fn(*ref).backward()
-    for m, r in zip(mine, ref):
-        torch.testing.assert_close(m.grad, r.grad)
-    assert rdyn.stats()["nodes_fallback"] == 0, rdyn.stats()["fallback_ops"]
-
-
-AA_CASES = [
-    dict(size=(6, 5)),  # down: wide triangle windows
-    dict(size=(17, 23)),  # up
-    dict(scale_factor=0.3),  # the scale given, not the sizes
-    dict(size=(3, 4), align_corners=True),
-    dict(scale_factor=(0.5, 1.7)),  # down along one dim, up along the other
-]
-
-
-@pytest.mark.parametrize("kwargs", AA_CASES, ids=str)
-@pytest.mark.parametrize("layout", ["contiguous", "channels_last"])
-def test_antialiased_bilinear_matches_eager(kwargs, layout) -> None:
-    """``interpolate(mode="bilinear", antialias=True)`` as two matrix
-    products with ATen's weights: values within a few float32 ulps of
-    ATen's separable kernel, its layout, the gradient against float64
-    eager, and no eager node."""
-    g = torch.Generator().manual_seed(5)
-    x = torch.randn(2, 3, 16, 20, generator=g)
-    if layout == "channels_last":
-        x = x.contiguous(memory_format=torch.channels_last)
-    fn = lambda t: torch.nn.functional.interpolate(t, mode="bilinear", antialias=True, **kwargs)  # noqa: E731
-    got, want = torch.compile(fn, backend="rdyn")(x), fn(x)
-    torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-6)
-    assert got.stride() == want.stride()
-    x1, x2 = x.double().requires_grad_(), x.double().requires_grad_()
-    loss = lambda t: (fn(t) ** 2).sum()  # noqa: E731
-    torch.compile(loss, backend="rdyn")(x1).backward()
-    loss(x2).backward()
-    torch.testing.assert_close(x1.grad, x2.grad)
     assert rdyn.stats()["nodes_fallback"] == 0, rdyn.stats()["fallback_ops"]
 
 

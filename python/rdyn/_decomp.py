@@ -19,25 +19,15 @@ pooling and batch norm follow the input's suggested memory format
 slices, whose layout ``cat`` picks, and ``xlogy``/``xlog1py`` follow their
 first operand where the operands' layouts differ.
 
-Adaptive max pooling of any output size gathers each window at the longest
-window's size, masked, and picks the maximum and its index as ATen's kernel
-does (PyTorch's decomposition covers only sizes that divide the input); its
-gradient adds each output's gradient at its index. ``addbmm`` is one matrix
-product (the batches side by side along the contracted dim), and
-``_trilinear`` (``F.bilinear``) a product of broadcast operands summed.
-``cdist`` (``_cdist_forward``, ``_euclidean_dist``, ``_cdist_backward``) is
-computed from coordinate differences for every p, so a point's distance to
-itself is 0 (ATen's GEMM form for p = 2 cancels), up to
-``CDIST_DIFFERENCES`` for the GEMM path.
-3-D adaptive average pooling is one averaging matrix product per dim.
-``as_strided_scatter`` into a contiguous tensor is an ``index_put`` at the
-storage positions its view reaches.
+``addbmm`` is one matrix product (the batches side by side along the
+contracted dim). ``cdist`` (``_cdist_forward``, ``_euclidean_dist``,
+``_cdist_backward``) is computed from coordinate differences, so a point's
+distance to itself is 0 (ATen's GEMM form for p = 2 cancels), up to
+``CDIST_DIFFERENCES`` for the GEMM path. 3-D adaptive average pooling is one
+averaging matrix product per dim. ``as_strided_scatter`` into a contiguous
+tensor is an ``index_put`` at the storage positions its view reaches.
 ``masked_scatter`` counts the selected positions with a cumulative sum and
 gathers from the source behind one padding element.
-Antialiased bilinear resizing is two matrix products with ATen's weights
-(its triangle filter stretched by the downscale factor, computed in the
-input's type), along the width first as ATen's separable kernel goes; its
-gradient is the transposed products.
 
 Softmax normalises by multiplying with the reciprocal of the row sum, as
 ATen's own softmax kernels do: PyTorch's decomposition divides, and a
@@ -63,7 +53,6 @@ _TORCH = get_decompositions(
         aten.roll,
         aten.log_sigmoid_forward,
         aten._native_batch_norm_legit_functional,
-        aten.adaptive_max_pool2d,
         aten._euclidean_dist,
     ]
 )
@@ -138,61 +127,6 @@ def _windows(size, out, device):
     return starts, ends - starts, longest
 
 
-def adaptive_max_pool2d(x, output_size):
-    """``adaptive_max_pool2d`` for any output size (PyTorch's decomposition
-    covers only sizes that divide the input): every window gathered at the
-    longest window's size, the positions past a shorter window's end set to
-    −inf, then the maximum and its index as ATen's kernel picks them: the
-    first maximum in row-major order, but the last NaN (its loop takes
-    every NaN it meets)."""
-    if _Traced.active:
-        return NotImplemented
-    h_out, w_out = output_size
-    h, w = x.shape[-2], x.shape[-1]
-    if not all(isinstance(v, int) for v in (h, w, h_out, w_out)) or h_out <= 0 or w_out <= 0 or x.numel() == 0:
-        return _as_is(aten.adaptive_max_pool2d.default)(x, output_size)
-    if h % h_out == 0 and w % w_out == 0 and (h_out, w_out) != (1, 1):
-        # max_pool2d_with_indices (rdyn's, above). PyTorch's global case
-        # takes argmax, whose NaN is the first, not ATen's last.
-        out = _TORCH[aten.adaptive_max_pool2d.default](x, output_size)
-    else:
-        dev = x.device
-        hs, hl, kh = _windows(h, h_out, dev)
-        ws, wl, kw = _windows(w, w_out, dev)
-        k = torch.arange(kh, device=dev)
-        rows = hs[:, None] + k  # [h_out, kh]
-        row_ok = k < hl[:, None]
-        l = torch.arange(kw, device=dev)
-        cols = ws[:, None] + l  # [w_out, kw]
-        col_ok = l < wl[:, None]
-        rows = torch.where(row_ok, rows, 0)
-        cols = torch.where(col_ok, cols, 0)
-        # [..., h_out, kh, w_out, kw] → [..., h_out, w_out, kh·kw]
-        win = x[..., rows[:, :, None, None], cols[None, None, :, :]]
-        ok = row_ok[:, :, None, None] & col_ok[None, None, :, :]
-        win = torch.where(ok, win, float("-inf"))
-        lead = win.dim() - 4
-        win = win.permute(*range(lead), lead, lead + 2, lead + 1, lead + 3).flatten(-2)
-        value = torch.amax(win, dim=-1)
-        nan = torch.isnan(win)
-        last_nan = kh * kw - 1 - torch.argmax(nan.flip(-1).to(torch.uint8), dim=-1)
-        local = torch.where(nan.any(-1), last_nan, torch.argmax(torch.where(nan, float("-inf"), win), dim=-1))
-        row = hs[:, None] + torch.div(local, kw, rounding_mode="floor")
-        col = ws[None, :] + torch.remainder(local, kw)
-        out = (value, row * w + col)
-    layout = suggest_memory_format(x)
-    return tuple(t.contiguous(memory_format=layout) for t in out)
-
-
-def adaptive_max_pool2d_backward(grad, x, indices):
-    """The gradient of ``adaptive_max_pool2d``: each output's gradient added
-    at its index in the flattened plane (windows may overlap), laid out as
-    the input, as ATen's kernel does."""
-    plane = x.new_zeros((*x.shape[:-2], x.shape[-2] * x.shape[-1]), dtype=grad.dtype)
-    flat = plane.scatter_add(-1, indices.flatten(-2), grad.flatten(-2))
-    return flat.view(x.shape).contiguous(memory_format=suggest_memory_format(x))
-
-
 def addbmm(self, batch1, batch2, *, beta=1, alpha=1):
     """``beta·self + alpha·Σ_b batch1[b] @ batch2[b]`` as one matrix
     product: the batches side by side along the contracted dim."""
@@ -205,68 +139,6 @@ def addbmm(self, batch1, batch2, *, beta=1, alpha=1):
         # ATen ignores `self` (NaN included) when beta is 0.
         return prod.expand(n, m).contiguous()
     return (self if beta == 1 else self * beta) + prod
-
-
-def trilinear(i1, i2, i3, expand1, expand2, expand3, sumdim, unroll_dim=1):
-    """``_trilinear`` (``F.bilinear``): each operand with its size-1 dims
-    inserted, multiplied, summed over ``sumdim``; rdyn fuses the products
-    into the reduction, so nothing of the broadcast product is stored."""
-
-    def expand(t, dims):
-        for d in sorted(dims):
-            t = t.unsqueeze(d)
-        return t
-
-    product = expand(i1, expand1) * expand(i2, expand2) * expand(i3, expand3)
-    return product.sum(list(sumdim)) if sumdim else product
-
-
-def _aa_weights(in_size, out_size, align_corners, scale, dtype, device):
-    """The dense [out, in] matrix of ATen's antialiased bilinear weights
-    along one dim (its `_compute_weights_aa` with the triangle filter),
-    computed in `dtype` as ATen computes them in the input's type."""
-    if align_corners:
-        s = (in_size - 1) / (out_size - 1) if out_size > 1 else 0.0
-    else:
-        s = 1.0 / scale if scale is not None and scale > 0 else in_size / out_size
-    support, invscale = (s, 1.0 / s) if s >= 1.0 else (1.0, 1.0)
-    center = (torch.arange(out_size, device=device, dtype=dtype) + 0.5) * s
-    lo = torch.clamp_min(torch.trunc(center - support + 0.5), 0)
-    hi = torch.clamp_max(torch.trunc(center + support + 0.5), in_size)
-    j = torch.arange(in_size, device=device, dtype=dtype)
-    inside = (j >= lo[:, None]) & (j < hi[:, None])
-    w = torch.clamp_min(1 - torch.abs((j - center[:, None] + 0.5) * invscale), 0)
-    w = torch.where(inside, w, 0)
-    total = w.sum(-1, keepdim=True)
-    return torch.where(total != 0, w / total, w)
-
-
-def _aa_pair(h, w, output_size, align_corners, scales_h, scales_w, dtype, device):
-    dt = dtype if dtype in (torch.float32, torch.float64) else torch.float32
-    wh = _aa_weights(h, output_size[0], align_corners, scales_h, dt, device)
-    ww = _aa_weights(w, output_size[1], align_corners, scales_w, dt, device)
-    return wh, ww
-
-
-def upsample_bilinear2d_aa(x, output_size, align_corners, scales_h=None, scales_w=None):
-    """Antialiased bilinear resizing as two matrix products with ATen's
-    weights, along the width first as ATen's separable kernel does."""
-    h, w = x.shape[-2], x.shape[-1]
-    if not all(isinstance(v, int) for v in (h, w, *output_size)):
-        return NotImplemented
-    wh, ww = _aa_pair(h, w, output_size, align_corners, scales_h, scales_w, x.dtype, x.device)
-    out = torch.matmul(wh.to(x.dtype), torch.matmul(x, ww.t().to(x.dtype)))
-    return out.contiguous(memory_format=suggest_memory_format(x))
-
-
-def upsample_bilinear2d_aa_backward(grad, output_size, input_size, align_corners, scales_h=None, scales_w=None):
-    """Its gradient: the transposed products."""
-    h, w = input_size[-2], input_size[-1]
-    if not all(isinstance(v, int) for v in (h, w, *output_size)):
-        return NotImplemented
-    wh, ww = _aa_pair(h, w, output_size, align_corners, scales_h, scales_w, grad.dtype, grad.device)
-    out = torch.matmul(wh.t().to(grad.dtype), torch.matmul(grad, ww.to(grad.dtype)))
-    return out.contiguous(memory_format=suggest_memory_format(grad))
 
 
 def _root_or_zero(s, root):
@@ -301,7 +173,7 @@ def cdist_forward(x1, x2, p, compute_mode=None):
 #: Above this many coordinate differences (pairs times dims), ``cdist``'s
 #: matrix-product path keeps ATen's GEMM form: as fast as eager's, with
 #: eager's cancellation (the price ATen pays for speed on large inputs).
-CDIST_DIFFERENCES = 1 << 22
+CDIST_DIFFERENCES = 1 << 16
 
 
 def euclidean_dist(x1, x2):
@@ -620,12 +492,7 @@ DECOMPOSITIONS = {
     aten.xlogy.Tensor: _xlog(torch.log),
     aten.special_xlog1py.default: _xlog(torch.log1p),
     aten.roll.default: roll,
-    aten.adaptive_max_pool2d.default: adaptive_max_pool2d,
-    aten.adaptive_max_pool2d_backward.default: adaptive_max_pool2d_backward,
     aten.addbmm.default: addbmm,
-    aten._trilinear.default: trilinear,
-    aten._upsample_bilinear2d_aa.default: upsample_bilinear2d_aa,
-    aten._upsample_bilinear2d_aa_backward.default: upsample_bilinear2d_aa_backward,
     aten._cdist_forward.default: cdist_forward,
     aten._euclidean_dist.default: euclidean_dist,
     aten._cdist_backward.default: cdist_backward,
