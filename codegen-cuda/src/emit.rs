@@ -295,8 +295,9 @@ impl Emitter<'_> {
                     let (root, dtype) = (self.program.storage_of(*buf), self.program.buffer(*buf).dtype);
                     let plain = indirect.is_empty() && mask.is_none();
                     let found = || {
-                        let index = index.simplify(self.syms);
-                        self.lanes.lookup(root, &index).or_else(|| self.row.lookup(root, &index, dtype, self.syms))
+                        let lane = || self.lanes.lookup(root, &index.simplify(self.syms));
+                        let lane = if self.lanes.is_empty() { None } else { lane() };
+                        lane.or_else(|| self.row.lookup(root, index, dtype, self.syms))
                     };
                     if let Some(r) = plain.then(found).flatten() {
                         regs.insert(id, r);

@@ -43,7 +43,13 @@ pub struct Lanes {
 }
 
 impl Lanes {
-    /// The register holding element `index` of `root` at the current point.
+    /// Whether no group is being emitted (nothing to look up).
+    pub fn is_empty(&self) -> bool {
+        self.loads.is_empty()
+    }
+
+    /// The register holding element `index` (simplified) of `root` at the
+    /// current point.
     pub fn lookup(&self, root: BufId, index: &Expr) -> Option<String> {
         let regs = self.loads.get(&(root, index.clone()))?;
         regs.get(if regs.len() == 1 { 0 } else { self.lane }).cloned()

@@ -119,12 +119,11 @@ def max_pool2d_with_indices(x, kernel_size, stride=(), padding=0, dilation=1, ce
 def _windows(size, out, device):
     """ATen's adaptive pooling windows along one dim, as tensors: each
     output's first input index (floor(i·size/out)) and length
-    (ceil((i+1)·size/out) minus the start), and the longest length (an int)."""
-    longest = max(-(-((i + 1) * size) // out) - i * size // out for i in range(out))
+    (ceil((i+1)·size/out) minus the start)."""
     i = torch.arange(out, device=device)
     starts = torch.div(i * size, out, rounding_mode="floor")
     ends = torch.div((i + 1) * size + out - 1, out, rounding_mode="floor")
-    return starts, ends - starts, longest
+    return starts, ends - starts
 
 
 def addbmm(self, batch1, batch2, *, beta=1, alpha=1):
@@ -229,7 +228,7 @@ def masked_scatter(self, mask, source):
 def _mean_matrix(size, out, dtype, device):
     """The [out, size] matrix averaging ATen's adaptive pooling windows
     along one dim (1/length inside each window, 0 outside)."""
-    starts, lengths, _ = _windows(size, out, device)
+    starts, lengths = _windows(size, out, device)
     j = torch.arange(size, device=device)
     inside = (j >= starts[:, None]) & (j < (starts + lengths)[:, None])
     return torch.where(inside, 1.0 / lengths[:, None].to(dtype), torch.zeros((), dtype=dtype, device=device))
