@@ -12,6 +12,8 @@ use rdyn_runtime::compiled::Host;
 use rdyn_runtime::guard::{CallArg, TensorArg};
 use rdyn_runtime::RuntimeError;
 
+use crate::node_call::{with_layout, NodeCall, NodeCalls};
+
 /// torch objects looked up once.
 pub struct Torch {
     pub tensor_type: Py<PyAny>,
@@ -181,6 +183,8 @@ pub struct PyHost<'py, 'a> {
     /// [`PyHost::keep_fresh`] once the call has succeeded).
     pub kept: &'a Kept,
     pub fresh_kept: Vec<(usize, BufId)>,
+    /// The graph's library and eager nodes called from Rust.
+    pub calls: &'a NodeCalls,
 }
 
 impl<'py> PyHost<'py, '_> {
@@ -365,39 +369,53 @@ impl Host for PyHost<'_, '_> {
         bufs: &[BufPlan],
         ptrs: &mut [usize],
     ) -> Result<(), RuntimeError> {
-        let result = (|| -> PyResult<Vec<(Bound<'_, PyAny>, usize, i64)>> {
+        let result = (|| -> PyResult<Vec<(Bound<'_, PyAny>, bool)>> {
             let tensors: Vec<Bound<'_, PyAny>> =
                 inputs.iter().map(|b| self.tensor(*b, bufs)).collect::<PyResult<_>>()?;
+            if let Some(call) = NodeCall::get(self.calls, self.runner, node)? {
+                let results = call.call(self.py, tensors)?;
+                if results.len() != outputs.len() {
+                    return Ok(results.into_iter().map(|t| (t, false)).collect());
+                }
+                return results
+                    .into_iter()
+                    .zip(outputs)
+                    .map(|(t, b)| {
+                        let plan = &bufs[b.0 as usize];
+                        let (t, exact) = with_layout(self.runner, node, t, &plan.sizes, &plan.strides)?;
+                        Ok((t, exact && plan.offset == 0))
+                    })
+                    .collect();
+            }
             let layouts: Vec<(Vec<i64>, Vec<i64>)> = outputs
                 .iter()
                 .map(|b| (bufs[b.0 as usize].sizes.clone(), bufs[b.0 as usize].strides.clone()))
                 .collect();
             let results = self.runner.call_method1("run_node", (node, PyList::new(self.py, tensors)?, layouts))?;
-            let mut out = Vec::new();
-            for r in results.try_iter()? {
-                let r = r?;
-                let ptr: usize = r.call_method0("data_ptr")?.extract()?;
-                let so: i64 = r.call_method0("storage_offset")?.extract()?;
-                out.push((r, ptr, so));
-            }
-            Ok(out)
+            results.try_iter()?.map(|r| Ok((r?, false))).collect()
         })();
-        match result {
-            Ok(results) => {
-                if results.len() != outputs.len() {
-                    return Err(RuntimeError::Host(format!(
-                        "eager node {node} returned {} tensors, expected {}",
-                        results.len(),
-                        outputs.len()
-                    )));
-                }
-                for (b, (t, ptr, so)) in outputs.iter().zip(results) {
-                    ptrs[b.0 as usize] = ptr;
-                    self.tensors[b.0 as usize] = Some((t, Some(so)));
-                }
-                Ok(())
-            }
-            Err(e) => Err(self.fail(e)),
+        let results = match result {
+            Ok(results) => results,
+            Err(e) => return Err(self.fail(e)),
+        };
+        if results.len() != outputs.len() {
+            return Err(RuntimeError::Host(format!(
+                "eager node {node} returned {} tensors, expected {}",
+                results.len(),
+                outputs.len()
+            )));
         }
+        for (b, (t, exact)) in outputs.iter().zip(results) {
+            let read = (|| -> PyResult<(usize, i64)> {
+                let ptr: usize = t.call_method0(intern!(self.py, "data_ptr"))?.extract()?;
+                let so: i64 = t.call_method0(intern!(self.py, "storage_offset"))?.extract()?;
+                Ok((ptr, so))
+            })();
+            let (ptr, so) = read.map_err(|e| self.fail(e))?;
+            ptrs[b.0 as usize] = ptr;
+            self.tensors[b.0 as usize] = Some((t, Some(so)));
+            self.exact[b.0 as usize] = exact;
+        }
+        Ok(())
     }
 }

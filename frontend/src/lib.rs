@@ -6,6 +6,7 @@
 mod fast;
 mod host;
 mod import;
+mod node_call;
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::OnceLock;
@@ -75,6 +76,8 @@ struct CompiledGraph {
     pool: host::Pool,
     /// Tensors holding the values of input-free steps, per plan.
     kept: host::Kept,
+    /// Library and eager nodes called from Rust, loaded on first use.
+    calls: node_call::NodeCalls,
     /// The previous call, for the repeat-call fast path.
     last: std::sync::Mutex<Option<LastCall>>,
 }
@@ -113,6 +116,7 @@ impl CompiledGraph {
                 runner,
                 pool: host::Pool::default(),
                 kept: host::Kept::default(),
+                calls: Default::default(),
                 last: Default::default(),
             })
         })
@@ -295,6 +299,7 @@ impl CompiledGraph {
             pooled: Vec::new(),
             kept: &self.kept,
             fresh_kept: Vec::new(),
+            calls: &self.calls,
         };
         for (k, buf) in selected.plan().buffers.iter().enumerate() {
             if let Storage::Input(n) = buf.storage {

@@ -23,13 +23,15 @@ class GraphRunner:
         self.inputs = []
         self._scalars = {}
         self._bound = None
-        # Per node index: its fast call (see `_fast_call`), or False.
-        self._fast = {}
 
     def set_inputs(self, args):
         self.inputs = args
         self._scalars = {}
         self._bound = None
+
+    @staticmethod
+    def with_layout(t, sizes, strides):
+        return _with_layout(t, sizes, strides)
 
     @staticmethod
     def alloc(sizes, strides, dtype):
@@ -85,30 +87,36 @@ class GraphRunner:
         return self._bound
 
     def run_node(self, index, tensors, layouts):
-        fast = self._fast.get(index)
-        if fast is None:
-            fast = self._fast[index] = self._fast_call(index)
-        if fast is not False:
-            target, args, kwargs, slots = fast
-            args = list(args)
-            if kwargs:
-                kwargs = dict(kwargs)
-            for slot, tensor in zip(slots, tensors):
-                if isinstance(slot, int):
-                    args[slot] = tensor
-                else:
-                    kwargs[slot] = tensor
-            return self._outputs(index, target(*args, **kwargs), layouts)
-        return self._run_node_general(index, tensors, layouts)
+        """Run node `index` on `tensors` (in the order the node mentions
+        them); returns its tensor results with the metadata's `layouts`.
+        Nodes with a `fast_node` form are called from Rust instead."""
+        node = self.nodes[index]
+        it = iter(tensors)
 
-    def _fast_call(self, index):
-        """`(op, args, kwargs, tensor slots)` when the node's tensors are
-        top-level arguments (a position or a keyword) and it reads no
-        int-valued node (most library calls: convolution, attention); else
-        False. Slots follow the order the node mentions its tensors in."""
+        def sub(a):
+            if isinstance(a, fx.Node):
+                if (a, ()) in self.tensor_of:
+                    return next(it)
+                if a in self.int_nodes or a in self.scalar_nodes:
+                    return self._scalar_value(a)
+                raise RuntimeError(f"rdyn: node {node.name} reads {a.name}, which is neither a tensor nor a scalar")
+            return a
+
+        args = fx.node.map_aggregate(node.args, sub)
+        kwargs = fx.node.map_aggregate(node.kwargs, sub)
+        return self._outputs(index, node.target(*args, **kwargs), layouts)
+
+    def fast_node(self, index):
+        """`(op, args, kwargs, tensor slots, output paths)` when the node's
+        tensors are top-level arguments (a position or a keyword) and it
+        reads no int-valued node (most library calls: mm, convolution,
+        attention); else None. The Rust host then calls `op(*args,
+        **kwargs)` itself with each tensor put in its slot (a position, or
+        a keyword's name), in the order the node mentions them, and takes
+        each output from the result by its index path."""
         node = self.nodes[index]
         if not isinstance(node.target, torch._ops.OpOverload):
-            return False
+            return None
         slots = []
         unsupported = object()
 
@@ -125,8 +133,8 @@ class GraphRunner:
         args = [constant(a, pos) for pos, a in enumerate(node.args)]
         kwargs = {name: constant(a, name) for name, a in node.kwargs.items()}
         if any(a is unsupported for a in args) or any(a is unsupported for a in kwargs.values()):
-            return False
-        return _binding(node.target), tuple(args), kwargs, slots
+            return None
+        return _binding(node.target), tuple(args), kwargs, slots, list(self.out_positions[index])
 
     def _outputs(self, index, result, layouts):
         outs = []
@@ -136,23 +144,6 @@ class GraphRunner:
                 t = t[i]
             outs.append(_with_layout(t, sizes, strides))
         return outs
-
-    def _run_node_general(self, index, tensors, layouts):
-        node = self.nodes[index]
-        it = iter(tensors)
-
-        def sub(a):
-            if isinstance(a, fx.Node):
-                if (a, ()) in self.tensor_of:
-                    return next(it)
-                if a in self.int_nodes or a in self.scalar_nodes:
-                    return self._scalar_value(a)
-                raise RuntimeError(f"rdyn: node {node.name} reads {a.name}, which is neither a tensor nor a scalar")
-            return a
-
-        args = fx.node.map_aggregate(node.args, sub)
-        kwargs = fx.node.map_aggregate(node.kwargs, sub)
-        return self._outputs(index, node.target(*args, **kwargs), layouts)
 
 
 #: Tensor metadata an int node may read, by op.
