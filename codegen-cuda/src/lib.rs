@@ -20,6 +20,7 @@
 
 mod bessel;
 mod emit;
+pub mod gemm;
 mod igamma;
 mod kernel;
 mod math;

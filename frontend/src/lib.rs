@@ -85,8 +85,14 @@ struct CompiledGraph {
 #[pymethods]
 impl CompiledGraph {
     #[new]
-    #[pyo3(signature = (graph_data, runner, device = "cpu", index_checks = "device"))]
-    fn new(graph_data: &Bound<'_, PyAny>, runner: Py<PyAny>, device: &str, index_checks: &str) -> PyResult<Self> {
+    #[pyo3(signature = (graph_data, runner, device = "cpu", index_checks = "device", cuda_gemm = "cublas"))]
+    fn new(
+        graph_data: &Bound<'_, PyAny>,
+        runner: Py<PyAny>,
+        device: &str,
+        index_checks: &str,
+        cuda_gemm: &str,
+    ) -> PyResult<Self> {
         guarded(|| {
             let backend = match device {
                 "cpu" => Backend::Cpu,
@@ -108,9 +114,19 @@ impl CompiledGraph {
                     )))
                 }
             };
+            let cublas = match cuda_gemm {
+                "cublas" => true,
+                "aten" => false,
+                other => {
+                    return Err(PyValueError::new_err(format!(
+                        "rdyn: unknown cuda_gemm {other:?}; use 'cublas' or 'aten'"
+                    )))
+                }
+            };
             let graph = import::graph(graph_data)?;
             let mut inner = RtGraph::new(graph, backend);
             inner.index_checks = index_checks;
+            inner.cublas = cublas;
             Ok(CompiledGraph {
                 inner,
                 runner,
@@ -184,13 +200,17 @@ impl CompiledGraph {
                     .collect(),
                 None => vec![None; selected.plan().steps.len()],
             };
-            let ptx: Vec<Option<&rdyn_codegen_cuda::PtxKernel>> = match &selected {
+            // Each CUDA step's name and text: a kernel's PTX, a GEMM's cuBLAS call.
+            let cuda: Vec<Option<(String, String)>> = match &selected {
                 Selected::Spec(spec) => match &spec.cuda {
                     Some(plan) => plan
                         .steps
                         .iter()
                         .map(|s| match s {
-                            CudaStep::Kernel(k) => Some(k),
+                            CudaStep::Kernel(k) => Some((k.name.clone(), k.source.clone())),
+                            CudaStep::Gemm { call, a, b, out } => {
+                                Some(("gemm".to_string(), format!("cuBLAS: {out} = {a} @ {b}\n{call}")))
+                            }
                             CudaStep::Host(_) => None,
                         })
                         .collect(),
@@ -200,9 +220,9 @@ impl CompiledGraph {
             };
             // Library and eager steps run where the graph's tensors are.
             let device = if self.inner.backend == Backend::Cuda { "cuda" } else { "cpu" };
-            for ((step, shader), ptx) in selected.plan().steps.iter().zip(on_device).zip(ptx) {
-                if let Some(kernel) = ptx {
-                    kernels.append((kernel.name.clone(), "cuda", kernel.source.clone()))?;
+            for ((step, shader), cuda) in selected.plan().steps.iter().zip(on_device).zip(cuda) {
+                if let Some((name, source)) = cuda {
+                    kernels.append((name, "cuda", source))?;
                     continue;
                 }
                 if let Some(kernel) = shader {

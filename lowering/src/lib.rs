@@ -16,6 +16,7 @@ mod cse;
 mod dce;
 mod diagonal;
 mod forward;
+mod gemm;
 mod index;
 mod lazy;
 mod lower;
@@ -28,7 +29,7 @@ mod shape;
 #[cfg(test)]
 mod testing;
 
-pub use lower::{lower, InputLayout, Lowered, NodeCounts};
+pub use lower::{lower, lower_with, InputLayout, LowerOptions, Lowered, NodeCounts};
 
 /// Why a node or graph could not be lowered.
 #[derive(Debug, thiserror::Error, PartialEq)]

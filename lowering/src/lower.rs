@@ -52,6 +52,7 @@ pub(crate) type ReductionKey =
 
 pub(crate) struct Lowerer<'g> {
     pub graph: &'g Graph,
+    pub options: LowerOptions,
     pub prog: Program,
     pub env: Vec<Option<Lazy>>,
     /// Symbol values known for this specialization.
@@ -107,7 +108,26 @@ fn op_cost(op: &ScalarOp) -> usize {
 /// input; `None` for non-tensor inputs). `syms` holds the size-symbol values
 /// of this specialization (empty for the shape-generic program).
 pub fn lower(graph: &Graph, inputs: &[Option<InputLayout>], syms: &Ctx) -> Result<Lowered, LowerError> {
+    lower_with(graph, inputs, syms, LowerOptions::default())
+}
+
+/// Choices made for a whole graph.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LowerOptions {
+    /// GEMMs on CUDA become GEMM steps that run as cuBLAS calls (`gemm.rs`);
+    /// otherwise they are ATen library calls.
+    pub cublas: bool,
+}
+
+/// [`lower`] with `options`.
+pub fn lower_with(
+    graph: &Graph,
+    inputs: &[Option<InputLayout>],
+    syms: &Ctx,
+    options: LowerOptions,
+) -> Result<Lowered, LowerError> {
     let mut lw = Lowerer {
+        options,
         graph,
         prog: Program::default(),
         env: vec![None; graph.values.len()],

@@ -2,7 +2,7 @@
 //! into libraries.
 
 use crate::ir::graph::{Arg, Node};
-use crate::ir::loops::{contiguous_strides, BinaryOp, BufId, BufRole, Buffer, ExternKind, ScalarId, ScalarOp, Step};
+use crate::ir::loops::{contiguous_strides, BinaryOp, BufId, BufRole, Buffer, ExternKind, ScalarId, ScalarOp};
 use crate::ir::op::Op;
 use crate::ir::{DType, Expr};
 use crate::lazy::{vars, Lazy};
@@ -518,73 +518,6 @@ impl Lowerer<'_> {
             _ => return Err(crate::unsupported(op, "no lowering for this op")),
         };
         Ok(Handled::Native(vec![Lazy { sizes, value, dtype: out }]))
-    }
-
-    /// mm, bmm, addmm through the GEMM library.
-    pub(crate) fn gemm(&mut self, node: &Node) -> Res {
-        let op = node.target.as_str();
-        if node.outputs.first().is_some_and(|v| matches!(self.graph.meta(*v).device, rdyn_ir::Device::Cuda(_))) {
-            // On CUDA, ATen's cuBLAS call (rdyn's GEMM is a CPU library).
-            return self.library(node);
-        }
-        let (sizes, out) = self.out_meta(node)?;
-        if !out.is_float() {
-            return Err(crate::unsupported(op, format!("GEMM on {out}")));
-        }
-        // Half precision multiplies in float32, as ATen does: float32
-        // accumulation, one rounding of the result.
-        let acc = crate::reduce::acc_dtype(out);
-        let (a_pos, b_pos) = if node.op == Op::Addmm { (1, 2) } else { (0, 1) };
-        let a = self.tensor_arg(node, a_pos, "mat1")?;
-        let b = self.tensor_arg(node, b_pos, "mat2")?;
-        if a.dtype != out || b.dtype != out {
-            return Err(crate::unsupported(op, "mixed dtypes"));
-        }
-        let alpha = node.kwarg("alpha").as_float().unwrap_or(1.0);
-        let beta = node.kwarg("beta").as_float().unwrap_or(1.0);
-        let out_v = node.outputs.first().copied().ok_or_else(|| crate::invalid(op, "no output"))?;
-        // addmm's bias is added after the product, as a lazy pointwise value
-        // that fuses into the product's consumers (a GELU, a residual add)
-        // instead of being written into the output before the product.
-        let out_buf = self.gemm_into(a, b, acc, sizes.clone(), self.meta_strides(out_v), alpha);
-        let mut result = self.load_buffer(out_buf);
-        if node.op == Op::Addmm && beta != 0.0 {
-            let bias = self.tensor_arg(node, 0, "self")?;
-            let bias = self.broadcast_to(&bias, &sizes);
-            let bias = self.cast_lazy(bias, acc);
-            let scaled = if beta != 1.0 {
-                let k = self.prog.scalars.constant(beta, acc);
-                self.prog.scalars.binary(BinaryOp::Mul, bias.value, k, acc)
-            } else {
-                bias.value
-            };
-            result.value = self.prog.scalars.binary(BinaryOp::Add, scaled, result.value, acc);
-        }
-        Ok(Handled::Extern(vec![self.cast_lazy(result, out)]))
-    }
-
-    /// `scale · (a @ b)` through the GEMM library (2-D, or 3-D batched),
-    /// the operands cast to `acc`, into a new buffer of `sizes` and
-    /// `strides`.
-    pub(crate) fn gemm_into(
-        &mut self,
-        a: Lazy,
-        b: Lazy,
-        acc: DType,
-        sizes: Vec<Expr>,
-        strides: Vec<Expr>,
-        scale: f64,
-    ) -> BufId {
-        let (a, b) = (self.cast_lazy(a, acc), self.cast_lazy(b, acc));
-        let a_buf = self.buffer_for_extern(&a);
-        let b_buf = self.buffer_for_extern(&b);
-        let out_buf = self.temp_buffer(acc, sizes, strides);
-        self.prog.steps.push(Step::Extern(crate::ir::loops::Extern {
-            kind: ExternKind::Gemm { scale_bits: scale.to_bits() },
-            inputs: vec![a_buf, b_buf],
-            outputs: vec![out_buf],
-        }));
-        out_buf
     }
 
     /// Library kernels run through ATen (convolution).

@@ -204,7 +204,7 @@ def compile_aten_graph(gm: torch.fx.GraphModule, example_inputs, options: Option
         if device == "cuda-sim":
             # Generated for CUDA, run on the CPU tensors by the PTX simulator.
             data = on_device(data, "cuda:0")
-        compiled = _rdyn.CompiledGraph(data, runner, device, options.index_checks)
+        compiled = _rdyn.CompiledGraph(data, runner, device, options.index_checks, options.cuda_gemm)
         if device in ("cuda", "cuda-sim"):
             # Generate the kernels now: a graph the CUDA code generator
             # cannot express yet runs eagerly (counted), not as an error.

@@ -14,6 +14,7 @@ Environment:
                                      machine code)
   RDYN_INDEX_CHECKS=device|sync      how CUDA kernels report an index out of
                                      range (the `index_checks` option)
+  RDYN_CUDA_GEMM=cublas|aten         how CUDA GEMMs run (the `cuda_gemm` option)
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ DEVICES = ("cpu", "wgpu", "cuda-sim")
 EXPLAIN_DEVICES = ("cpu", "wgpu", "cuda")
 PLANNED_DEVICES: tuple = ()
 INDEX_CHECKS = ("device", "sync")
+CUDA_GEMMS = ("cublas", "aten")
 
 
 @dataclass(frozen=True)
@@ -40,12 +42,16 @@ class Options:
     #: reads an error flag back after each call of a graph that can set it
     #: and raises IndexError there (also for integer division by zero).
     index_checks: str = "device"
+    #: How mm, bmm and addmm run on CUDA: "cublas" as cuBLAS calls rdyn
+    #: plans itself (the bias and any epilogue fused into the kernels that
+    #: read the product), "aten" as ATen library calls.
+    cuda_gemm: str = "cublas"
 
     @staticmethod
     def parse(options, extra=None) -> "Options":
         merged = dict(options or {})
         merged.update(extra or {})
-        known = {"device", "strict", "index_checks"}
+        known = {"device", "strict", "index_checks", "cuda_gemm"}
         unknown = sorted(set(merged) - known)
         if unknown:
             raise ValueError(
@@ -64,7 +70,10 @@ class Options:
         checks = merged.get("index_checks", os.environ.get("RDYN_INDEX_CHECKS", "device"))
         if checks not in INDEX_CHECKS:
             raise ValueError(f"rdyn: option index_checks={checks!r} is not one of {list(INDEX_CHECKS)}")
-        return Options(device=device, strict=strict, index_checks=checks)
+        gemm = merged.get("cuda_gemm", os.environ.get("RDYN_CUDA_GEMM", "cublas"))
+        if gemm not in CUDA_GEMMS:
+            raise ValueError(f"rdyn: option cuda_gemm={gemm!r} is not one of {list(CUDA_GEMMS)}")
+        return Options(device=device, strict=strict, index_checks=checks, cuda_gemm=gemm)
 
 
 _TOPICS: frozenset = frozenset()

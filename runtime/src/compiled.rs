@@ -13,7 +13,7 @@ use rdyn_ir::graph::{Graph, Input};
 use rdyn_ir::loops::{BufId, Program};
 use rdyn_ir::op::Op;
 use rdyn_ir::{Atom, Ctx, Expr};
-use rdyn_lowering::{lower, InputLayout, Lowered, NodeCounts};
+use rdyn_lowering::{lower, lower_with, InputLayout, LowerOptions, Lowered, NodeCounts};
 
 use crate::guard::{CallArg, GuardKey};
 use crate::stats::STATS;
@@ -112,6 +112,9 @@ pub struct CompiledGraph {
     pub backend: Backend,
     /// How CUDA kernels report an index out of range.
     pub index_checks: rdyn_codegen_cuda::IndexChecks,
+    /// CUDA GEMMs run as cuBLAS calls rdyn plans (emulated on `cuda-sim`),
+    /// else as ATen library calls.
+    pub cublas: bool,
     guard_offsets: bool,
     specs: Mutex<Vec<Arc<Specialization>>>,
     generic: Mutex<Option<Arc<Generic>>>,
@@ -141,6 +144,7 @@ impl CompiledGraph {
             graph,
             backend,
             index_checks: Default::default(),
+            cublas: true,
             guard_offsets,
             specs: Mutex::new(Vec::new()),
             generic: Mutex::new(None),
@@ -223,6 +227,12 @@ impl CompiledGraph {
             .collect()
     }
 
+    /// Whether this graph's GEMMs on CUDA are cuBLAS calls rdyn makes
+    /// (emulated on `cuda-sim`).
+    fn uses_cublas(&self) -> bool {
+        self.cublas && self.backend.is_cuda()
+    }
+
     /// Whether guards include storage offsets (the graph addresses input
     /// storage directly, through `as_strided`).
     pub fn guard_offsets(&self) -> bool {
@@ -265,7 +275,8 @@ impl CompiledGraph {
             return self.run_generic(args, ctx);
         }
         let start = Instant::now();
-        let Lowered { program, counts } = lower(&self.graph, &self.layouts(args), &ctx)?;
+        let options = LowerOptions { cublas: self.uses_cublas() };
+        let Lowered { program, counts } = lower_with(&self.graph, &self.layouts(args), &ctx, options)?;
         let cpu = Arc::new(plan(&program, &ctx)?);
         let wgpu = match self.backend {
             Backend::Wgpu => Some(crate::gpu::plan_wgpu(&program, cpu.clone(), &ctx, !describe_only)?),

@@ -3,8 +3,8 @@
 //!
 //! Every kernel of a program is generated as PTX when the graph is compiled
 //! (no GPU needed for that: `rdyn.explain(..., device="cuda")` shows it).
-//! Eager and library steps (convolution, GEMM through ATen's cuBLAS call)
-//! run through the host on CUDA tensors. Scratch buffers live in one
+//! GEMM steps are cuBLAS calls (`cublas.rs`); eager and library steps
+//! (convolution) run through the host on CUDA tensors. Scratch buffers live in one
 //! allocation from PyTorch's caching allocator per call; outputs are torch
 //! tensors the host allocates on the device.
 //!
@@ -17,8 +17,9 @@ use std::sync::{Arc, OnceLock};
 
 use cudarc::driver::{result, sys};
 use rdyn_codegen_cpu::plan::{CpuProgram, CpuStep, Storage};
+use rdyn_codegen_cuda::gemm::{GemmCall, Layout};
 use rdyn_codegen_cuda::{kernel_ptx, sim, IndexChecks, PtxError, PtxKernel};
-use rdyn_ir::loops::{Program, Step};
+use rdyn_ir::loops::{BufId, ExternKind, Program, Step};
 use rdyn_ir::Ctx;
 
 use crate::compiled::Host;
@@ -30,6 +31,8 @@ pub enum CudaStep {
     Kernel(PtxKernel),
     /// Step `n` of the CPU plan, run by the host (an eager or library call).
     Host(usize),
+    /// A GEMM step, one cuBLAS call (emulated by the simulator).
+    Gemm { call: GemmCall, a: BufId, b: BufId, out: BufId },
 }
 
 /// A program's CUDA form.
@@ -66,16 +69,32 @@ pub fn plan_cuda(
                 kernel_index += 1;
                 steps.push(CudaStep::Kernel(kernel));
             }
-            Step::Extern(e) => {
-                if matches!(e.kind, rdyn_ir::loops::ExternKind::Gemm { .. }) {
-                    return Err(RuntimeError::Internal("a CPU GEMM step in a CUDA program".into()));
-                }
-                steps.push(CudaStep::Host(i));
-            }
+            Step::Extern(e) => match &e.kind {
+                ExternKind::Gemm { scale_bits } => steps.push(gemm_step(&cpu, e, f64::from_bits(*scale_bits))?),
+                _ => steps.push(CudaStep::Host(i)),
+            },
         }
     }
     let checks_errors = steps.iter().any(|s| matches!(s, CudaStep::Kernel(k) if k.error_flag));
     Ok(CudaPlan { cpu, steps, checks_errors, simulated, functions: OnceLock::new(), decoded: OnceLock::new() })
+}
+
+/// A GEMM step's cuBLAS call, from its buffers' planned layouts.
+fn gemm_step(cpu: &CpuProgram, e: &rdyn_ir::loops::Extern, scale: f64) -> Result<CudaStep, RuntimeError> {
+    let (a, b, out) = (e.inputs[0], e.inputs[1], e.outputs[0]);
+    let layout = |buf: BufId| {
+        let p = &cpu.buffers[buf.0 as usize];
+        Layout { dtype: p.dtype, sizes: &p.sizes, strides: &p.strides }
+    };
+    let call = GemmCall::new(layout(a), layout(b), layout(out), scale)
+        .map_err(|why| RuntimeError::Internal(format!("no cuBLAS call for a GEMM step: {why}")))?;
+    Ok(CudaStep::Gemm { call, a, b, out })
+}
+
+/// The address of a buffer's first element (`ptrs` holds storage bases).
+fn first_element(cpu: &CpuProgram, ptrs: &[usize], buf: BufId) -> usize {
+    let p = &cpu.buffers[buf.0 as usize];
+    (ptrs[buf.0 as usize] as isize + p.offset as isize * p.dtype.itemsize() as isize) as usize
 }
 
 /// The process's CUDA driver state: PyTorch's primary context on device 0.
@@ -181,6 +200,13 @@ pub fn execute_cuda(plan: &CudaPlan, host: &mut dyn Host, ptrs: &mut [usize]) ->
                 .map_err(|e| driver(&format!("launch of {}", k.name), e))?;
             }
             (CudaStep::Host(i), _) => run_host_step(plan, *i, host, ptrs)?,
+            (CudaStep::Gemm { call, a, b, out }, _) => {
+                let at = |buf| first_element(&plan.cpu, ptrs, buf);
+                // SAFETY: the buffers are live device buffers of the
+                // planned layouts (inputs checked by the guards; the rest
+                // allocated for this call), kept until the call returns.
+                unsafe { crate::cublas::gemm(call, [at(*a), at(*b)], at(*out), stream as usize)? }
+            }
             (CudaStep::Kernel(_), None) => return Err(RuntimeError::Internal("kernel without a function".into())),
         }
     }
@@ -248,7 +274,7 @@ fn execute_simulated(plan: &CudaPlan, host: &mut dyn Host, ptrs: &mut [usize]) -
         .get_or_init(|| {
             let kernel = |s: &CudaStep| match s {
                 CudaStep::Kernel(k) => sim::parse(&k.source).map(Some).map_err(|e| e.to_string()),
-                CudaStep::Host(_) => Ok(None),
+                CudaStep::Host(_) | CudaStep::Gemm { .. } => Ok(None),
             };
             plan.steps.iter().map(kernel).collect()
         })
@@ -283,6 +309,12 @@ fn execute_simulated(plan: &CudaPlan, host: &mut dyn Host, ptrs: &mut [usize]) -
                 crate::stats::STATS.record_simulated(t.bytes_loaded, t.bytes_stored, t.instructions);
             }
             (CudaStep::Host(i), _) => run_host_step(plan, *i, host, ptrs)?,
+            (CudaStep::Gemm { call, a, b, out }, _) => {
+                let at = |buf| first_element(&plan.cpu, ptrs, buf);
+                // SAFETY: the buffers are the call's host tensors and
+                // scratch, of the planned layouts; nothing else runs.
+                unsafe { call.emulate([at(*a), at(*b)], at(*out)) }
+            }
             (CudaStep::Kernel(_), None) => return Err(RuntimeError::Internal("kernel without a decoding".into())),
         }
     }

@@ -10,6 +10,7 @@
 //! the Python frontend implements.
 
 pub mod compiled;
+pub mod cublas;
 pub mod cuda;
 pub mod gpu;
 pub mod guard;

@@ -1,0 +1,171 @@
+//! mm, bmm and addmm: a GEMM step, and `addmm`'s bias added by the
+//! product's consumers.
+//!
+//! On the CPU the step runs rdyn's GEMM (torch's BLAS or the `gemm` crate)
+//! on float32 or float64 operands; half-precision operands are converted
+//! first. On CUDA, with [`LowerOptions::cublas`](crate::LowerOptions), the
+//! step is one cuBLAS call (`codegen-cuda/src/gemm.rs`): half-precision
+//! operands are read as they are, accumulated in float32 into a float32
+//! result, and an operand whose last two dims have no unit stride (no
+//! matrix cuBLAS can read) is copied contiguous first. Without it, CUDA
+//! GEMMs are ATen library calls.
+
+use crate::ir::graph::Node;
+use crate::ir::loops::{contiguous_strides, BinaryOp, BufId, ExternKind, Step};
+use crate::ir::op::Op;
+use crate::ir::{DType, Device, Expr};
+use crate::lazy::Lazy;
+use crate::lower::{Handled, Lowerer};
+use crate::LowerError;
+
+type Res = Result<Handled, LowerError>;
+
+impl Lowerer<'_> {
+    /// mm, bmm, addmm through the GEMM library.
+    pub(crate) fn gemm(&mut self, node: &Node) -> Res {
+        let op = node.target.as_str();
+        let cuda = node.outputs.first().is_some_and(|v| matches!(self.graph.meta(*v).device, Device::Cuda(_)));
+        if cuda && !self.options.cublas {
+            return self.library(node);
+        }
+        let (sizes, out) = self.out_meta(node)?;
+        let (a_pos, b_pos) = if node.op == Op::Addmm { (1, 2) } else { (0, 1) };
+        let a = self.tensor_arg(node, a_pos, "mat1")?;
+        let b = self.tensor_arg(node, b_pos, "mat2")?;
+        if !out.is_float() || a.dtype != out || b.dtype != out {
+            if cuda {
+                // ATen's kernel, or its error message.
+                return self.library(node);
+            }
+            return Err(crate::unsupported(op, format!("GEMM of {} and {} into {out}", a.dtype, b.dtype)));
+        }
+        // Half precision multiplies in float32, as ATen does: float32
+        // accumulation, one rounding of the result.
+        let acc = crate::reduce::acc_dtype(out);
+        let alpha = node.kwarg("alpha").as_float().unwrap_or(1.0);
+        let beta = node.kwarg("beta").as_float().unwrap_or(1.0);
+        let out_v = node.outputs.first().copied().ok_or_else(|| crate::invalid(op, "no output"))?;
+        let strides = self.meta_strides(out_v);
+        let mut result = if cuda {
+            match self.cuda_gemm(a, b, acc, sizes.clone(), strides, alpha) {
+                Some(product) => product,
+                None => return self.library(node),
+            }
+        } else {
+            let buf = self.gemm_into(a, b, acc, sizes.clone(), strides, alpha);
+            self.load_buffer(buf)
+        };
+        // addmm's bias is added after the product, as a lazy pointwise value
+        // that fuses into the product's consumers (a GELU, a residual add)
+        // instead of being written into the output before the product.
+        if node.op == Op::Addmm && beta != 0.0 {
+            let bias = self.tensor_arg(node, 0, "self")?;
+            let bias = self.broadcast_to(&bias, &sizes);
+            let bias = self.cast_lazy(bias, acc);
+            let scaled = if beta != 1.0 {
+                let k = self.prog.scalars.constant(beta, acc);
+                self.prog.scalars.binary(BinaryOp::Mul, bias.value, k, acc)
+            } else {
+                bias.value
+            };
+            result.value = self.prog.scalars.binary(BinaryOp::Add, scaled, result.value, acc);
+        }
+        Ok(Handled::Extern(vec![self.cast_lazy(result, out)]))
+    }
+
+    /// `scale · (a @ b)` through the GEMM library (2-D, or 3-D batched),
+    /// the operands cast to `acc`, into a new buffer of `sizes` and
+    /// `strides`.
+    pub(crate) fn gemm_into(
+        &mut self,
+        a: Lazy,
+        b: Lazy,
+        acc: DType,
+        sizes: Vec<Expr>,
+        strides: Vec<Expr>,
+        scale: f64,
+    ) -> BufId {
+        let (a, b) = (self.cast_lazy(a, acc), self.cast_lazy(b, acc));
+        let a_buf = self.buffer_for_extern(&a);
+        let b_buf = self.buffer_for_extern(&b);
+        let out_buf = self.temp_buffer(acc, sizes, strides);
+        self.push_gemm(a_buf, b_buf, out_buf, scale);
+        out_buf
+    }
+
+    /// `scale · (a @ b)` as one cuBLAS call into a new `acc` buffer of
+    /// `sizes` (with `strides` when cuBLAS can write them); the operands
+    /// keep their dtype. A product over an empty sum is zeros, with no
+    /// call. None when a size is not known or over cuBLAS's 32-bit limit.
+    fn cuda_gemm(
+        &mut self,
+        a: Lazy,
+        b: Lazy,
+        acc: DType,
+        sizes: Vec<Expr>,
+        strides: Vec<Expr>,
+        scale: f64,
+    ) -> Option<Lazy> {
+        let dims: Vec<i64> = self.concrete(&[a.sizes.as_slice(), b.sizes.as_slice()].concat())?;
+        if dims.iter().any(|&d| d > i64::from(i32::MAX)) || !(2..=3).contains(&a.sizes.len()) {
+            return None;
+        }
+        if dims.contains(&0) {
+            let zero = self.prog.scalars.constant(0.0, acc);
+            return Some(Lazy { sizes, value: zero, dtype: acc });
+        }
+        let a_buf = self.blas_operand(&a);
+        let b_buf = self.blas_operand(&b);
+        let writable = self.concrete(&sizes).zip(self.concrete(&strides)).is_some_and(|(n, s)| blas_matrix(&n, &s));
+        let strides = if writable { strides } else { contiguous_strides(&sizes) };
+        let out_buf = self.temp_buffer(acc, sizes, strides);
+        self.push_gemm(a_buf, b_buf, out_buf, scale);
+        Some(self.load_buffer(out_buf))
+    }
+
+    /// A buffer holding `x` that cuBLAS can read as a matrix: `x`'s own
+    /// storage when it is a view with a unit stride in its last two dims,
+    /// else a contiguous copy.
+    fn blas_operand(&mut self, x: &Lazy) -> BufId {
+        if let Some(buf) = self.as_view(x) {
+            let layout = self.prog.buffer(buf).clone();
+            let (sizes, strides) = (self.concrete(&layout.sizes), self.concrete(&layout.strides));
+            if sizes.zip(strides).is_some_and(|(n, s)| blas_matrix(&n, &s)) {
+                return buf;
+            }
+        }
+        self.realize(x, None)
+    }
+
+    /// `e`'s value in this specialization, if known.
+    fn constant(&self, e: &Expr) -> Option<i64> {
+        e.simplify(&self.syms).as_const()
+    }
+
+    /// The values of `exprs`, if all are known.
+    fn concrete(&self, exprs: &[Expr]) -> Option<Vec<i64>> {
+        exprs.iter().map(|e| self.constant(e)).collect()
+    }
+
+    fn push_gemm(&mut self, a: BufId, b: BufId, out: BufId, scale: f64) {
+        self.prog.steps.push(Step::Extern(crate::ir::loops::Extern {
+            kind: ExternKind::Gemm { scale_bits: scale.to_bits() },
+            inputs: vec![a, b],
+            outputs: vec![out],
+        }));
+    }
+}
+
+/// Whether a 2-D or 3-D layout's last two dims form a matrix a BLAS reads:
+/// one dim moves by one element (or has one element) and the other moves
+/// past a whole run of it.
+fn blas_matrix(sizes: &[i64], strides: &[i64]) -> bool {
+    if !(2..=3).contains(&sizes.len()) || strides.iter().any(|&s| s < 0) {
+        return false;
+    }
+    let r = sizes.len() - 2;
+    let (rows, cols, sr, sc) = (sizes[r], sizes[r + 1], strides[r], strides[r + 1]);
+    let column_major = (rows == 1 || sr == 1) && (cols == 1 || sc >= rows.max(1));
+    let row_major = (cols == 1 || sc == 1) && (rows == 1 || sr >= cols.max(1));
+    column_major || row_major
+}
