@@ -6,8 +6,8 @@
 #           (plus any Python wheel the GPU machine lacks, e.g. expecttest)
 #   there:  tools/device_check.sh STAGE [STAGE ...]
 #
-# Stages: smoke (tools/cuda_smoke.py), cuda (tests/test_cuda.py and the
-# CUDA model tests), opinfo (OpInfo float32 on CUDA), half (OpInfo
+# Stages: smoke (tools/cuda_smoke.py), cuda (tests/test_cuda.py, the GEMMs of
+# tests/test_cuda_gemm.py and the CUDA model tests), opinfo (OpInfo float32 on CUDA), half (OpInfo
 # float16/bfloat16 on CUDA), bandwidth (benches/cuda_bandwidth.py), suite
 # (benches/suite.py --devices cuda; RDYN_SUITE_ARGS adds options and
 # RDYN_SUITE_MODELS picks models; suite2, suite3... name more runs). Each stage's log goes to
@@ -49,7 +49,7 @@ for arg in "$@"; do
         info) stage info bash -c "nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv; $PY -c 'import torch, rdyn; print(torch.__version__, rdyn.__file__)'" ;;
         smoke) stage smoke "$PY" tools/cuda_smoke.py ;;
         # The simulator's tests (`cuda_sim`, `cuda-sim`) need no GPU: CI runs them.
-        cuda) stage cuda "${PYTEST[@]}" tests/test_cuda.py tests/test_models.py -k "(cuda or gpu) and not cuda_sim and not cuda-sim" -rf ;;
+        cuda) stage cuda "${PYTEST[@]}" tests/test_cuda.py tests/test_cuda_gemm.py tests/test_models.py -k "(cuda or gpu) and not cuda_sim and not cuda-sim" -rf ;;
         opinfo) stage opinfo "${PYTEST[@]}" tests/test_opinfo.py -k "test_op_cuda and not half and not cuda_sim ${RDYN_OPINFO_K:-}" -rf ;;
         half) stage half "${PYTEST[@]}" tests/test_opinfo.py -k "test_op_cuda_half" -rf ;;
         bandwidth) stage bandwidth "$PY" benches/cuda_bandwidth.py --json "$OUT/cuda_bandwidth.json" ;;
