@@ -19,6 +19,7 @@ mod lower_kernel;
 mod ops;
 pub mod parallel;
 pub mod plan;
+pub mod scan;
 pub mod special;
 mod split;
 mod transpose;

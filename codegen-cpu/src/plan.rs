@@ -9,7 +9,7 @@
 use std::fmt::Write;
 
 use rdyn_ir::loops::{
-    BinaryOp, BufId, BufRole, ExternKind, Program, ProgramOutput, ReduceOp, ScalarId, ScalarOp, Step, UnaryOp,
+    BinaryOp, BufId, BufRole, ExternKind, Program, ProgramOutput, ReduceOp, ScalarId, ScalarOp, ScanOp, Step, UnaryOp,
 };
 use rdyn_ir::{Atom, Ctx, DType, Expr, Kind, Var};
 
@@ -280,6 +280,14 @@ pub enum CpuStep {
         out: BufId,
         geometry: crate::depthwise::Geometry,
     },
+    /// rdyn's scan kernel ([`crate::scan`]): `outs[0]` the running values,
+    /// `outs[1]` the indices of max and min.
+    Scan {
+        op: ScanOp,
+        dim: usize,
+        x: BufId,
+        outs: Vec<BufId>,
+    },
     /// Runs through the host (ATen): a library kernel or an eager fallback.
     Host {
         node: u32,
@@ -334,7 +342,7 @@ pub fn plan(program: &Program, syms: &Ctx) -> Result<CpuProgram, CodegenError> {
     for step in &program.steps {
         if let Step::Extern(ext) = step {
             let seen = match ext.kind {
-                ExternKind::Gemm { .. } | ExternKind::DepthwiseConv2d { .. } => continue,
+                ExternKind::Gemm { .. } | ExternKind::DepthwiseConv2d { .. } | ExternKind::Scan { .. } => continue,
                 ExternKind::Library { .. } => &mut library_read,
                 ExternKind::Fallback { .. } => &mut host_visible,
             };
@@ -383,6 +391,9 @@ pub fn plan(program: &Program, syms: &Ctx) -> Result<CpuProgram, CodegenError> {
                     out: ext.outputs[0],
                     geometry: crate::depthwise::Geometry { stride: *stride, padding: *padding, dilation: *dilation },
                 },
+                ExternKind::Scan { op, dim } => {
+                    CpuStep::Scan { op: *op, dim: *dim, x: ext.inputs[0], outs: ext.outputs.clone() }
+                }
                 ExternKind::Library { node, target } | ExternKind::Fallback { node, target } => CpuStep::Host {
                     node: *node,
                     target: target.clone(),
@@ -531,6 +542,7 @@ impl CpuStep {
             }
             CpuStep::Gemm { a, b, out, .. } => (vec![root(a), root(b)], vec![root(out)]),
             CpuStep::Depthwise { x, w, out, .. } => (vec![root(x), root(w)], vec![root(out)]),
+            CpuStep::Scan { x, outs, .. } => (vec![root(x)], outs.iter().map(root).collect()),
             CpuStep::Host { inputs, outputs, .. } => {
                 (inputs.iter().map(root).collect(), outputs.iter().map(root).collect())
             }

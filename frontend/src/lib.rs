@@ -240,6 +240,14 @@ impl CompiledGraph {
                             if *scale == 1.0 { String::new() } else { format!("{scale} * ") }
                         ),
                     ))?,
+                    CpuStep::Scan { op, dim, x, outs } => kernels.append((
+                        "scan",
+                        "cpu",
+                        format!(
+                            "{op} (rdyn's scan kernel) along dim {dim}: {} = {op}({x})\n",
+                            outs.iter().map(|b| b.to_string()).collect::<Vec<_>>().join(", ")
+                        ),
+                    ))?,
                     CpuStep::Depthwise { x, w, out: o, geometry } => kernels.append((
                         "depthwise_conv2d",
                         "cpu",

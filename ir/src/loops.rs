@@ -179,6 +179,14 @@ simple_enum! {
     }
 }
 
+simple_enum! {
+    /// Running reductions along one dim (rdyn's CPU scan kernel).
+    ScanOp {
+        Sum => "cumsum", Prod => "cumprod", Max => "cummax", Min => "cummin",
+        LogSumExp => "logcumsumexp",
+    }
+}
+
 /// A node of a scalar expression DAG, evaluated at one index.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum ScalarOp {
@@ -562,6 +570,10 @@ pub enum ExternKind {
     /// `[n, c, h, w]`, weight `[c, 1, kh, kw]`, output `[n, c, oh, ow]`),
     /// rdyn's own CPU kernel; the bias is added by the consumers.
     DepthwiseConv2d { stride: [i64; 2], padding: [i64; 2], dilation: [i64; 2] },
+    /// A running reduction along `dim` (rdyn's own CPU kernel): `out[j]`
+    /// combines the input at every index up to `j` along `dim`. Max and min
+    /// also write the index of the element they hold (a second output).
+    Scan { op: ScanOp, dim: usize },
     /// A library kernel run through ATen (e.g. convolution).
     Library { node: u32, target: String },
     /// An op rdyn does not lower: the ATen node runs eagerly.

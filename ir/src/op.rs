@@ -76,6 +76,7 @@ ops! {
     Argmax => "argmax", Argmin => "argmin", Any => "any", All => "all",
     Var => "var", Std => "std", VarMean => "var_mean", Max => "max", Min => "min",
     Logsumexp => "logsumexp", Cumsum => "cumsum", Cumprod => "cumprod",
+    Cummax => "cummax", Cummin => "cummin", Logcumsumexp => "logcumsumexp",
     AvgPool2d => "avg_pool2d", AvgPool3d => "avg_pool3d", DiagonalScatter => "diagonal_scatter",
     // views
     View => "view", UnsafeView => "_unsafe_view", Reshape => "reshape", Permute => "permute",

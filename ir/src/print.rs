@@ -71,6 +71,7 @@ impl fmt::Display for Program {
                         ExternKind::DepthwiseConv2d { stride, padding, dilation } => {
                             format!("depthwise_conv2d stride {stride:?} padding {padding:?} dilation {dilation:?}")
                         }
+                        ExternKind::Scan { op, dim } => format!("{op} dim {dim}"),
                         ExternKind::Library { target, .. } => format!("library {target}"),
                         ExternKind::Fallback { target, .. } => format!("fallback {target}"),
                     };

@@ -26,8 +26,10 @@ pub fn run(program: &mut Program) {
                 !kernel.stages.is_empty()
             }
             Step::Extern(ext) => {
-                let needed = !matches!(ext.kind, ExternKind::Gemm { .. } | ExternKind::DepthwiseConv2d { .. })
-                    || ext.outputs.iter().any(|b| live.contains(&program.storage_of(*b)));
+                let needed = !matches!(
+                    ext.kind,
+                    ExternKind::Gemm { .. } | ExternKind::DepthwiseConv2d { .. } | ExternKind::Scan { .. }
+                ) || ext.outputs.iter().any(|b| live.contains(&program.storage_of(*b)));
                 if needed {
                     for b in &ext.inputs {
                         live.insert(program.storage_of(*b));

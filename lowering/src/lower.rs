@@ -117,6 +117,10 @@ pub struct LowerOptions {
     /// GEMMs on CUDA become GEMM steps that run as cuBLAS calls (`gemm.rs`);
     /// otherwise they are ATen library calls.
     pub cublas: bool,
+    /// Scans (cumsum, cummax, logcumsumexp, ...) run rdyn's CPU scan
+    /// kernel, one sequential pass per line; otherwise (GPU devices) they are
+    /// reductions over each element's prefix, parallel over every element.
+    pub scan_kernels: bool,
 }
 
 /// [`lower`] with `options`.

@@ -40,7 +40,7 @@ impl Lowerer<'_> {
             }
             Sum | Mean | Prod | Amax | Amin | Argmax | Argmin | Any | All | Var | Std | VarMean | Max | Min
             | Logsumexp => self.reduction(node),
-            Cumsum | Cumprod => self.scan(node),
+            Cumsum | Cumprod | Cummax | Cummin | Logcumsumexp => self.scan(node),
             AvgPool2d | AvgPool3d => self.avg_pool(node),
             DiagonalScatter => self.diagonal_scatter(node),
             View | UnsafeView | Reshape | Permute | Expand | Squeeze | Unsqueeze | Slice | Select | AsStrided

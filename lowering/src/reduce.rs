@@ -7,7 +7,9 @@
 //! ordinary sum the backends already vectorise.
 
 use crate::ir::graph::{Arg, Node};
-use crate::ir::loops::{contiguous_strides, BinaryOp, Kernel, Reduce, ReduceOp, ScalarId, Stage, Step, UnaryOp};
+use crate::ir::loops::{
+    contiguous_strides, BinaryOp, ExternKind, Kernel, Reduce, ReduceOp, ScalarId, ScanOp, Stage, Step, UnaryOp,
+};
 use crate::ir::op::Op;
 use crate::ir::{DType, Expr, Var};
 use crate::lazy::{vars, Lazy};
@@ -127,17 +129,31 @@ impl Lowerer<'_> {
         self.load_buffer(buf)
     }
 
-    /// cumsum / cumprod along one dim, as a reduction over the prefix: the
-    /// element at j reduces the inputs at k ≤ j (masked to the identity
-    /// beyond). Quadratic in the scanned length, so long scans run eagerly.
+    /// Scans along one dim: cumsum, cumprod, cummax, cummin, logcumsumexp.
+    /// On the CPU, rdyn's scan kernel (one pass per line); on GPU devices,
+    /// reductions over each element's prefix (`prefix_scan`).
     pub(crate) fn scan(&mut self, node: &Node) -> Res {
-        const MAX_SCAN: i64 = 4096;
         let (sizes, out) = self.out_meta(node)?;
         let x = self.tensor_arg(node, 0, "self")?;
-        let x = self.cast_lazy(x, acc_dtype(out));
+        let extreme = matches!(node.op, Op::Cummax | Op::Cummin);
+        if (extreme && out == DType::Bool) || (node.op == Op::Logcumsumexp && !out.is_float()) {
+            return Err(crate::unsupported(&node.target, format!("a scan of {out}")));
+        }
+        // Values are computed in float32, float64 or int64.
+        let acc = match acc_dtype(out) {
+            DType::F32 | DType::F64 => acc_dtype(out),
+            _ => DType::I64,
+        };
+        let x = self.cast_lazy(x, acc);
         let r = x.ndim();
         if r == 0 {
-            return Ok(Handled::Native(vec![self.cast_lazy(x, out)]));
+            let value = self.cast_lazy(x, out);
+            return Ok(Handled::Native(if extreme {
+                let zero = self.prog.scalars.int_constant(0, DType::I64);
+                vec![value, Lazy { sizes, value: zero, dtype: DType::I64 }]
+            } else {
+                vec![value]
+            }));
         }
         let dim = node.arg(1, "dim").as_int().ok_or_else(|| crate::invalid(&node.target, "dim must be an int"))?;
         let d = if dim < 0 { dim + r as i64 } else { dim };
@@ -145,24 +161,102 @@ impl Lowerer<'_> {
             return Err(crate::invalid(&node.target, format!("dim {dim} out of range for {r} dims")));
         }
         let d = d as usize;
+        let op = match node.op {
+            Op::Cumsum => ScanOp::Sum,
+            Op::Cumprod => ScanOp::Prod,
+            Op::Cummax => ScanOp::Max,
+            Op::Cummin => ScanOp::Min,
+            _ => ScanOp::LogSumExp,
+        };
+        let mut outs = if self.options.scan_kernels {
+            let input = self.buffer_for_extern(&x);
+            let strides = contiguous_strides(&x.sizes);
+            let mut bufs = vec![self.temp_buffer(acc, x.sizes.clone(), strides.clone())];
+            if extreme {
+                bufs.push(self.temp_buffer(DType::I64, x.sizes.clone(), strides));
+            }
+            self.prog.steps.push(Step::Extern(crate::ir::loops::Extern {
+                kind: ExternKind::Scan { op, dim: d },
+                inputs: vec![input],
+                outputs: bufs.clone(),
+            }));
+            bufs.into_iter().map(|b| self.load_buffer(b)).collect()
+        } else {
+            self.prefix_scan(node, op, &x, d)?
+        };
+        outs[0] = self.cast_lazy(outs[0].clone(), out);
+        Ok(Handled::Native(outs))
+    }
+
+    /// A scan as reductions over each element's prefix: the element at j
+    /// reduces the inputs at k ≤ j, the rest masked to the identity (sum,
+    /// product) or to x_j itself (always in the prefix, so the extreme is
+    /// unchanged). Quadratic in the line's length, so long scans run
+    /// eagerly.
+    fn prefix_scan(&mut self, node: &Node, op: ScanOp, x: &Lazy, d: usize) -> Result<Vec<Lazy>, LowerError> {
+        const MAX_SCAN: i64 = 4096;
         if x.sizes[d].simplify(&self.syms).as_const().is_none_or(|n| n > MAX_SCAN) {
             return Err(crate::unsupported(&node.target, format!("a scan longer than {MAX_SCAN} (or symbolic)")));
         }
+        let r = x.ndim();
+        // The prefix dim k is variable r of the extended space.
         let mut ext = x.sizes.clone();
         ext.push(x.sizes[d].clone());
         let map: Vec<Expr> = (0..r).map(|m| Expr::v(if m == d { r as u32 } else { m as u32 })).collect();
-        let xk = self.view(&x, ext.clone(), &map);
-        let (op, identity) = if node.op == Op::Cumsum { (ReduceOp::Sum, 0.0) } else { (ReduceOp::Prod, 1.0) };
+        let xk = self.view(x, ext.clone(), &map);
+        let dtype = xk.dtype;
         let s = &mut self.prog.scalars;
         let k = s.index(Expr::v(r as u32));
         let j = s.index(Expr::v(d as u32));
         let upto = s.binary(BinaryOp::Le, k, j, DType::Bool);
-        let id = s.constant(identity, xk.dtype);
-        let value = s.select(upto, xk.value, id, xk.dtype);
-        let dtype = xk.dtype;
-        let reduced = self.reduce(&Lazy { sizes: ext, value, dtype }, &[r], false, op, dtype);
-        debug_assert_eq!(reduced.sizes.len(), sizes.len());
-        Ok(Handled::Native(vec![self.cast_lazy(reduced, out)]))
+        let prefix = |value, dtype| Lazy { sizes: ext.clone(), value, dtype };
+        Ok(match op {
+            ScanOp::Sum | ScanOp::Prod => {
+                let (reduce, identity) = if op == ScanOp::Sum { (ReduceOp::Sum, 0.0) } else { (ReduceOp::Prod, 1.0) };
+                let id = s.constant(identity, dtype);
+                let value = s.select(upto, xk.value, id, dtype);
+                vec![self.reduce(&prefix(value, dtype), &[r], false, reduce, dtype)]
+            }
+            ScanOp::LogSumExp => {
+                // m + log Σ exp(x_k - m) with m the prefix max, taken as 0
+                // where infinite (all -inf: log 0 = -inf; +inf: inf).
+                let masked = s.select(upto, xk.value, x.value, dtype);
+                let m = self.reduce(&prefix(masked, dtype), &[r], false, ReduceOp::Max, dtype);
+                let s = &mut self.prog.scalars;
+                let inf = s.unary(UnaryOp::IsInf, m.value, DType::Bool);
+                let zero = s.constant(0.0, dtype);
+                let shift = s.select(inf, zero, m.value, dtype);
+                let diff = s.binary(BinaryOp::Sub, xk.value, shift, dtype);
+                let e = s.unary(UnaryOp::Exp, diff, dtype);
+                let value = s.select(upto, e, zero, dtype);
+                let total = self.reduce(&prefix(value, dtype), &[r], false, ReduceOp::Sum, dtype);
+                let s = &mut self.prog.scalars;
+                let log = s.unary(UnaryOp::Log, total.value, dtype);
+                let value = s.binary(BinaryOp::Add, shift, log, dtype);
+                vec![Lazy { sizes: x.sizes.clone(), value, dtype }]
+            }
+            ScanOp::Max | ScanOp::Min => {
+                // The extreme of the prefix, and the last k holding it (the
+                // last NaN once there is one), as ATen's kernels update on ties.
+                let reduce = if op == ScanOp::Max { ReduceOp::Max } else { ReduceOp::Min };
+                let masked = s.select(upto, xk.value, x.value, dtype);
+                let m = self.reduce(&prefix(masked, dtype), &[r], false, reduce, dtype);
+                let s = &mut self.prog.scalars;
+                let mut hit = s.binary(BinaryOp::Eq, xk.value, m.value, DType::Bool);
+                if dtype.is_float() {
+                    let a = s.unary(UnaryOp::IsNan, xk.value, DType::Bool);
+                    let b = s.unary(UnaryOp::IsNan, m.value, DType::Bool);
+                    let both = s.binary(BinaryOp::And, a, b, DType::Bool);
+                    hit = s.binary(BinaryOp::Or, hit, both, DType::Bool);
+                }
+                let hit = s.binary(BinaryOp::And, hit, upto, DType::Bool);
+                let k64 = s.cast(k, DType::I64);
+                let zero = s.int_constant(0, DType::I64);
+                let value = s.select(hit, k64, zero, DType::I64);
+                let index = self.reduce(&prefix(value, DType::I64), &[r], false, ReduceOp::Max, DType::I64);
+                vec![m, index]
+            }
+        })
     }
 
     pub(crate) fn numel_of(&mut self, input: &Lazy, dims: &[usize], dtype: DType) -> crate::ir::loops::ScalarId {

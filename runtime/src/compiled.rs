@@ -13,7 +13,7 @@ use rdyn_ir::graph::{Graph, Input};
 use rdyn_ir::loops::{BufId, Program};
 use rdyn_ir::op::Op;
 use rdyn_ir::{Atom, Ctx, Expr};
-use rdyn_lowering::{lower, lower_with, InputLayout, LowerOptions, Lowered, NodeCounts};
+use rdyn_lowering::{lower_with, InputLayout, LowerOptions, Lowered, NodeCounts};
 
 use crate::guard::{CallArg, GuardKey};
 use crate::stats::STATS;
@@ -275,7 +275,7 @@ impl CompiledGraph {
             return self.run_generic(args, ctx);
         }
         let start = Instant::now();
-        let options = LowerOptions { cublas: self.uses_cublas() };
+        let options = LowerOptions { cublas: self.uses_cublas(), scan_kernels: self.backend == Backend::Cpu };
         let Lowered { program, counts } = lower_with(&self.graph, &self.layouts(args), &ctx, options)?;
         let cpu = Arc::new(plan(&program, &ctx)?);
         let wgpu = match self.backend {
@@ -356,7 +356,9 @@ impl CompiledGraph {
                 }
             }
         }
-        let lowered = lower(&self.graph, &layouts, &Ctx::default())?;
+        // The generic program runs on the CPU.
+        let options = LowerOptions { cublas: false, scan_kernels: true };
+        let lowered = lower_with(&self.graph, &layouts, &Ctx::default(), options)?;
         Ok(Generic { program: lowered.program, stride_syms })
     }
 }
@@ -466,6 +468,7 @@ pub(crate) fn run_cpu_step(
         }
         CpuStep::Gemm { a, b, out, scale } => run_gemm(*a, *b, *out, *scale, &mem)?,
         CpuStep::Depthwise { x, w, out, geometry } => run_depthwise(*x, *w, *out, geometry, &mem)?,
+        CpuStep::Scan { op, dim, x, outs } => rdyn_codegen_cpu::scan::run_scan(*op, *dim, *x, outs, &mem)?,
         CpuStep::Host { node, inputs, outputs, .. } => {
             host.run_node(*node, inputs, outputs, bufs, ptrs)?;
             resolve_views(bufs, ptrs);
@@ -484,6 +487,7 @@ fn step_label(step: &CpuStep, bufs: &[BufPlan]) -> String {
         CpuStep::Gemm { a, b, .. } => {
             format!("gemm {:?} @ {:?}", bufs[a.0 as usize].sizes, bufs[b.0 as usize].sizes)
         }
+        CpuStep::Scan { op, dim, x, .. } => format!("{op} dim {dim} {:?}", bufs[x.0 as usize].sizes),
         CpuStep::Depthwise { x, w, .. } => {
             format!("depthwise_conv2d {:?} * {:?}", bufs[x.0 as usize].sizes, bufs[w.0 as usize].sizes)
         }
