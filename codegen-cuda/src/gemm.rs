@@ -155,11 +155,13 @@ impl GemmCall {
     }
 
     /// The compute precision: `F32` (float32 and half-precision operands,
-    /// float32 accumulation) or `F64`; errors for dtypes cuBLAS does not take.
+    /// float32 accumulation, a float32 or same-precision result) or `F64`;
+    /// errors for dtypes cuBLAS does not take.
     pub fn types(&self) -> Result<DType, String> {
         match (self.a.dtype, self.b.dtype, self.c_dtype) {
             (DType::F64, DType::F64, DType::F64) => Ok(DType::F64),
             (x, y, DType::F32) if x == y && matches!(x, DType::F32 | DType::F16 | DType::BF16) => Ok(DType::F32),
+            (x, y, z) if x == y && y == z && matches!(x, DType::F16 | DType::BF16) => Ok(DType::F32),
             (x, y, z) => Err(format!("a GEMM of {x} and {y} into {z}")),
         }
     }
@@ -253,6 +255,9 @@ unsafe fn store(base: usize, at: i64, dtype: DType, value: f64) {
         match dtype {
             DType::F32 => *(p as *mut f32) = value as f32,
             DType::F64 => *(p as *mut f64) = value,
+            // One rounding of the float32 sum, as cuBLAS does.
+            DType::F16 => *(p as *mut u16) = half::f16::from_f32(value as f32).to_bits(),
+            DType::BF16 => *(p as *mut u16) = half::bf16::from_f32(value as f32).to_bits(),
             _ => {}
         }
     }
@@ -331,7 +336,11 @@ mod tests {
             GemmCall::new(l(DType::F16), l(DType::F16), l(DType::F32), 1.0).map(|c| c.types()),
             Ok(Ok(DType::F32))
         );
-        assert!(GemmCall::new(l(DType::F16), l(DType::F16), l(DType::F16), 1.0).is_err());
+        assert_eq!(
+            GemmCall::new(l(DType::F16), l(DType::F16), l(DType::F16), 1.0).map(|c| c.types()),
+            Ok(Ok(DType::F32))
+        );
+        assert!(GemmCall::new(l(DType::F16), l(DType::BF16), l(DType::F32), 1.0).is_err());
         assert!(GemmCall::new(l(DType::I64), l(DType::I64), l(DType::I64), 1.0).is_err());
     }
 }

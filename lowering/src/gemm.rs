@@ -46,8 +46,13 @@ impl Lowerer<'_> {
         let beta = node.kwarg("beta").as_float().unwrap_or(1.0);
         let out_v = node.outputs.first().copied().ok_or_else(|| crate::invalid(op, "no output"))?;
         let strides = self.meta_strides(out_v);
+        let biased = node.op == Op::Addmm && beta != 0.0;
         let mut result = if cuda {
-            match self.cuda_gemm(a, b, acc, sizes.clone(), strides, alpha) {
+            // Without a bias, cuBLAS rounds the float32 sum to a half
+            // precision result itself (once, as ATen's call does), so the
+            // product moves half the bytes.
+            let product = if biased { acc } else { out };
+            match self.cuda_gemm(a, b, product, sizes.clone(), strides, alpha) {
                 Some(product) => product,
                 None => return self.library(node),
             }
@@ -58,7 +63,7 @@ impl Lowerer<'_> {
         // addmm's bias is added after the product, as a lazy pointwise value
         // that fuses into the product's consumers (a GELU, a residual add)
         // instead of being written into the output before the product.
-        if node.op == Op::Addmm && beta != 0.0 {
+        if biased {
             let bias = self.tensor_arg(node, 0, "self")?;
             let bias = self.broadcast_to(&bias, &sizes);
             let bias = self.cast_lazy(bias, acc);
@@ -94,8 +99,8 @@ impl Lowerer<'_> {
     }
 
     /// `scale · (a @ b)` as one cuBLAS call into a new `acc` buffer of
-    /// `sizes` (with `strides` when cuBLAS can write them); the operands
-    /// keep their dtype. A product over an empty sum is zeros, with no
+    /// `sizes` (with `strides` when cuBLAS can write them), summed in
+    /// float32 (float64 for float64); the operands keep their dtype. A product over an empty sum is zeros, with no
     /// call. None when a size is not known or over cuBLAS's 32-bit limit.
     fn cuda_gemm(
         &mut self,
