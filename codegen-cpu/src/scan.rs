@@ -3,8 +3,10 @@
 //!
 //! Each line along the scanned dim is one sequential pass over the input
 //! through its strides, writing the outputs through theirs; lines run in
-//! parallel in chunks. As in ATen's CPU kernels, float sums and products
-//! accumulate in float64 and integer ones wrap in int64; cummax and cummin
+//! parallel in chunks. Float sums and products accumulate in float64 (as
+//! ATen's CPU kernels do for float32; half precision, which ATen sums in
+//! float32, comes here as float32 and is summed in float64 too), integer
+//! ones wrap in int64; cummax and cummin
 //! take an element that ties the running extreme, or is NaN, so the index
 //! is the last such element (a NaN, once one is seen, stays the value);
 //! logcumsumexp adds each element by log-add-exp.

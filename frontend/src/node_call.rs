@@ -6,7 +6,7 @@
 //! binding with the node's constant arguments and this call's tensors in
 //! their slots. Its results are taken apart and checked against the
 //! metadata's layouts here too. Going through the Python runner for each
-//! such call cost about 1.5 µs more per node (a Python frame, the layouts
+//! such call cost about 1.7 µs more per node (a Python frame, the layouts
 //! converted to Python lists, the outputs walked and checked in Python),
 //! which a transformer's 50 or more library calls per forward pay every
 //! call. Other nodes keep the runner's general path (`run_node`).

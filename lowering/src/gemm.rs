@@ -5,9 +5,11 @@
 //! on float32 or float64 operands; half-precision operands are converted
 //! first. On CUDA, with [`LowerOptions::cublas`](crate::LowerOptions), the
 //! step is one cuBLAS call (`codegen-cuda/src/gemm.rs`): half-precision
-//! operands are read as they are, accumulated in float32 into a float32
-//! result, and an operand whose last two dims have no unit stride (no
-//! matrix cuBLAS can read) is copied contiguous first. Without it, CUDA
+//! operands are read as they are and accumulated in float32 (into a
+//! float32 product when an `addmm` bias is still to be added, else rounded
+//! to their precision by cuBLAS), and an operand whose last two dims have
+//! no unit stride, or a row stride over 32 bits (no matrix cuBLAS can
+//! read), is copied contiguous first. Without it, CUDA
 //! GEMMs are ATen library calls.
 
 use crate::ir::graph::Node;
@@ -98,7 +100,8 @@ impl Lowerer<'_> {
         out_buf
     }
 
-    /// `scale · (a @ b)` as one cuBLAS call into a new `acc` buffer of
+    /// `scale · (a @ b)` as one cuBLAS call into a new buffer of `acc`
+    /// (the product's dtype: float32, or the operands' half precision) and
     /// `sizes` (with `strides` when cuBLAS can write them), summed in
     /// float32 (float64 for float64); the operands keep their dtype. A product over an empty sum is zeros, with no
     /// call. None when a size is not known or over cuBLAS's 32-bit limit.
@@ -161,16 +164,37 @@ impl Lowerer<'_> {
     }
 }
 
+/// The largest leading dimension cuBLAS takes.
+const MAX_LD: i64 = i32::MAX as i64;
+
 /// Whether a 2-D or 3-D layout's last two dims form a matrix a BLAS reads:
 /// one dim moves by one element (or has one element) and the other moves
 /// past a whole run of it.
 fn blas_matrix(sizes: &[i64], strides: &[i64]) -> bool {
-    if !(2..=3).contains(&sizes.len()) || strides.iter().any(|&s| s < 0) {
+    let r = sizes.len().wrapping_sub(2);
+    // cuBLAS's leading dimensions are 32-bit: a longer row stride is copied.
+    if !(2..=3).contains(&sizes.len()) || strides.iter().any(|&s| s < 0) || strides[r..].iter().any(|&s| s > MAX_LD) {
         return false;
     }
-    let r = sizes.len() - 2;
     let (rows, cols, sr, sc) = (sizes[r], sizes[r + 1], strides[r], strides[r + 1]);
     let column_major = (rows == 1 || sr == 1) && (cols == 1 || sc >= rows.max(1));
     let row_major = (cols == 1 || sc == 1) && (rows == 1 || sr >= cols.max(1));
     column_major || row_major
+}
+
+#[cfg(test)]
+mod tests {
+    use super::blas_matrix;
+
+    #[test]
+    fn blas_matrices_need_a_unit_stride_and_a_32_bit_row_stride() {
+        assert!(blas_matrix(&[4, 8], &[8, 1]));
+        assert!(blas_matrix(&[4, 8], &[1, 4]));
+        assert!(blas_matrix(&[3, 4, 8], &[0, 8, 1]));
+        assert!(!blas_matrix(&[4, 8], &[16, 2]));
+        assert!(!blas_matrix(&[4, 8], &[4, 1]), "rows overlap");
+        assert!(!blas_matrix(&[4, 8], &[1 << 31, 1]), "a leading dimension over cuBLAS's int");
+        assert!(blas_matrix(&[2, 4, 8], &[1 << 40, 8, 1]), "batch strides are 64-bit");
+        assert!(!blas_matrix(&[8], &[1]));
+    }
 }

@@ -1,8 +1,10 @@
 """The host side of a compiled graph: allocations and eager nodes.
 
 The Rust runtime calls `alloc` for tensors PyTorch must own (outputs and the
-inputs of eager nodes) and `run_node` for nodes it does not lower. Tensors are
-passed in the order the node's arguments mention them.
+inputs of eager nodes). For a node it does not lower it asks `fast_node` once
+for the node's op and constant arguments and then calls the op itself
+(`frontend/src/node_call.rs`); nodes with no such form go through `run_node`.
+Tensors are passed in the order the node's arguments mention them.
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ except ImportError:  # torch < 2.13 names it size_hint
 from . import _rdyn
 from ._import import Unsupported, import_graph, on_device
 from ._runner import GraphRunner
-from .config import EXPLAIN_DEVICES, PLANNED_DEVICES
+from .config import EXPLAIN_DEVICES, PLANNED_DEVICES, Options
 
 
 @dataclass
@@ -73,7 +73,9 @@ def _describe_into(report: Report, gm, inputs, device: str = "cpu") -> None:
         return
     if device == "cuda":
         data = on_device(data, "cuda:0")
-    graph = _rdyn.CompiledGraph(data, GraphRunner(info), device)
+    # Index checks and GEMMs as the environment's defaults would make them.
+    options = Options.parse({"device": "cpu"})
+    graph = _rdyn.CompiledGraph(data, GraphRunner(info), device, options.index_checks, options.cuda_gemm)
     try:
         desc = graph.describe([_hinted(x) for x in inputs] + info["constants"])
     except NotImplementedError as e:

@@ -5,7 +5,10 @@
 //! kernels around it. The call's arguments come from
 //! [`rdyn_codegen_cuda::gemm::GemmCall`], made when the program is planned.
 //! Float32 products use `CUBLAS_COMPUTE_32F` (full float32, no TF32, as
-//! PyTorch's default `torch.backends.cuda.matmul.allow_tf32 = False`).
+//! PyTorch's default `torch.backends.cuda.matmul.allow_tf32 = False`; with
+//! TF32 allowed, eager is faster and less exact). The handle's workspace
+//! is cuBLAS's own allocation, not PyTorch's caching allocator, so these
+//! calls are not for CUDA-graph capture.
 
 use std::ffi::c_void;
 use std::sync::{Mutex, OnceLock};
