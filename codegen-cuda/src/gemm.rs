@@ -17,6 +17,7 @@
 //! it, on host memory, for the PTX simulator: it checks the mapping that a
 //! GPU would run.
 
+use rdyn_ir::blas::{split, Matrix};
 use rdyn_ir::DType;
 
 /// cuBLAS's operation on an operand.
@@ -62,53 +63,20 @@ pub struct GemmCall {
     pub alpha: f64,
 }
 
-/// A logical `rows × cols` matrix with strides `(sr, sc)`.
-#[derive(Clone, Copy)]
-struct Mat {
-    rows: i64,
-    cols: i64,
-    sr: i64,
-    sc: i64,
-}
-
-impl Mat {
-    fn t(self) -> Mat {
-        Mat { rows: self.cols, cols: self.rows, sr: self.sc, sc: self.sr }
+/// How cuBLAS reads a matrix: `N` over itself, or `T` over its transpose.
+fn operand(m: Matrix) -> Option<(Trans, i64)> {
+    match m.column_major_ld() {
+        Some(ld) => Some((Trans::N, ld)),
+        None => m.t().column_major_ld().map(|ld| (Trans::T, ld)),
     }
-
-    /// As a column-major matrix (`N`) when its rows are adjacent.
-    fn as_n(self) -> Option<i64> {
-        let ld = if self.cols == 1 { self.rows.max(1) } else { self.sc };
-        ((self.rows == 1 || self.sr == 1) && ld >= self.rows.max(1)).then_some(ld)
-    }
-
-    /// How cuBLAS reads it: `N` over itself, or `T` over its transpose.
-    fn operand(self) -> Option<(Trans, i64)> {
-        match self.as_n() {
-            Some(ld) => Some((Trans::N, ld)),
-            None => self.t().as_n().map(|ld| (Trans::T, ld)),
-        }
-    }
-}
-
-/// The matrix dims of a 2-D or 3-D layout, and its batch size and stride.
-fn split(l: &Layout<'_>) -> Option<(Mat, i64, i64)> {
-    let (s, t) = (l.sizes, l.strides);
-    let (batch, batch_stride) = match s.len() {
-        2 => (1, 0),
-        3 => (s[0], if s[0] == 1 { 0 } else { t[0] }),
-        _ => return None,
-    };
-    let r = s.len() - 2;
-    Some((Mat { rows: s[r], cols: s[r + 1], sr: t[r], sc: t[r + 1] }, batch, batch_stride))
 }
 
 impl GemmCall {
     /// The call computing `c = alpha · a @ b`, or why none fits.
     pub fn new(a: Layout<'_>, b: Layout<'_>, c: Layout<'_>, alpha: f64) -> Result<GemmCall, String> {
-        let (ma, batch_a, sa) = split(&a).ok_or("a GEMM operand that is not 2-D or 3-D")?;
-        let (mb, batch_b, sb) = split(&b).ok_or("a GEMM operand that is not 2-D or 3-D")?;
-        let (mc, batch, sc) = split(&c).ok_or("a GEMM result that is not 2-D or 3-D")?;
+        let (ma, batch_a, sa) = split(a.sizes, a.strides).ok_or("a GEMM operand that is not 2-D or 3-D")?;
+        let (mb, batch_b, sb) = split(b.sizes, b.strides).ok_or("a GEMM operand that is not 2-D or 3-D")?;
+        let (mc, batch, sc) = split(c.sizes, c.strides).ok_or("a GEMM result that is not 2-D or 3-D")?;
         let (m, k, n) = (ma.rows, ma.cols, mb.cols);
         if mb.rows != k || mc.rows != m || mc.cols != n {
             return Err(format!(
@@ -124,13 +92,13 @@ impl GemmCall {
         }
         let (sa, sb) = (if batch_a == 1 { 0 } else { sa }, if batch_b == 1 { 0 } else { sb });
         // c column-major: c = a @ b. c row-major: cᵀ = bᵀ @ aᵀ.
-        let (ldc, first, second, swapped) = match (mc.as_n(), mc.t().as_n()) {
+        let (ldc, first, second, swapped) = match (mc.column_major_ld(), mc.t().column_major_ld()) {
             (Some(ldc), _) => (ldc, ma, mb, false),
             (None, Some(ldc)) => (ldc, mb.t(), ma.t(), true),
-            (None, None) => return Err("a GEMM result with no unit stride".into()),
+            (None, None) => return Err("a GEMM result with no unit stride (or a row stride over 32 bits)".into()),
         };
-        let (ta, lda) = first.operand().ok_or("a GEMM operand with no unit stride")?;
-        let (tb, ldb) = second.operand().ok_or("a GEMM operand with no unit stride")?;
+        let (ta, lda) = operand(first).ok_or("a GEMM operand with no unit stride")?;
+        let (tb, ldb) = operand(second).ok_or("a GEMM operand with no unit stride")?;
         let (ia, ib) = if swapped { (1, 0) } else { (0, 1) };
         let (dta, dtb, stride_first, stride_second) =
             if swapped { (b.dtype, a.dtype, sb, sa) } else { (a.dtype, b.dtype, sa, sb) };
@@ -148,7 +116,7 @@ impl GemmCall {
         };
         call.types()?;
         let limit = i32::MAX as i64;
-        if [call.m, call.n, call.k, call.batch, call.a.ld, call.b.ld, call.ldc].iter().any(|&d| d > limit) {
+        if [call.m, call.n, call.k, call.batch].iter().any(|&d| d > limit) {
             return Err("a GEMM dimension over cuBLAS's 32-bit limit".into());
         }
         Ok(call)

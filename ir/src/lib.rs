@@ -11,6 +11,7 @@
 //! structural equality is identity; [`verify::verify`] holds after every pass.
 
 pub mod approx;
+pub mod blas;
 pub mod dtype;
 pub mod expr;
 pub mod graph;

@@ -12,6 +12,7 @@
 //! read), is copied contiguous first. Without it, CUDA
 //! GEMMs are ATen library calls.
 
+use crate::ir::blas::split;
 use crate::ir::graph::Node;
 use crate::ir::loops::{contiguous_strides, BinaryOp, BufId, ExternKind, Step};
 use crate::ir::op::Op;
@@ -103,8 +104,9 @@ impl Lowerer<'_> {
     /// `scale · (a @ b)` as one cuBLAS call into a new buffer of `acc`
     /// (the product's dtype: float32, or the operands' half precision) and
     /// `sizes` (with `strides` when cuBLAS can write them), summed in
-    /// float32 (float64 for float64); the operands keep their dtype. A product over an empty sum is zeros, with no
-    /// call. None when a size is not known or over cuBLAS's 32-bit limit.
+    /// float32 (float64 for float64); the operands keep their dtype. A
+    /// product over an empty sum is zeros, with no call. None when a size
+    /// is not known or over cuBLAS's 32-bit limit.
     fn cuda_gemm(
         &mut self,
         a: Lazy,
@@ -145,16 +147,6 @@ impl Lowerer<'_> {
         self.realize(x, None)
     }
 
-    /// `e`'s value in this specialization, if known.
-    fn constant(&self, e: &Expr) -> Option<i64> {
-        e.simplify(&self.syms).as_const()
-    }
-
-    /// The values of `exprs`, if all are known.
-    fn concrete(&self, exprs: &[Expr]) -> Option<Vec<i64>> {
-        exprs.iter().map(|e| self.constant(e)).collect()
-    }
-
     fn push_gemm(&mut self, a: BufId, b: BufId, out: BufId, scale: f64) {
         self.prog.steps.push(Step::Extern(crate::ir::loops::Extern {
             kind: ExternKind::Gemm { scale_bits: scale.to_bits() },
@@ -164,22 +156,11 @@ impl Lowerer<'_> {
     }
 }
 
-/// The largest leading dimension cuBLAS takes.
-const MAX_LD: i64 = i32::MAX as i64;
-
-/// Whether a 2-D or 3-D layout's last two dims form a matrix a BLAS reads:
-/// one dim moves by one element (or has one element) and the other moves
-/// past a whole run of it.
+/// Whether a 2-D or 3-D layout's last two dims form a matrix cuBLAS reads
+/// (`rdyn_ir::blas`: one dim moves by one element, the other past a whole
+/// run of it, by at most 2³¹ - 1), with no negative stride.
 fn blas_matrix(sizes: &[i64], strides: &[i64]) -> bool {
-    let r = sizes.len().wrapping_sub(2);
-    // cuBLAS's leading dimensions are 32-bit: a longer row stride is copied.
-    if !(2..=3).contains(&sizes.len()) || strides.iter().any(|&s| s < 0) || strides[r..].iter().any(|&s| s > MAX_LD) {
-        return false;
-    }
-    let (rows, cols, sr, sc) = (sizes[r], sizes[r + 1], strides[r], strides[r + 1]);
-    let column_major = (rows == 1 || sr == 1) && (cols == 1 || sc >= rows.max(1));
-    let row_major = (cols == 1 || sc == 1) && (rows == 1 || sr >= cols.max(1));
-    column_major || row_major
+    strides.iter().all(|&s| s >= 0) && split(sizes, strides).is_some_and(|(m, _, _)| m.readable())
 }
 
 #[cfg(test)]

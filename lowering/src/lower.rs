@@ -290,6 +290,16 @@ impl Lowerer<'_> {
         self.prog.add_buffer(Buffer { dtype, sizes, strides, offset: Expr::zero(), role: BufRole::Temp })
     }
 
+    /// `e`'s value in this specialization, if known.
+    pub(crate) fn constant(&self, e: &Expr) -> Option<i64> {
+        e.simplify(&self.syms).as_const()
+    }
+
+    /// The values of `exprs`, if all are known.
+    pub(crate) fn concrete(&self, exprs: &[Expr]) -> Option<Vec<i64>> {
+        exprs.iter().map(|e| self.constant(e)).collect()
+    }
+
     pub(crate) fn meta_strides(&self, v: ValueId) -> Vec<Expr> {
         self.graph.meta(v).strides.iter().map(|s| s.simplify(&self.syms)).collect()
     }

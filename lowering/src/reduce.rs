@@ -195,7 +195,7 @@ impl Lowerer<'_> {
     /// eagerly.
     fn prefix_scan(&mut self, node: &Node, op: ScanOp, x: &Lazy, d: usize) -> Result<Vec<Lazy>, LowerError> {
         const MAX_SCAN: i64 = 4096;
-        if x.sizes[d].simplify(&self.syms).as_const().is_none_or(|n| n > MAX_SCAN) {
+        if self.constant(&x.sizes[d]).is_none_or(|n| n > MAX_SCAN) {
             return Err(crate::unsupported(&node.target, format!("a scan longer than {MAX_SCAN} (or symbolic)")));
         }
         let r = x.ndim();
