@@ -508,7 +508,7 @@ def _index(b: _Builder, rng: random.Random) -> bool:
         (f"{{out}} = {{a}}.clone(); {{out}}[torch.tensor({idx})] = {one}" if d == 0 else "{out} = {a}.clone(); {out}[..., 0] = 2",
          "torch.scatter({a}, {d}, torch.argmax({a}, {d}, keepdim=True), {one})" if a.exact else "{a}.index_fill({d}, torch.tensor([0]), -1)",
          "torch.scatter_add({a}, {d}, torch.zeros_like({a}, dtype=torch.int64), {a})",
-         "torch.scatter_reduce({a}, {d}, torch.zeros_like({a}, dtype=torch.int64), {c}, 'amax')" if a.exact else "torch.take_along_dim({a}, torch.argsort({a}, {d}), {d})",
+         "torch.scatter_reduce({a}, {d}, torch.zeros_like({a}, dtype=torch.int64), {c}, 'amax')" if a.exact else "torch.take_along_dim({a}, torch.argsort({a}, {d}, stable=True), {d})",
          f"{{a}}.index_fill({{d}}, torch.tensor({idx}), {one})",
          f"{{a}}.index_copy({{d}}, torch.tensor([{idx[0]}]), {{a}}.narrow({{d}}, 0, 1))",
          f"torch.zeros_like({{a}}).index_put_((torch.tensor({idx}),), torch.tensor({one}, dtype={{a}}.dtype), accumulate=True)" if d == 0 else "{a}.roll(-1, -1)",
@@ -558,7 +558,8 @@ def _conv(b: _Builder, rng: random.Random) -> bool:
 
 
 def _order_stats(b: _Builder, rng: random.Random) -> bool:
-    """Sorting, scans and order statistics (values only: tie order is free).
+    """Sorting, scans and order statistics (values only: tie order is free;
+    training uses stable sorts, see below).
     Eager's ``median`` along a dim of an expanded integer tensor reads
     memory outside it (torch 2.15), so it gets a contiguous copy."""
     a = b.pick("fi", rank=1)
@@ -572,6 +573,15 @@ def _order_stats(b: _Builder, rng: random.Random) -> bool:
          "torch.logcumsumexp({a}.float(), {d})", "torch.msort({a})", "torch.median({a}.contiguous(), {d})[0]",
          "torch.kthvalue({a}, 1, {d})[0]", "torch.amax({a}, {d}) - torch.amin({a}, {d})")
     )
+    if b.train and any(op in template for op in ("sort", "topk", "median", "kthvalue")):
+        # Which of several tied elements a sort or selection takes is
+        # unspecified (ATen's CPU sort is unstable, rdyn's is stable), and
+        # a gradient shows it: train with stable sorts, whose order is fixed.
+        template = (
+            f"torch.sort({{a}}, {{d}}, descending=True, stable=True)[0].narrow({{d}}, 0, {k})"
+            if "topk" in template or "descending" in template
+            else "torch.sort({a}, {d}, stable=True)[0]"
+        )
     exact = a.exact and "logcumsumexp" not in template and (a.kind == "i" or "cumsum" not in template and "cumprod" not in template)
     return b.try_line(template, exact, {"a": a, "d": d})
 

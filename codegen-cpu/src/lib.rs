@@ -20,6 +20,8 @@ mod ops;
 pub mod parallel;
 pub mod plan;
 pub mod scan;
+pub mod search;
+pub mod sort;
 pub mod special;
 mod split;
 mod transpose;

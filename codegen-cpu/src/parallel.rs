@@ -158,6 +158,19 @@ extern "C" fn run_job(data: *mut c_void) {
     job.work(t % job.next.len().max(1));
 }
 
+/// Run `f` over `0..n` split into a few ranges per thread, in parallel when
+/// `parallel` (else in one range on the calling thread): for kernels whose
+/// items (lines of a scan or sort) are worth keeping together.
+pub fn for_ranges(n: usize, parallel: bool, f: &(dyn Fn(std::ops::Range<usize>) + Sync)) {
+    if !parallel || n <= 1 {
+        f(0..n);
+        return;
+    }
+    let chunks = (threads() * 4).min(n);
+    let per = n.div_ceil(chunks);
+    for_each(chunks, &|c| f(c * per..((c + 1) * per).min(n)));
+}
+
 /// Run `f(k)` for every `k` in `0..n`, in parallel: thread t first runs the
 /// t-th contiguous share of `0..n`, then helps with the rest.
 pub fn for_each(n: usize, f: &(dyn Fn(usize) + Sync)) {

@@ -9,7 +9,8 @@
 use std::fmt::Write;
 
 use rdyn_ir::loops::{
-    BinaryOp, BufId, BufRole, ExternKind, Program, ProgramOutput, ReduceOp, ScalarId, ScalarOp, ScanOp, Step, UnaryOp,
+    BinaryOp, BufId, BufRole, ExternKind, Program, ProgramOutput, ReduceOp, ScalarId, ScalarOp, ScanOp, SortSpec, Step,
+    UnaryOp,
 };
 use rdyn_ir::{Atom, Ctx, DType, Expr, Kind, Var};
 
@@ -288,6 +289,21 @@ pub enum CpuStep {
         x: BufId,
         outs: Vec<BufId>,
     },
+    /// rdyn's search kernel ([`crate::search`]): positions of `values` in
+    /// `seq`.
+    Search {
+        right: bool,
+        seq: BufId,
+        values: BufId,
+        out: BufId,
+    },
+    /// rdyn's sort kernel ([`crate::sort`]): `outs[0]` the kept values,
+    /// `outs[1]` their indices.
+    Sort {
+        spec: SortSpec,
+        x: BufId,
+        outs: Vec<BufId>,
+    },
     /// Runs through the host (ATen): a library kernel or an eager fallback.
     Host {
         node: u32,
@@ -342,7 +358,11 @@ pub fn plan(program: &Program, syms: &Ctx) -> Result<CpuProgram, CodegenError> {
     for step in &program.steps {
         if let Step::Extern(ext) = step {
             let seen = match ext.kind {
-                ExternKind::Gemm { .. } | ExternKind::DepthwiseConv2d { .. } | ExternKind::Scan { .. } => continue,
+                ExternKind::Gemm { .. }
+                | ExternKind::DepthwiseConv2d { .. }
+                | ExternKind::Scan { .. }
+                | ExternKind::Sort(_)
+                | ExternKind::Search { .. } => continue,
                 ExternKind::Library { .. } => &mut library_read,
                 ExternKind::Fallback { .. } => &mut host_visible,
             };
@@ -393,6 +413,10 @@ pub fn plan(program: &Program, syms: &Ctx) -> Result<CpuProgram, CodegenError> {
                 },
                 ExternKind::Scan { op, dim } => {
                     CpuStep::Scan { op: *op, dim: *dim, x: ext.inputs[0], outs: ext.outputs.clone() }
+                }
+                ExternKind::Sort(spec) => CpuStep::Sort { spec: *spec, x: ext.inputs[0], outs: ext.outputs.clone() },
+                ExternKind::Search { right } => {
+                    CpuStep::Search { right: *right, seq: ext.inputs[0], values: ext.inputs[1], out: ext.outputs[0] }
                 }
                 ExternKind::Library { node, target } | ExternKind::Fallback { node, target } => CpuStep::Host {
                     node: *node,
@@ -541,8 +565,11 @@ impl CpuStep {
                 (reads, writes)
             }
             CpuStep::Gemm { a, b, out, .. } => (vec![root(a), root(b)], vec![root(out)]),
+            CpuStep::Search { seq, values, out, .. } => (vec![root(seq), root(values)], vec![root(out)]),
             CpuStep::Depthwise { x, w, out, .. } => (vec![root(x), root(w)], vec![root(out)]),
-            CpuStep::Scan { x, outs, .. } => (vec![root(x)], outs.iter().map(root).collect()),
+            CpuStep::Scan { x, outs, .. } | CpuStep::Sort { x, outs, .. } => {
+                (vec![root(x)], outs.iter().map(root).collect())
+            }
             CpuStep::Host { inputs, outputs, .. } => {
                 (inputs.iter().map(root).collect(), outputs.iter().map(root).collect())
             }

@@ -116,13 +116,7 @@ pub fn run_scan(op: ScanOp, dim: usize, x: BufId, outs: &[BufId], mem: &Memory) 
     if !matches!(px.dtype, DType::F32 | DType::F64 | DType::I64) {
         return Err(CodegenError::Internal("a scan of a dtype other than float32, float64 or int64"));
     }
-    if numel < PARALLEL_MIN_ELEMS || blocks == 1 {
-        (0..blocks).for_each(run_block);
-        return Ok(());
-    }
-    let chunks = (crate::parallel::threads() * 4).min(blocks);
-    let per = blocks.div_ceil(chunks);
-    crate::parallel::for_each(chunks, &|c| (c * per..((c + 1) * per).min(blocks)).for_each(run_block));
+    crate::parallel::for_ranges(blocks, numel >= PARALLEL_MIN_ELEMS, &|r| r.for_each(run_block));
     Ok(())
 }
 

@@ -248,6 +248,22 @@ impl CompiledGraph {
                             outs.iter().map(|b| b.to_string()).collect::<Vec<_>>().join(", ")
                         ),
                     ))?,
+                    CpuStep::Search { right, seq, values, out } => kernels.append((
+                        "searchsorted",
+                        "cpu",
+                        format!(
+                            "searchsorted (rdyn's binary search kernel), {} side: {out} = searchsorted({seq}, {values})\n",
+                            if *right { "right" } else { "left" }
+                        ),
+                    ))?,
+                    CpuStep::Sort { spec, x, outs } => kernels.append((
+                        "sort",
+                        "cpu",
+                        format!(
+                            "{spec} (rdyn's sort kernel): {} = sort({x})\n",
+                            outs.iter().map(|b| b.to_string()).collect::<Vec<_>>().join(", ")
+                        ),
+                    ))?,
                     CpuStep::Depthwise { x, w, out: o, geometry } => kernels.append((
                         "depthwise_conv2d",
                         "cpu",

@@ -187,6 +187,55 @@ simple_enum! {
     }
 }
 
+/// Which elements of each sorted line a sort keeps.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub enum SortSelect {
+    /// The whole line (sort, argsort).
+    All,
+    /// The first `k` (topk).
+    Leading(i64),
+    /// The one at 0-based position `k` (kthvalue).
+    Kth(i64),
+    /// The lower median, or the first NaN of a line that has one (median).
+    Median,
+    /// The lower median of the line's non-NaN values (nanmedian).
+    NanMedian,
+}
+
+/// A sort along `dim`. Ties keep their input order (a stable sort, which
+/// also meets `stable=False`); NaN sorts above every number, as in ATen.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub struct SortSpec {
+    pub dim: usize,
+    pub descending: bool,
+    pub select: SortSelect,
+}
+
+impl SortSpec {
+    /// The output's length along `dim`, given the input's.
+    pub fn out_len(&self, n: i64) -> i64 {
+        match self.select {
+            SortSelect::All => n,
+            SortSelect::Leading(k) => k,
+            _ => 1,
+        }
+    }
+}
+
+impl fmt::Display for SortSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let order = if self.descending { "descending" } else { "ascending" };
+        write!(f, "sort dim {} {order}", self.dim)?;
+        match self.select {
+            SortSelect::All => Ok(()),
+            SortSelect::Leading(k) => write!(f, " first {k}"),
+            SortSelect::Kth(k) => write!(f, " element {k}"),
+            SortSelect::Median => f.write_str(" median"),
+            SortSelect::NanMedian => f.write_str(" nanmedian"),
+        }
+    }
+}
+
 /// A node of a scalar expression DAG, evaluated at one index.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum ScalarOp {
@@ -574,6 +623,14 @@ pub enum ExternKind {
     /// combines the input at every index up to `j` along `dim`. Max and min
     /// also write the index of the element they hold (a second output).
     Scan { op: ScanOp, dim: usize },
+    /// Sorting along one dim (rdyn's own CPU kernel), writing the values
+    /// and their int64 indices along `dim` that `spec.select` keeps.
+    Sort(SortSpec),
+    /// Each value's position in a sorted sequence (rdyn's own CPU kernel):
+    /// inputs the sequence (one line, or one per row of values) and the
+    /// values, output their int64 positions; `right` takes the last
+    /// position among equal elements.
+    Search { right: bool },
     /// A library kernel run through ATen (e.g. convolution).
     Library { node: u32, target: String },
     /// An op rdyn does not lower: the ATen node runs eagerly.

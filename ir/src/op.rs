@@ -78,6 +78,9 @@ ops! {
     Logsumexp => "logsumexp", Cumsum => "cumsum", Cumprod => "cumprod",
     Cummax => "cummax", Cummin => "cummin", Logcumsumexp => "logcumsumexp",
     AvgPool2d => "avg_pool2d", AvgPool3d => "avg_pool3d", DiagonalScatter => "diagonal_scatter",
+    // sorting
+    Sort => "sort", Topk => "topk", Kthvalue => "kthvalue", Median => "median", Nanmedian => "nanmedian",
+    Searchsorted => "searchsorted", Bucketize => "bucketize",
     // views
     View => "view", UnsafeView => "_unsafe_view", Reshape => "reshape", Permute => "permute",
     Expand => "expand", Squeeze => "squeeze", Unsqueeze => "unsqueeze", Slice => "slice",

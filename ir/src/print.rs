@@ -72,6 +72,10 @@ impl fmt::Display for Program {
                             format!("depthwise_conv2d stride {stride:?} padding {padding:?} dilation {dilation:?}")
                         }
                         ExternKind::Scan { op, dim } => format!("{op} dim {dim}"),
+                        ExternKind::Sort(spec) => spec.to_string(),
+                        ExternKind::Search { right } => {
+                            format!("searchsorted {}", if *right { "right" } else { "left" })
+                        }
                         ExternKind::Library { target, .. } => format!("library {target}"),
                         ExternKind::Fallback { target, .. } => format!("fallback {target}"),
                     };

@@ -28,7 +28,11 @@ pub fn run(program: &mut Program) {
             Step::Extern(ext) => {
                 let needed = !matches!(
                     ext.kind,
-                    ExternKind::Gemm { .. } | ExternKind::DepthwiseConv2d { .. } | ExternKind::Scan { .. }
+                    ExternKind::Gemm { .. }
+                        | ExternKind::DepthwiseConv2d { .. }
+                        | ExternKind::Scan { .. }
+                        | ExternKind::Sort(_)
+                        | ExternKind::Search { .. }
                 ) || ext.outputs.iter().any(|b| live.contains(&program.storage_of(*b)));
                 if needed {
                     for b in &ext.inputs {

@@ -26,6 +26,7 @@ mod pool;
 mod reduce;
 pub mod schedule;
 mod shape;
+mod sort;
 #[cfg(test)]
 mod testing;
 

@@ -117,10 +117,12 @@ pub struct LowerOptions {
     /// GEMMs on CUDA become GEMM steps that run as cuBLAS calls (`gemm.rs`);
     /// otherwise they are ATen library calls.
     pub cublas: bool,
-    /// Scans (cumsum, cummax, logcumsumexp, ...) run rdyn's CPU scan
-    /// kernel, one sequential pass per line; otherwise (GPU devices) they are
-    /// reductions over each element's prefix, parallel over every element.
-    pub scan_kernels: bool,
+    /// rdyn's CPU-only kernels are available: scans (cumsum, cummax,
+    /// logcumsumexp, ...) run its scan kernel, one sequential pass per line,
+    /// and sorts (sort, topk, kthvalue, median) its sort kernel. Otherwise
+    /// (GPU devices) scans are reductions over each element's prefix,
+    /// parallel over every element, and sorts run eagerly.
+    pub cpu_kernels: bool,
 }
 
 /// [`lower`] with `options`.

@@ -41,6 +41,8 @@ impl Lowerer<'_> {
             Sum | Mean | Prod | Amax | Amin | Argmax | Argmin | Any | All | Var | Std | VarMean | Max | Min
             | Logsumexp => self.reduction(node),
             Cumsum | Cumprod | Cummax | Cummin | Logcumsumexp => self.scan(node),
+            Sort | Topk | Kthvalue | Median | Nanmedian => self.sort(node),
+            Searchsorted | Bucketize => self.search_sorted(node),
             AvgPool2d | AvgPool3d => self.avg_pool(node),
             DiagonalScatter => self.diagonal_scatter(node),
             View | UnsafeView | Reshape | Permute | Expand | Squeeze | Unsqueeze | Slice | Select | AsStrided

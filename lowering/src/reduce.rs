@@ -168,7 +168,7 @@ impl Lowerer<'_> {
             Op::Cummin => ScanOp::Min,
             _ => ScanOp::LogSumExp,
         };
-        let mut outs = if self.options.scan_kernels {
+        let mut outs = if self.options.cpu_kernels {
             let input = self.buffer_for_extern(&x);
             let strides = contiguous_strides(&x.sizes);
             let mut bufs = vec![self.temp_buffer(acc, x.sizes.clone(), strides.clone())];

@@ -6,7 +6,7 @@ use rdyn_ir::graph::{Arg, Graph, Input, Node, TensorMeta, ValueId};
 use rdyn_ir::loops::contiguous_strides;
 use rdyn_ir::op::parse_target;
 use rdyn_ir::{Ctx, DType, Device, Expr};
-use rdyn_lowering::{lower, InputLayout};
+use rdyn_lowering::{lower_with, InputLayout, LowerOptions};
 
 struct Builder {
     graph: Graph,
@@ -61,7 +61,11 @@ impl Builder {
         v
     }
 
-    fn lower(mut self, outputs: &[ValueId]) -> (String, rdyn_lowering::NodeCounts) {
+    fn lower(self, outputs: &[ValueId]) -> (String, rdyn_lowering::NodeCounts) {
+        self.lower_for(outputs, LowerOptions::default())
+    }
+
+    fn lower_for(mut self, outputs: &[ValueId], options: LowerOptions) -> (String, rdyn_lowering::NodeCounts) {
         self.graph.outputs = outputs.iter().map(|v| Arg::Tensor(*v)).collect();
         let layouts: Vec<Option<InputLayout>> = self
             .graph
@@ -75,7 +79,7 @@ impl Builder {
                 _ => None,
             })
             .collect();
-        match lower(&self.graph, &layouts, &Ctx::default()) {
+        match lower_with(&self.graph, &layouts, &Ctx::default(), options) {
             Ok(l) => (l.program.to_string(), l.counts),
             Err(e) => (format!("error: {e}"), Default::default()),
         }
@@ -149,6 +153,48 @@ fn cumsum_is_a_masked_prefix_reduction_fused_with_its_epilogue() {
     check(&text, &["kernel k0 outer [8]", "sum over [8]", "le t2, t3", "where", "max"]);
     assert_eq!(text.matches("kernel k").count(), 1, "{text}");
     assert_eq!(counts.fallback, 0);
+}
+
+#[test]
+fn topk_is_a_sort_step_whose_readers_fuse_behind_it() {
+    let mut b = Builder::new();
+    let x = b.input(&[4, 50]);
+    let values = b.value(&[4, 3]);
+    let indices = b.value(&[4, 3]);
+    b.graph.values[indices.0 as usize].dtype = DType::I64;
+    b.graph.nodes.push(Node {
+        index: 0,
+        op: parse_target("aten.topk.default").0,
+        target: "aten.topk.default".into(),
+        args: vec![t(x), Arg::Int(Expr::c(3)), Arg::Int(Expr::c(1))],
+        kwargs: vec![],
+        outputs: vec![values, indices],
+    });
+    let r = b.node("aten.relu.default", vec![t(values)], &[4, 3]);
+    let options = LowerOptions { cpu_kernels: true, ..LowerOptions::default() };
+    let (text, counts) = b.lower_for(&[r, indices], options);
+    check(&text, &["extern sort dim 1 descending first 3 (buf0) -> (buf1, buf2)", "kernel k0", "load buf1[", "max"]);
+    assert_eq!(counts.fallback, 0, "{text}");
+}
+
+#[test]
+fn sorts_run_eagerly_without_cpu_kernels() {
+    let mut b = Builder::new();
+    let x = b.input(&[8]);
+    let values = b.value(&[8]);
+    let indices = b.value(&[8]);
+    b.graph.values[indices.0 as usize].dtype = DType::I64;
+    b.graph.nodes.push(Node {
+        index: 0,
+        op: parse_target("aten.sort.default").0,
+        target: "aten.sort.default".into(),
+        args: vec![t(x)],
+        kwargs: vec![],
+        outputs: vec![values, indices],
+    });
+    let (text, counts) = b.lower(&[values, indices]);
+    check(&text, &["extern fallback aten.sort.default (buf0) -> (buf1, buf2)"]);
+    assert_eq!(counts.fallback, 1);
 }
 
 #[test]

@@ -80,7 +80,6 @@ DECOMPOSITIONS = {
             aten.dist,
             aten.grid_sampler_2d,
             aten._upsample_bilinear2d_aa,
-            aten.bucketize,
             aten._batch_norm_with_update_functional,
             # In core ATen's table in torch 2.15, not in 2.11: without it every
             # norm (F.normalize, cosine_similarity, linalg.norm) ran eagerly.

@@ -275,7 +275,7 @@ impl CompiledGraph {
             return self.run_generic(args, ctx);
         }
         let start = Instant::now();
-        let options = LowerOptions { cublas: self.uses_cublas(), scan_kernels: self.backend == Backend::Cpu };
+        let options = LowerOptions { cublas: self.uses_cublas(), cpu_kernels: self.backend == Backend::Cpu };
         let Lowered { program, counts } = lower_with(&self.graph, &self.layouts(args), &ctx, options)?;
         let cpu = Arc::new(plan(&program, &ctx)?);
         let wgpu = match self.backend {
@@ -357,7 +357,7 @@ impl CompiledGraph {
             }
         }
         // The generic program runs on the CPU.
-        let options = LowerOptions { cublas: false, scan_kernels: true };
+        let options = LowerOptions { cublas: false, cpu_kernels: true };
         let lowered = lower_with(&self.graph, &layouts, &Ctx::default(), options)?;
         Ok(Generic { program: lowered.program, stride_syms })
     }
@@ -469,6 +469,10 @@ pub(crate) fn run_cpu_step(
         CpuStep::Gemm { a, b, out, scale } => run_gemm(*a, *b, *out, *scale, &mem)?,
         CpuStep::Depthwise { x, w, out, geometry } => run_depthwise(*x, *w, *out, geometry, &mem)?,
         CpuStep::Scan { op, dim, x, outs } => rdyn_codegen_cpu::scan::run_scan(*op, *dim, *x, outs, &mem)?,
+        CpuStep::Sort { spec, x, outs } => rdyn_codegen_cpu::sort::run_sort(*spec, *x, outs, &mem)?,
+        CpuStep::Search { right, seq, values, out } => {
+            rdyn_codegen_cpu::search::run_search(*right, *seq, *values, *out, &mem)?
+        }
         CpuStep::Host { node, inputs, outputs, .. } => {
             host.run_node(*node, inputs, outputs, bufs, ptrs)?;
             resolve_views(bufs, ptrs);
@@ -488,6 +492,10 @@ fn step_label(step: &CpuStep, bufs: &[BufPlan]) -> String {
             format!("gemm {:?} @ {:?}", bufs[a.0 as usize].sizes, bufs[b.0 as usize].sizes)
         }
         CpuStep::Scan { op, dim, x, .. } => format!("{op} dim {dim} {:?}", bufs[x.0 as usize].sizes),
+        CpuStep::Sort { spec, x, .. } => format!("{spec} {:?}", bufs[x.0 as usize].sizes),
+        CpuStep::Search { seq, values, .. } => {
+            format!("searchsorted {:?} in {:?}", bufs[values.0 as usize].sizes, bufs[seq.0 as usize].sizes)
+        }
         CpuStep::Depthwise { x, w, .. } => {
             format!("depthwise_conv2d {:?} * {:?}", bufs[x.0 as usize].sizes, bufs[w.0 as usize].sizes)
         }
