@@ -5,13 +5,16 @@
 //! kept values in that dtype and their int64 indices; consumers read them
 //! lazily, cast back and, without `keepdim`, with the dim squeezed out.
 //!
-//! GPU devices have no sort kernel yet: these nodes run eagerly there.
+//! GPU devices rank each element in its line instead (`rank_sort`), for
+//! lines of up to 2048.
 //!
 //! searchsorted and bucketize are ATen's binary search: rdyn's CPU search
 //! kernel, or on GPU devices unrolled into each element's expression.
 
 use crate::ir::graph::{Arg, Node};
-use crate::ir::loops::{contiguous_strides, BinaryOp, Extern, ExternKind, SortSelect, SortSpec, Step, UnaryOp};
+use crate::ir::loops::{
+    contiguous_strides, BinaryOp, Extern, ExternKind, ReduceOp, ScalarId, SortSelect, SortSpec, Step, UnaryOp,
+};
 use crate::ir::op::Op;
 use crate::ir::{DType, Expr};
 use crate::lazy::Lazy;
@@ -22,13 +25,22 @@ use crate::LowerError;
 
 type Res = Result<Handled, LowerError>;
 
+/// Whether `a` sorts before `b` ascending: smaller, or a number before NaN.
+fn less(s: &mut crate::ir::loops::Scalars, a: ScalarId, b: ScalarId, dtype: DType) -> ScalarId {
+    let lt = s.binary(BinaryOp::Lt, a, b, DType::Bool);
+    if !dtype.is_float() {
+        return lt;
+    }
+    let (a_nan, b_nan) = (s.unary(UnaryOp::IsNan, a, DType::Bool), s.unary(UnaryOp::IsNan, b, DType::Bool));
+    let a_number = s.unary(UnaryOp::Not, a_nan, DType::Bool);
+    let number_first = s.binary(BinaryOp::And, b_nan, a_number, DType::Bool);
+    s.binary(BinaryOp::Or, lt, number_first, DType::Bool)
+}
+
 impl Lowerer<'_> {
     /// sort, topk, kthvalue, median, nanmedian.
     pub(crate) fn sort(&mut self, node: &Node) -> Res {
         let op = node.target.as_str();
-        if !self.options.cpu_kernels {
-            return Err(crate::unsupported(op, "no sort kernel on this device"));
-        }
         let overload = node.overload();
         let known = match node.op {
             Op::Sort => matches!(overload, "default" | "stable"),
@@ -103,6 +115,15 @@ impl Lowerer<'_> {
             _ => DType::I64,
         };
         let x = self.cast_lazy(x, acc);
+        if !self.options.cpu_kernels {
+            let mut outs = self.rank_sort(node, &x, spec)?;
+            outs[0] = self.cast_lazy(outs[0].clone(), out);
+            if !keepdim {
+                outs = outs.iter().map(|o| self.squeeze_dim(o, d)).collect();
+            }
+            outs.truncate(if whole { 1 } else { 2 });
+            return Ok(Handled::Native(outs));
+        }
         let input = self.buffer_for_extern(&x);
         let mut sizes = x.sizes.clone();
         sizes[d] = match select {
@@ -126,6 +147,110 @@ impl Lowerer<'_> {
             outs.truncate(1);
         }
         Ok(Handled::Native(outs))
+    }
+
+    /// A sort for GPU devices, parallel over every element: each element's
+    /// rank in its line (how many elements sort before it: smaller ones, in
+    /// the sort's order, and equal ones at earlier positions, which makes
+    /// it stable), a reduction over the line; then each kept position's
+    /// index, the one element of that rank (a second reduction), and its
+    /// value read there. Quadratic in the line's length, so long lines run
+    /// eagerly.
+    fn rank_sort(&mut self, node: &Node, x: &Lazy, spec: SortSpec) -> Result<Vec<Lazy>, LowerError> {
+        const MAX_LINE: i64 = 2048;
+        let d = spec.dim;
+        let n = self.constant(&x.sizes[d]).filter(|&n| n <= MAX_LINE).ok_or_else(|| {
+            crate::unsupported(
+                &node.target,
+                format!("a sort on this device of a line longer than {MAX_LINE} (or symbolic)"),
+            )
+        })?;
+        let r = x.ndim();
+        let dtype = x.dtype;
+        let mut out_sizes = x.sizes.clone();
+        out_sizes[d] = Expr::c(spec.out_len(n));
+        if x.sizes.iter().any(|s| s.is_const(0)) {
+            // Nothing to sort, and nothing to read.
+            let s = &mut self.prog.scalars;
+            let (value, index) = (s.int_constant(0, dtype), s.int_constant(0, DType::I64));
+            return Ok(vec![
+                Lazy { sizes: out_sizes.clone(), value, dtype },
+                Lazy { sizes: out_sizes, value: index, dtype: DType::I64 },
+            ]);
+        }
+        // The extended space: x's dims, then k, the other element's position.
+        let mut ext = x.sizes.clone();
+        ext.push(Expr::c(n));
+        let other: Vec<Expr> = (0..r).map(|m| Expr::v(if m == d { r as u32 } else { m as u32 })).collect();
+        let xk = self.view(x, ext.clone(), &other).value;
+        let s = &mut self.prog.scalars;
+        let (k, i) = (s.index(Expr::v(r as u32)), s.index(Expr::v(d as u32)));
+        let (first, second) = if spec.descending { (x.value, xk) } else { (xk, x.value) };
+        let before = less(s, first, second, dtype);
+        let after = less(s, second, first, dtype);
+        let earlier = s.binary(BinaryOp::Lt, k, i, DType::Bool);
+        let not_after = s.unary(UnaryOp::Not, after, DType::Bool);
+        let tie_earlier = s.binary(BinaryOp::And, not_after, earlier, DType::Bool);
+        let counts = s.binary(BinaryOp::Or, before, tie_earlier, DType::Bool);
+        let counts = s.cast(counts, DType::I64);
+        let rank = self.reduce(
+            &Lazy { sizes: ext.clone(), value: counts, dtype: DType::I64 },
+            &[r],
+            false,
+            ReduceOp::Sum,
+            DType::I64,
+        );
+        // The sorted position each output takes: its own position along d,
+        // a constant, or a median's (which counts the line's NaN).
+        let s = &mut self.prog.scalars;
+        let position = match spec.select {
+            SortSelect::All | SortSelect::Leading(_) => s.index(Expr::v(d as u32)),
+            SortSelect::Kth(k) => s.int_constant(k, DType::I64),
+            SortSelect::Median | SortSelect::NanMedian => {
+                let nan = if dtype.is_float() {
+                    s.unary(UnaryOp::IsNan, x.value, DType::Bool)
+                } else {
+                    s.int_constant(0, DType::Bool)
+                };
+                let nan = s.cast(nan, DType::I64);
+                let nans = self.reduce(
+                    &Lazy { sizes: x.sizes.clone(), value: nan, dtype: DType::I64 },
+                    &[d],
+                    true,
+                    ReduceOp::Sum,
+                    DType::I64,
+                );
+                let s = &mut self.prog.scalars;
+                let (one, two, len) =
+                    (s.int_constant(1, DType::I64), s.int_constant(2, DType::I64), s.int_constant(n, DType::I64));
+                let numbers = s.binary(BinaryOp::Sub, len, nans.value, DType::I64);
+                if spec.select == SortSelect::Median {
+                    let lower = s.int_constant((n - 1) / 2, DType::I64);
+                    let zero = s.int_constant(0, DType::I64);
+                    let any = s.binary(BinaryOp::Gt, nans.value, zero, DType::Bool);
+                    s.select(any, numbers, lower, DType::I64)
+                } else {
+                    let zero = s.int_constant(0, DType::I64);
+                    let below = s.binary(BinaryOp::Sub, numbers, one, DType::I64);
+                    let below = s.binary(BinaryOp::Max, below, zero, DType::I64);
+                    s.binary(BinaryOp::FloorDiv, below, two, DType::I64)
+                }
+            }
+        };
+        // The index holding that rank: Σ_k k·[rank_k = position].
+        let mut ext = out_sizes.clone();
+        ext.push(Expr::c(n));
+        let rank_k = self.view(&rank, ext.clone(), &other).value;
+        let s = &mut self.prog.scalars;
+        let hit = s.binary(BinaryOp::Eq, rank_k, position, DType::Bool);
+        let zero = s.int_constant(0, DType::I64);
+        let k = s.index(Expr::v(r as u32));
+        let picked = s.select(hit, k, zero, DType::I64);
+        let index =
+            self.reduce(&Lazy { sizes: ext, value: picked, dtype: DType::I64 }, &[r], false, ReduceOp::Sum, DType::I64);
+        let at: Vec<Option<Expr>> = (0..r).map(|m| (m != d).then(|| Expr::v(m as u32))).collect();
+        let value = self.gather_load(x, &at, &[(d, index.value)], &out_sizes);
+        Ok(vec![Lazy { sizes: out_sizes, value, dtype }, index])
     }
 
     /// `x` as a 1-D tensor (its elements in row-major order).

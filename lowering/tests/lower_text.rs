@@ -159,17 +159,8 @@ fn cumsum_is_a_masked_prefix_reduction_fused_with_its_epilogue() {
 fn topk_is_a_sort_step_whose_readers_fuse_behind_it() {
     let mut b = Builder::new();
     let x = b.input(&[4, 50]);
-    let values = b.value(&[4, 3]);
-    let indices = b.value(&[4, 3]);
-    b.graph.values[indices.0 as usize].dtype = DType::I64;
-    b.graph.nodes.push(Node {
-        index: 0,
-        op: parse_target("aten.topk.default").0,
-        target: "aten.topk.default".into(),
-        args: vec![t(x), Arg::Int(Expr::c(3)), Arg::Int(Expr::c(1))],
-        kwargs: vec![],
-        outputs: vec![values, indices],
-    });
+    let args = vec![t(x), Arg::Int(Expr::c(3)), Arg::Int(Expr::c(1))];
+    let (values, indices) = values_and_indices(&mut b, "aten.topk.default", args, &[4, 3]);
     let r = b.node("aten.relu.default", vec![t(values)], &[4, 3]);
     let options = LowerOptions { cpu_kernels: true, ..LowerOptions::default() };
     let (text, counts) = b.lower_for(&[r, indices], options);
@@ -177,21 +168,38 @@ fn topk_is_a_sort_step_whose_readers_fuse_behind_it() {
     assert_eq!(counts.fallback, 0, "{text}");
 }
 
-#[test]
-fn sorts_run_eagerly_without_cpu_kernels() {
-    let mut b = Builder::new();
-    let x = b.input(&[8]);
-    let values = b.value(&[8]);
-    let indices = b.value(&[8]);
+/// A node returning values (float32) and int64 indices of sizes `out`.
+fn values_and_indices(b: &mut Builder, target: &str, args: Vec<Arg>, out: &[i64]) -> (ValueId, ValueId) {
+    let (values, indices) = (b.value(out), b.value(out));
     b.graph.values[indices.0 as usize].dtype = DType::I64;
+    let index = b.graph.nodes.len() as u32;
     b.graph.nodes.push(Node {
-        index: 0,
-        op: parse_target("aten.sort.default").0,
-        target: "aten.sort.default".into(),
-        args: vec![t(x)],
+        index,
+        op: parse_target(target).0,
+        target: target.into(),
+        args,
         kwargs: vec![],
         outputs: vec![values, indices],
     });
+    (values, indices)
+}
+
+/// A sort node of an input `[n]`.
+fn sort_of(b: &mut Builder, n: i64) -> (ValueId, ValueId) {
+    let x = b.input(&[n]);
+    values_and_indices(b, "aten.sort.default", vec![t(x)], &[n])
+}
+
+#[test]
+fn sorts_without_cpu_kernels_rank_by_reductions_up_to_2048() {
+    let mut b = Builder::new();
+    let (values, indices) = sort_of(&mut b, 8);
+    let (text, counts) = b.lower(&[values, indices]);
+    // Ranks: a sum over the line; then the index of each rank: another.
+    check(&text, &["sum over [8]", "lt", "sum over [8]", "eq"]);
+    assert_eq!(counts.fallback, 0, "{text}");
+    let mut b = Builder::new();
+    let (values, indices) = sort_of(&mut b, 4096);
     let (text, counts) = b.lower(&[values, indices]);
     check(&text, &["extern fallback aten.sort.default (buf0) -> (buf1, buf2)"]);
     assert_eq!(counts.fallback, 1);
