@@ -559,6 +559,58 @@ def test_scatter_reductions_lower(op, reduce, include_self, dtype) -> None:
     assert_same(got, fn(x, index, src), reference)
 
 
+SCATTER_DUPLICATES = {
+    "index_add": lambda x, i: torch.zeros(7, x.shape[1], dtype=x.dtype).index_add(0, i, x),
+    "index_put_accumulate": lambda x, i: torch.zeros(7, x.shape[1], dtype=x.dtype).index_put((i,), x, accumulate=True),
+    "scatter_amax": lambda x, i: torch.zeros(7, x.shape[1], dtype=x.dtype).scatter_reduce(
+        0, i[:, None].expand(-1, x.shape[1]), x, "amax", include_self=False
+    ),
+    "scatter_prod": lambda x, i: torch.ones(7, x.shape[1], dtype=x.dtype).scatter_reduce(
+        0, i[:, None].expand(-1, x.shape[1]), x, "prod"
+    ),
+    "scatter_mean": lambda x, i: torch.zeros(7, x.shape[1], dtype=x.dtype).scatter_reduce(
+        0, i[:, None].expand(-1, x.shape[1]), x, "mean"
+    ),
+    # A plain write: the last of the duplicates wins, in index order (eager
+    # leaves duplicates undefined; the reference is a loop).
+    "index_put_last_wins": lambda x, i: torch.zeros(7, x.shape[1], dtype=x.dtype).index_put((i,), x),
+}
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.int32, torch.bfloat16])
+@pytest.mark.parametrize("name", list(SCATTER_DUPLICATES))
+def test_scatters_with_duplicates_within_a_tile(name, dtype) -> None:
+    """Scatter kernels run serially in tiles of many points: lanes of one
+    tile that meet at one address all count (a scatter-reduce combines lane
+    by lane at the store), and of plain writes the last in index order
+    wins. 3000 rows onto 7, so each tile holds many duplicates; against
+    eager (float64 for the float sums)."""
+    g = torch.Generator().manual_seed(11)
+    x = torch.randn(3000, 5, generator=g, dtype=torch.float64)
+    x = (x * 4).round() if not dtype.is_floating_point else x
+    if name == "scatter_prod":
+        x = 1 + x.clamp(-1, 1) * 1e-3 if dtype.is_floating_point else x.clamp(1, 1)
+    x = x.to(dtype)
+    i = torch.randint(0, 7, (3000,), generator=g)
+    fn = SCATTER_DUPLICATES[name]
+    torch._dynamo.reset()
+    rdyn.reset_stats()
+    got = torch.compile(fn, backend="rdyn", options={"strict": True})(x, i)
+    assert rdyn.stats()["nodes_fallback"] == 0, rdyn.stats()["fallback_ops"]
+    if dtype.is_floating_point and name != "index_put_last_wins":
+        want = fn(x.double(), i)
+        tol = {torch.float32: 1e-5, torch.float64: 1e-12, torch.bfloat16: 1e-2}[dtype]
+        torch.testing.assert_close(got.double(), want, rtol=tol, atol=tol * 30)
+    elif name == "index_put_last_wins":
+        want = torch.zeros(7, x.shape[1], dtype=dtype)
+        for row, at in enumerate(i.tolist()):
+            want[at] = x[row]
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
+    else:
+        torch.testing.assert_close(got, fn(x, i), rtol=0, atol=0)
+
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16, torch.int8, torch.bool])
 @pytest.mark.parametrize("shape", [(2, 32, 56, 56), (3, 19, 13, 11)])
 def test_layout_changes_are_blocked_transposes(dtype, shape) -> None:

@@ -2,7 +2,7 @@
 
 use std::collections::HashMap;
 
-use rdyn_ir::loops::{Kernel, Program, ScalarId, ScalarOp, Stage};
+use rdyn_ir::loops::{BinaryOp, Kernel, Program, ScalarId, ScalarOp, Stage};
 use rdyn_ir::{Ctx, DType, Expr, Kind, Var};
 
 use crate::plan::{operand_kind, IndexFn, Inst, InstOp, KernelPlan, Reg, StagePlan, TileMode};
@@ -180,11 +180,25 @@ pub(crate) fn kernel_plan(
         let mut ctx = Ctx::with_extents(&extents);
         ctx.sym_values = syms.sym_values.clone();
         let index = |e: &Expr| IndexFn::new(&split.apply(&e.simplify(syms), syms, &tail).substitute_vars(&remap, &ctx));
-        stages.push(compile_stage(program, buffers, &extents, stage, inner, reduce, &index, syms)?);
+        let (stage, accumulate) = match scatter_combine(program, stage) {
+            Some((op, rest)) => (Stage { value: rest, ..stage.clone() }, Some(op)),
+            None => (stage.clone(), None),
+        };
+        let mut plan = compile_stage(program, buffers, &extents, &stage, inner, reduce, &index, syms)?;
+        plan.accumulate = accumulate;
+        stages.push(plan);
     }
     let mode = choose_mode(&new_outer, &stages);
     let columns = if serial { None } else { column_tile(&new_outer, mode, &stages) };
+    // A serial kernel runs point by point, unless its one stage cannot see
+    // its own writes within a tile: a scatter whose value does not read the
+    // buffer it writes (lanes store in order, so the last write wins), or a
+    // scatter-reduce whose combining runs lane by lane at the store.
+    let tiled_serial = serial
+        && kernel.stages.len() == 1
+        && (stages[0].accumulate.is_some() || !reads_own_storage(program, &kernel.stages[0]));
     let tile = match (serial, columns) {
+        (true, _) if tiled_serial => crate::exec::TILE.min(new_outer.last().copied().unwrap_or(1).max(1) as usize),
         (true, _) => 1,
         (false, Some(tile)) => tile,
         (false, None) => outer_tile(&new_outer, mode, &stages, crate::parallel::threads()),
@@ -328,6 +342,29 @@ fn in_bounds(index: &IndexFn, extents: &[i64], elems: i64) -> bool {
         }
     }
     lo >= 0 && hi < elems
+}
+
+/// A scatter stage of the form `out[a] = op(out[a], rest)` (`op` a sum,
+/// product, max or min; `rest` not reading `out`'s storage): `(op, rest)`.
+fn scatter_combine(program: &Program, stage: &Stage) -> Option<(BinaryOp, ScalarId)> {
+    let scalars = &program.scalars;
+    let ScalarOp::Binary(op, old, rest) = scalars.get(stage.value).op else { return None };
+    let combines = matches!(op, BinaryOp::Add | BinaryOp::Mul | BinaryOp::Max | BinaryOp::Min);
+    let reads_target = matches!(&scalars.get(old).op, ScalarOp::Load { buf, index, indirect, mask: None }
+        if *buf == stage.out && *index == stage.store && *indirect == stage.store_indirect);
+    let rest_alone = Stage { value: rest, ..stage.clone() };
+    (combines
+        && reads_target
+        && !stage.store_indirect.is_empty()
+        && scalars.dtype(rest) == scalars.dtype(stage.value)
+        && !reads_own_storage(program, &rest_alone))
+    .then_some((op, rest))
+}
+
+/// Whether a stage's value reads the storage it writes.
+fn reads_own_storage(program: &Program, stage: &Stage) -> bool {
+    let own = program.storage_of(stage.out);
+    program.scalars.loaded_buffers(&[stage.value]).iter().any(|b| program.storage_of(*b) == own)
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -475,5 +512,6 @@ fn compile_stage(
         consts,
         jit: None,
         uniform: None,
+        accumulate: None,
     })
 }

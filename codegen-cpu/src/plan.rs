@@ -185,6 +185,10 @@ pub struct StagePlan {
     /// `.0` (broadcast loads, constants, arithmetic on them): the executor
     /// computes one lane and copies it.
     pub uniform: Option<(usize, Vec<bool>)>,
+    /// A scatter-reduce: each lane's value combines with what the buffer
+    /// holds at its address, `out[a] = op(out[a], value)`, lane by lane in
+    /// order, so lanes that meet at one address all count.
+    pub accumulate: Option<BinaryOp>,
 }
 
 impl StagePlan {
@@ -614,7 +618,12 @@ impl CpuProgram {
                 let _ = writeln!(out, "    r{} {:?} = {}", inst.dst, inst.kind, fmt_inst(&inst.op));
             }
             let scatter: String = stage.store_indirect.iter().map(|(r, s)| format!(" + r{r}*{s}")).collect();
-            let _ = writeln!(out, "    store {}[{}{scatter}] = r{}", stage.out, stage.store, stage.value);
+            let target = format!("{}[{}{scatter}]", stage.out, stage.store);
+            let _ = match stage.accumulate {
+                // A scatter-reduce, combined lane by lane at the store.
+                Some(op) => writeln!(out, "    store {target} = {op}({target}, r{}) per lane", stage.value),
+                None => writeln!(out, "    store {target} = r{}", stage.value),
+            };
         }
         out
     }

@@ -36,6 +36,31 @@ pub(super) unsafe fn write_i64(ptr: usize, dtype: DType, i: i64, x: i64) {
     }
 }
 
+#[inline(always)]
+pub(super) unsafe fn read_f64(ptr: usize, dtype: DType, i: i64) -> f64 {
+    let i = i as isize;
+    match dtype {
+        DType::F32 => *(ptr as *const f32).offset(i) as f64,
+        DType::F64 => *(ptr as *const f64).offset(i),
+        DType::F16 => (*(ptr as *const f16).offset(i)).to_f64(),
+        DType::BF16 => (*(ptr as *const bf16).offset(i)).to_f64(),
+        _ => read_i64(ptr, dtype, i as i64) as f64,
+    }
+}
+
+#[inline(always)]
+pub(super) unsafe fn read_i64(ptr: usize, dtype: DType, i: i64) -> i64 {
+    let i = i as isize;
+    match dtype {
+        DType::Bool | DType::U8 => *(ptr as *const u8).offset(i) as i64,
+        DType::I8 => *(ptr as *const i8).offset(i) as i64,
+        DType::I16 => *(ptr as *const i16).offset(i) as i64,
+        DType::I32 => *(ptr as *const i32).offset(i) as i64,
+        DType::I64 => *(ptr as *const i64).offset(i),
+        _ => read_f64(ptr, dtype, i as i64) as i64,
+    }
+}
+
 pub(super) fn select<T: Copy>(c: &[i64], a: &[T], b: &[T], out: &mut [T]) {
     for (((o, &c), &x), &y) in out.iter_mut().zip(c).zip(a).zip(b) {
         *o = if c != 0 { x } else { y };

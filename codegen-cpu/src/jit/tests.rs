@@ -53,6 +53,7 @@ fn f32_stage(
         consts: vec![],
         jit: None,
         uniform: None,
+        accumulate: None,
     }
 }
 
