@@ -128,3 +128,29 @@ def test_dashboard_renders_the_json_in_chromium(quick_run: dict) -> None:
     for row in quick_run["results"]:
         assert row["model"] in dom, f"{row['model']} not on the page"
     assert screenshot.exists() and screenshot.stat().st_size > 10_000, "no screenshot"
+
+
+def test_ops_benchmark_checks_and_times_each_case() -> None:
+    """``benches/ops.py`` with eager and rdyn on three cases: every case is
+    checked against eager and timed, and the JSON holds the times."""
+    out = OUT / "ops.json"
+    cmd = [
+        sys.executable,
+        str(ROOT / "benches" / "ops.py"),
+        "--backends",
+        "eager,rdyn",
+        "--cases",
+        "sort rows,bucketize,index_add",
+        "--rounds",
+        "1",
+        "--target-ms",
+        "10",
+        "--out",
+        str(out),
+    ]
+    proc = subprocess.run(cmd, cwd=ROOT, env=dict(os.environ, RDYN_STRICT="1"), capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "differs from eager" not in proc.stderr, proc.stderr[-3000:]
+    results = json.loads(out.read_text())["results"]
+    assert [r["case"] for r in results] == ["sort rows 256x1024", "bucketize 1M in 16", "index_add 2048x64 into 100"]
+    assert all(r["eager"] > 0 and r["rdyn"] > 0 for r in results), results
