@@ -17,6 +17,10 @@ use rdyn_ir::DType;
 use crate::exec::Memory;
 use crate::CodegenError;
 
+/// Up to this many leading elements (a small topk) are kept sorted as they
+/// come rather than partitioned out.
+const FEW_SORTED: usize = 8;
+
 /// Below this many elements a sort runs on the calling thread.
 const PARALLEL_MIN_ELEMS: usize = 1 << 14;
 
@@ -178,7 +182,8 @@ unsafe fn sort_lines<T: Elem, K: Packed>(
     // A 32-bit key is inverted within its 32 bits (descending float32).
     let flip = if std::mem::size_of::<K>() == 8 { flip & 0xffff_ffff } else { flip };
     // A few leading elements of a long line are picked in one pass.
-    let few = matches!(spec.select, SortSelect::Leading(k) if (k as usize) * 16 <= n);
+    let few = matches!(spec.select, SortSelect::Leading(k)
+        if (k as usize) * 16 <= n || (k as usize <= FEW_SORTED && (k as usize) * 4 <= n));
     let mut keys: Vec<K> = Vec::with_capacity(if few { 2 * m.max(64) } else { n });
     for l in range {
         let ln = line(l);
@@ -227,6 +232,22 @@ unsafe fn sort_lines<T: Elem, K: Packed>(
 /// in `keys`: one pass that keeps a buffer of candidates below the m-th
 /// smallest key seen so far, cut back to `m` whenever it fills.
 fn leading<K: Packed>(keys: &mut Vec<K>, m: usize, n: usize, key: impl Fn(usize) -> K) {
+    if m <= FEW_SORTED {
+        // A handful: kept sorted, a new key placed by a short scan (most
+        // keys of a long line lose to the last one kept at once).
+        for j in 0..n {
+            let k = key(j);
+            if keys.len() == m {
+                if k >= keys[m - 1] {
+                    continue;
+                }
+                keys.pop();
+            }
+            let at = keys.iter().rposition(|&kept| kept < k).map_or(0, |p| p + 1);
+            keys.insert(at, k);
+        }
+        return;
+    }
     let cap = keys.capacity().max(2 * m);
     let mut bound: Option<K> = None;
     for j in 0..n {
@@ -281,7 +302,7 @@ mod tests {
     fn leading_keeps_the_smallest_keys() {
         // A pseudo-random line with many ties, long enough for several cuts.
         let values: Vec<u64> = (0..5000u64).map(|j| (j * 7919 + 13) % 101).collect();
-        for m in [1, 3, 64, 200] {
+        for m in [1, 3, 8, 9, 64, 200] {
             let mut keys: Vec<u64> = Vec::with_capacity(2 * m.max(64));
             leading(&mut keys, m, values.len(), |j| u64::pack(values[j], j));
             if m < keys.len() {

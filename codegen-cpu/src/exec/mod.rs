@@ -565,6 +565,14 @@ fn store_tile(stage: &StagePlan, s: usize, tile_var: usize, len: usize, tile: &T
 /// Every `at(l)` must be an element of the buffer at `ptr`.
 unsafe fn accumulate_tile(op: BinaryOp, ptr: usize, dtype: DType, len: usize, at: &dyn Fn(usize) -> i64, tile: &Tile) {
     match tile {
+        // The common case (a float32 scatter-add, an embedding's gradient)
+        // without a dtype test per lane.
+        Tile::F32(v) if op == BinaryOp::Add && dtype == DType::F32 => {
+            let out = ptr as *mut f32;
+            for (l, &x) in v[..len].iter().enumerate() {
+                *out.offset(at(l) as isize) += x;
+            }
+        }
         Tile::F32(v) => {
             for (l, &x) in v[..len].iter().enumerate() {
                 let i = at(l);
