@@ -196,7 +196,7 @@ pub(crate) fn kernel_plan(
     // scatter-reduce whose combining runs lane by lane at the store.
     let tiled_serial = serial
         && kernel.stages.len() == 1
-        && (stages[0].accumulate.is_some() || !reads_own_storage(program, &kernel.stages[0]));
+        && (stages[0].accumulate.is_some() || !reads_storage_of(program, kernel.stages[0].value, kernel.stages[0].out));
     let tile = match (serial, columns) {
         (true, _) if tiled_serial => crate::exec::TILE.min(new_outer.last().copied().unwrap_or(1).max(1) as usize),
         (true, _) => 1,
@@ -352,19 +352,18 @@ fn scatter_combine(program: &Program, stage: &Stage) -> Option<(BinaryOp, Scalar
     let combines = matches!(op, BinaryOp::Add | BinaryOp::Mul | BinaryOp::Max | BinaryOp::Min);
     let reads_target = matches!(&scalars.get(old).op, ScalarOp::Load { buf, index, indirect, mask: None }
         if *buf == stage.out && *index == stage.store && *indirect == stage.store_indirect);
-    let rest_alone = Stage { value: rest, ..stage.clone() };
     (combines
         && reads_target
         && !stage.store_indirect.is_empty()
         && scalars.dtype(rest) == scalars.dtype(stage.value)
-        && !reads_own_storage(program, &rest_alone))
+        && !reads_storage_of(program, rest, stage.out))
     .then_some((op, rest))
 }
 
-/// Whether a stage's value reads the storage it writes.
-fn reads_own_storage(program: &Program, stage: &Stage) -> bool {
-    let own = program.storage_of(stage.out);
-    program.scalars.loaded_buffers(&[stage.value]).iter().any(|b| program.storage_of(*b) == own)
+/// Whether `value` reads the storage of `buf`.
+fn reads_storage_of(program: &Program, value: ScalarId, buf: rdyn_ir::loops::BufId) -> bool {
+    let own = program.storage_of(buf);
+    program.scalars.loaded_buffers(&[value]).iter().any(|b| program.storage_of(*b) == own)
 }
 
 #[allow(clippy::too_many_arguments)]

@@ -362,13 +362,9 @@ pub fn plan(program: &Program, syms: &Ctx) -> Result<CpuProgram, CodegenError> {
     for step in &program.steps {
         if let Step::Extern(ext) = step {
             let seen = match ext.kind {
-                ExternKind::Gemm { .. }
-                | ExternKind::DepthwiseConv2d { .. }
-                | ExternKind::Scan { .. }
-                | ExternKind::Sort(_)
-                | ExternKind::Search { .. } => continue,
                 ExternKind::Library { .. } => &mut library_read,
                 ExternKind::Fallback { .. } => &mut host_visible,
+                _ => continue,
             };
             for b in &ext.inputs {
                 seen[program.storage_of(*b).0 as usize] = true;

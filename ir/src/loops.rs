@@ -637,6 +637,15 @@ pub enum ExternKind {
     Fallback { node: u32, target: String },
 }
 
+impl ExternKind {
+    /// A kernel rdyn runs itself (GEMM, depthwise convolution, scan, sort,
+    /// search), not a call through ATen: its outputs are rdyn's buffers, and
+    /// it can be dropped when none is read.
+    pub fn is_own_kernel(&self) -> bool {
+        !matches!(self, ExternKind::Library { .. } | ExternKind::Fallback { .. })
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Extern {
     pub kind: ExternKind,

@@ -5,7 +5,7 @@
 
 use std::collections::HashSet;
 
-use crate::ir::loops::{BufId, ExternKind, Program, Step};
+use crate::ir::loops::{BufId, Program, Step};
 
 /// Run the pass over `program`.
 pub fn run(program: &mut Program) {
@@ -26,14 +26,8 @@ pub fn run(program: &mut Program) {
                 !kernel.stages.is_empty()
             }
             Step::Extern(ext) => {
-                let needed = !matches!(
-                    ext.kind,
-                    ExternKind::Gemm { .. }
-                        | ExternKind::DepthwiseConv2d { .. }
-                        | ExternKind::Scan { .. }
-                        | ExternKind::Sort(_)
-                        | ExternKind::Search { .. }
-                ) || ext.outputs.iter().any(|b| live.contains(&program.storage_of(*b)));
+                let needed =
+                    !ext.kind.is_own_kernel() || ext.outputs.iter().any(|b| live.contains(&program.storage_of(*b)));
                 if needed {
                     for b in &ext.inputs {
                         live.insert(program.storage_of(*b));

@@ -63,6 +63,16 @@ pub(crate) fn acc_dtype(dtype: DType) -> DType {
     }
 }
 
+/// The dtype rdyn's CPU kernels (scan, sort, search) compute `dtype` in:
+/// float32 or float64, every integer and bool as int64 (exact for all).
+pub(crate) fn kernel_dtype(dtype: DType) -> DType {
+    match acc_dtype(dtype) {
+        DType::F32 => DType::F32,
+        DType::F64 => DType::F64,
+        _ => DType::I64,
+    }
+}
+
 impl Lowerer<'_> {
     /// Reduce `input` over `dims` with `op`; the result keeps reduced dims as
     /// size 1 when `keepdim`. Returns the lazy view of the reduced buffer.
@@ -140,10 +150,7 @@ impl Lowerer<'_> {
             return Err(crate::unsupported(&node.target, format!("a scan of {out}")));
         }
         // Values are computed in float32, float64 or int64.
-        let acc = match acc_dtype(out) {
-            DType::F32 | DType::F64 => acc_dtype(out),
-            _ => DType::I64,
-        };
+        let acc = kernel_dtype(out);
         let x = self.cast_lazy(x, acc);
         let r = x.ndim();
         if r == 0 {

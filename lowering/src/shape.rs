@@ -28,6 +28,17 @@ pub(crate) fn int_list(arg: &Arg, op: &str) -> Result<Vec<i64>, LowerError> {
 }
 
 impl Lowerer<'_> {
+    /// `x` with new `sizes` and the same elements in row-major order.
+    pub(crate) fn reshape(&mut self, x: &Lazy, sizes: Vec<Expr>) -> Lazy {
+        let ctx = self.ctx_for(&sizes);
+        let out_strides = contiguous_strides(&sizes);
+        let linear = vars(sizes.len()).iter().zip(&out_strides).fold(Expr::zero(), |acc, (v, s)| acc.add(&v.mul(s)));
+        let in_strides = contiguous_strides(&x.sizes);
+        let map: Vec<Expr> =
+            (0..x.ndim()).map(|j| linear.floordiv(&in_strides[j], &ctx).modulo(&x.sizes[j], &ctx)).collect();
+        self.view(x, sizes, &map)
+    }
+
     pub(crate) fn view_op(&mut self, node: &Node) -> Res {
         let x = self.tensor_arg(node, 0, "self")?;
         let (sizes, dtype) = self.out_meta(node)?;
@@ -58,16 +69,7 @@ impl Lowerer<'_> {
             return Err(crate::unsupported(op, "dim argument on a 0-dim tensor"));
         }
         let out = match node.op {
-            Op::View | Op::UnsafeView | Op::Reshape => {
-                let ctx = self.ctx_for(&sizes);
-                let out_strides = contiguous_strides(&sizes);
-                let linear =
-                    vars(sizes.len()).iter().zip(&out_strides).fold(Expr::zero(), |acc, (v, s)| acc.add(&v.mul(s)));
-                let in_strides = contiguous_strides(&x.sizes);
-                let map: Vec<Expr> =
-                    (0..n).map(|j| linear.floordiv(&in_strides[j], &ctx).modulo(&x.sizes[j], &ctx)).collect();
-                self.view(&x, sizes, &map)
-            }
+            Op::View | Op::UnsafeView | Op::Reshape => self.reshape(&x, sizes),
             Op::Permute => {
                 let dims = int_list(node.arg(1, "dims"), op)?;
                 let mut map = vec![Expr::zero(); n];

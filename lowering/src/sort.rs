@@ -19,7 +19,7 @@ use crate::ir::op::Op;
 use crate::ir::{DType, Expr};
 use crate::lazy::Lazy;
 use crate::lower::{Handled, Lowerer};
-use crate::reduce::acc_dtype;
+use crate::reduce::kernel_dtype;
 use crate::shape::norm_dim;
 use crate::LowerError;
 
@@ -110,35 +110,9 @@ impl Lowerer<'_> {
             }
         }
         let spec = SortSpec { dim: d, descending, select };
-        let acc = match acc_dtype(out) {
-            DType::F32 | DType::F64 => acc_dtype(out),
-            _ => DType::I64,
-        };
-        let x = self.cast_lazy(x, acc);
-        if !self.options.cpu_kernels {
-            let mut outs = self.rank_sort(node, &x, spec)?;
-            outs[0] = self.cast_lazy(outs[0].clone(), out);
-            if !keepdim {
-                outs = outs.iter().map(|o| self.squeeze_dim(o, d)).collect();
-            }
-            outs.truncate(if whole { 1 } else { 2 });
-            return Ok(Handled::Native(outs));
-        }
-        let input = self.buffer_for_extern(&x);
-        let mut sizes = x.sizes.clone();
-        sizes[d] = match select {
-            SortSelect::All => sizes[d].clone(),
-            _ => Expr::c(spec.out_len(0)),
-        };
-        let strides = contiguous_strides(&sizes);
-        let bufs =
-            [self.temp_buffer(acc, sizes.clone(), strides.clone()), self.temp_buffer(DType::I64, sizes, strides)];
-        self.prog.steps.push(Step::Extern(Extern {
-            kind: ExternKind::Sort(spec),
-            inputs: vec![input],
-            outputs: bufs.to_vec(),
-        }));
-        let mut outs: Vec<Lazy> = bufs.iter().map(|&b| self.load_buffer(b)).collect();
+        let x = self.cast_lazy(x, kernel_dtype(out));
+        let mut outs =
+            if self.options.cpu_kernels { self.sort_kernel(&x, spec) } else { self.rank_sort(node, &x, spec)? };
         outs[0] = self.cast_lazy(outs[0].clone(), out);
         if !keepdim {
             outs = outs.iter().map(|o| self.squeeze_dim(o, d)).collect();
@@ -147,6 +121,25 @@ impl Lowerer<'_> {
             outs.truncate(1);
         }
         Ok(Handled::Native(outs))
+    }
+
+    /// A sort by rdyn's CPU sort kernel: an extern step writing the kept
+    /// values and their indices.
+    fn sort_kernel(&mut self, x: &Lazy, spec: SortSpec) -> Vec<Lazy> {
+        let input = self.buffer_for_extern(x);
+        let mut sizes = x.sizes.clone();
+        if spec.select != SortSelect::All {
+            sizes[spec.dim] = Expr::c(spec.out_len(0));
+        }
+        let strides = contiguous_strides(&sizes);
+        let bufs =
+            [self.temp_buffer(x.dtype, sizes.clone(), strides.clone()), self.temp_buffer(DType::I64, sizes, strides)];
+        self.prog.steps.push(Step::Extern(Extern {
+            kind: ExternKind::Sort(spec),
+            inputs: vec![input],
+            outputs: bufs.to_vec(),
+        }));
+        bufs.iter().map(|&b| self.load_buffer(b)).collect()
     }
 
     /// A sort for GPU devices, parallel over every element: each element's
@@ -256,15 +249,7 @@ impl Lowerer<'_> {
     /// `x` as a 1-D tensor (its elements in row-major order).
     fn flatten(&mut self, x: &Lazy) -> Lazy {
         let numel = x.sizes.iter().fold(Expr::c(1), |acc, s| acc.mul(s));
-        let ctx = self.ctx_for(std::slice::from_ref(&numel));
-        let strides = contiguous_strides(&x.sizes);
-        let map: Vec<Expr> = x
-            .sizes
-            .iter()
-            .zip(&strides)
-            .map(|(size, stride)| Expr::v(0).floordiv(stride, &ctx).modulo(size, &ctx))
-            .collect();
-        self.view(x, vec![numel], &map)
+        self.reshape(x, vec![numel])
     }
 
     /// `x` without its size-1 dim `d`.
@@ -313,23 +298,22 @@ impl Lowerer<'_> {
             return Err(crate::unsupported(op, "a sequence whose leading dims differ from the values'"));
         }
         let last = seq.ndim() - 1;
+        // Each value's row of the sequence: the values' leading dims, then
+        // a position along the last.
+        let row: Vec<Option<Expr>> = (0..last).map(|d| Some(Expr::v(d as u32))).chain([None]).collect();
         let m =
             self.constant(&seq.sizes[last]).ok_or_else(|| crate::unsupported(op, "a sequence of symbolic length"))?;
         // With a sorter, the sequence is read through it: seq[..., sorter[..., j]].
         let seq = match node.kwarg("sorter") {
             Arg::Tensor(s) => {
                 let sorter = self.value(*s, op)?;
-                let index: Vec<Option<Expr>> = (0..last).map(|d| Some(Expr::v(d as u32))).chain([None]).collect();
-                let value = self.gather_load(&seq, &index, &[(last, sorter.value)], &seq.sizes.clone());
+                let value = self.gather_load(&seq, &row, &[(last, sorter.value)], &seq.sizes.clone());
                 Lazy { value, ..seq }
             }
             _ => seq,
         };
         if self.options.cpu_kernels {
-            let acc = match acc_dtype(v.dtype) {
-                DType::F32 | DType::F64 => acc_dtype(v.dtype),
-                _ => DType::I64,
-            };
+            let acc = kernel_dtype(v.dtype);
             let (seq, v) = (self.cast_lazy(seq, acc), self.cast_lazy(v, acc));
             let inputs = vec![self.buffer_for_extern(&seq), self.buffer_for_extern(&v)];
             let buf = self.temp_buffer(DType::I64, sizes.clone(), contiguous_strides(&sizes));
@@ -345,7 +329,6 @@ impl Lowerer<'_> {
         let (zero, one, two) =
             (s.int_constant(0, DType::I64), s.int_constant(1, DType::I64), s.int_constant(2, DType::I64));
         let (mut start, mut end) = (zero, s.int_constant(m, DType::I64));
-        let index: Vec<Option<Expr>> = (0..last).map(|d| Some(Expr::v(d as u32))).chain([None]).collect();
         for _ in 0..u64::BITS - (m as u64).leading_zeros() {
             let s = &mut self.prog.scalars;
             let active = s.binary(BinaryOp::Lt, start, end, DType::Bool);
@@ -353,7 +336,7 @@ impl Lowerer<'_> {
             let half = s.binary(BinaryOp::FloorDiv, width, two, DType::I64);
             let centre = s.binary(BinaryOp::Add, start, half, DType::I64);
             let mid = s.select(active, centre, zero, DType::I64);
-            let mid_val = self.gather_load(&seq, &index, &[(last, mid)], &sizes);
+            let mid_val = self.gather_load(&seq, &row, &[(last, mid)], &sizes);
             let s = &mut self.prog.scalars;
             let stop = s.binary(if right { BinaryOp::Gt } else { BinaryOp::Ge }, mid_val, v.value, DType::Bool);
             let go = s.unary(UnaryOp::Not, stop, DType::Bool);

@@ -49,16 +49,15 @@ impl Builder {
 
     fn node(&mut self, target: &str, args: Vec<Arg>, out: &[i64]) -> ValueId {
         let v = self.value(out);
-        let index = self.graph.nodes.len() as u32;
-        self.graph.nodes.push(Node {
-            index,
-            op: parse_target(target).0,
-            target: target.into(),
-            args,
-            kwargs: vec![],
-            outputs: vec![v],
-        });
+        self.node_into(target, args, vec![v]);
         v
+    }
+
+    /// A node writing `outputs`.
+    fn node_into(&mut self, target: &str, args: Vec<Arg>, outputs: Vec<ValueId>) {
+        let index = self.graph.nodes.len() as u32;
+        let op = parse_target(target).0;
+        self.graph.nodes.push(Node { index, op, target: target.into(), args, kwargs: vec![], outputs });
     }
 
     fn lower(self, outputs: &[ValueId]) -> (String, rdyn_lowering::NodeCounts) {
@@ -172,15 +171,7 @@ fn topk_is_a_sort_step_whose_readers_fuse_behind_it() {
 fn values_and_indices(b: &mut Builder, target: &str, args: Vec<Arg>, out: &[i64]) -> (ValueId, ValueId) {
     let (values, indices) = (b.value(out), b.value(out));
     b.graph.values[indices.0 as usize].dtype = DType::I64;
-    let index = b.graph.nodes.len() as u32;
-    b.graph.nodes.push(Node {
-        index,
-        op: parse_target(target).0,
-        target: target.into(),
-        args,
-        kwargs: vec![],
-        outputs: vec![values, indices],
-    });
+    b.node_into(target, args, vec![values, indices]);
     (values, indices)
 }
 

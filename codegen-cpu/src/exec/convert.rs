@@ -2,9 +2,11 @@
 //! tile, writing lanes back, casts, integer wrapping, constant fills.
 
 use half::{bf16, f16};
+use rdyn_ir::loops::BinaryOp;
 use rdyn_ir::DType;
 
 use super::Tile;
+use crate::ops;
 
 #[inline(always)]
 pub(super) unsafe fn write_f64(ptr: usize, dtype: DType, i: i64, x: f64, x32: f32) {
@@ -58,6 +60,65 @@ pub(super) unsafe fn read_i64(ptr: usize, dtype: DType, i: i64) -> i64 {
         DType::I32 => *(ptr as *const i32).offset(i) as i64,
         DType::I64 => *(ptr as *const i64).offset(i),
         _ => read_f64(ptr, dtype, i as i64) as i64,
+    }
+}
+
+/// `out[at(l)] = op(out[at(l)], tile[l])` for each lane in order (a
+/// scatter-reduce), in the tile's kind as the register program would.
+///
+/// # Safety
+/// Every `at(l)` must be an element of the buffer at `ptr`.
+// Inlined into the store, so that `at` is a known closure, not a call per
+// lane (index_add of 2048x64: 0.31 ms inlined, 0.53 ms not).
+#[inline(always)]
+pub(super) unsafe fn accumulate_tile(
+    op: BinaryOp,
+    ptr: usize,
+    dtype: DType,
+    len: usize,
+    at: &dyn Fn(usize) -> i64,
+    tile: &Tile,
+) {
+    match tile {
+        // The common case (a float32 scatter-add, an embedding's gradient)
+        // without a dtype test per lane.
+        Tile::F32(v) if op == BinaryOp::Add && dtype == DType::F32 => {
+            let out = ptr as *mut f32;
+            for (l, &x) in v[..len].iter().enumerate() {
+                *out.offset(at(l) as isize) += x;
+            }
+        }
+        Tile::F32(v) => {
+            for (l, &x) in v[..len].iter().enumerate() {
+                let i = at(l);
+                let old = read_f64(ptr, dtype, i) as f32;
+                let new = if op == BinaryOp::Add {
+                    old + x
+                } else {
+                    let mut out = [0.0f32];
+                    ops::binary_f32(op, &[old], &[x], &mut out);
+                    out[0]
+                };
+                write_f64(ptr, dtype, i, new as f64, new);
+            }
+        }
+        Tile::F64(v) => {
+            for (l, &x) in v[..len].iter().enumerate() {
+                let i = at(l);
+                let mut out = [0.0f64];
+                ops::binary_f64(op, &[read_f64(ptr, dtype, i)], &[x], &mut out);
+                write_f64(ptr, dtype, i, out[0], out[0] as f32);
+            }
+        }
+        Tile::I64(v) => {
+            let mut error = false;
+            for (l, &x) in v[..len].iter().enumerate() {
+                let i = at(l);
+                let mut out = [0i64];
+                ops::binary_i64(op, &[read_i64(ptr, dtype, i)], &[x], &mut out, &mut error);
+                write_i64(ptr, dtype, i, out[0]);
+            }
+        }
     }
 }
 

@@ -12,7 +12,7 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use rdyn_ir::loops::{BinaryOp, ReduceOp};
+use rdyn_ir::loops::ReduceOp;
 use rdyn_ir::{DType, Kind};
 
 mod convert;
@@ -20,7 +20,7 @@ mod reduce;
 mod rows;
 mod spare;
 
-use convert::{cast, fill_f, fill_i, load, read_f64, read_i64, select, wrap, write_f64, write_i64};
+use convert::{accumulate_tile, cast, fill_f, fill_i, load, select, wrap, write_f64, write_i64};
 pub(crate) use reduce::FOLD_LANES;
 use reduce::{combine_lanes, fold_lanes, fold_tile, init_acc};
 
@@ -553,55 +553,6 @@ fn store_tile(stage: &StagePlan, s: usize, tile_var: usize, len: usize, tile: &T
                 for (l, &x) in v[..len].iter().enumerate() {
                     write_i64(ptr, dtype, at(l), x);
                 }
-            }
-        }
-    }
-}
-
-/// `out[at(l)] = op(out[at(l)], tile[l])` for each lane in order (a
-/// scatter-reduce), in the tile's kind as the register program would.
-///
-/// # Safety
-/// Every `at(l)` must be an element of the buffer at `ptr`.
-unsafe fn accumulate_tile(op: BinaryOp, ptr: usize, dtype: DType, len: usize, at: &dyn Fn(usize) -> i64, tile: &Tile) {
-    match tile {
-        // The common case (a float32 scatter-add, an embedding's gradient)
-        // without a dtype test per lane.
-        Tile::F32(v) if op == BinaryOp::Add && dtype == DType::F32 => {
-            let out = ptr as *mut f32;
-            for (l, &x) in v[..len].iter().enumerate() {
-                *out.offset(at(l) as isize) += x;
-            }
-        }
-        Tile::F32(v) => {
-            for (l, &x) in v[..len].iter().enumerate() {
-                let i = at(l);
-                let old = read_f64(ptr, dtype, i) as f32;
-                let new = if op == BinaryOp::Add {
-                    old + x
-                } else {
-                    let mut out = [0.0f32];
-                    ops::binary_f32(op, &[old], &[x], &mut out);
-                    out[0]
-                };
-                write_f64(ptr, dtype, i, new as f64, new);
-            }
-        }
-        Tile::F64(v) => {
-            for (l, &x) in v[..len].iter().enumerate() {
-                let i = at(l);
-                let mut out = [0.0f64];
-                ops::binary_f64(op, &[read_f64(ptr, dtype, i)], &[x], &mut out);
-                write_f64(ptr, dtype, i, out[0], out[0] as f32);
-            }
-        }
-        Tile::I64(v) => {
-            let mut error = false;
-            for (l, &x) in v[..len].iter().enumerate() {
-                let i = at(l);
-                let mut out = [0i64];
-                ops::binary_i64(op, &[read_i64(ptr, dtype, i)], &[x], &mut out, &mut error);
-                write_i64(ptr, dtype, i, out[0]);
             }
         }
     }
