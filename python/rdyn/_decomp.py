@@ -186,6 +186,41 @@ def euclidean_dist(x1, x2):
     return _TORCH[aten._euclidean_dist.default](x1, x2)
 
 
+def pdist_forward(x, p=2.0):
+    """``torch.pdist``: the distances of the rows ``i < j`` of ``x``, in
+    row-major order of the pairs, from the coordinate differences as
+    ``cdist``'s are (the pairs' rows are two gathers, fused into the
+    reduction)."""
+    n = x.shape[0]
+    if not isinstance(n, int):
+        return NotImplemented
+    pairs = n * (n - 1) // 2
+    if pairs == 0 or x.shape[1] == 0:
+        return x.new_zeros((pairs,))
+    # Row i's pairs start at i·n − i(i+1)/2; pair k belongs to the last row
+    # starting at or before k (a binary search, exact in int64).
+    i = torch.arange(n - 1, device=x.device)
+    starts = i * n - i * (i + 1) // 2
+    k = torch.arange(pairs, device=x.device)
+    first = torch.searchsorted(starts, k, right=True) - 1
+    second = k - starts[first] + first + 1
+    return cdist_forward(x[first].unsqueeze(-2), x[second].unsqueeze(-2), p).view(-1)
+
+
+def trilinear(i1, i2, i3, expand1, expand2, expand3, sumdim, unroll_dim=1):
+    """``_trilinear`` (``nn.Bilinear``): the product of the three operands,
+    each with its ``expand`` dims inserted, summed over ``sumdim``; rdyn
+    fuses the product into the reduction, so it is never stored."""
+
+    def expanded(t, dims):
+        for d in sorted(dims):
+            t = t.unsqueeze(d)
+        return t
+
+    prod = expanded(i1, expand1) * expanded(i2, expand2) * expanded(i3, expand3)
+    return prod.sum(list(sumdim)) if len(sumdim) else prod
+
+
 def cdist_backward(grad, x1, x2, p, dist):
     """The gradient of ``cdist`` for ``x1``, ATen's formula: each pair's
     gradient times ∂d/∂x1, which is 0 where the pair's distance or the
@@ -495,6 +530,8 @@ DECOMPOSITIONS = {
     aten._cdist_forward.default: cdist_forward,
     aten._euclidean_dist.default: euclidean_dist,
     aten._cdist_backward.default: cdist_backward,
+    aten._pdist_forward.default: pdist_forward,
+    aten._trilinear.default: trilinear,
     aten.masked_scatter.default: masked_scatter,
     aten.as_strided_scatter.default: as_strided_scatter,
     aten._adaptive_avg_pool3d.default: adaptive_avg_pool3d,

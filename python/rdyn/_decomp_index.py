@@ -1,0 +1,137 @@
+"""Decompositions of indexing and counting ops that ATen runs as one opaque
+kernel: written from ops rdyn lowers (cumulative sums, binary searches,
+gathers, scatter-adds), so they run in rdyn's kernels instead of eagerly.
+
+``nonzero_static`` finds its k-th selected position by a binary search of
+the mask's cumulative count: a gather per result row, no scatter, so it is
+the same on every device. ``put`` is an ``index_put`` on the flattened
+tensor. ``histc`` is ATen's linear bin formula, computed in the input's
+dtype in ATen's order, then a scatter-add of ones. ``embedding_bag``
+(``_embedding_bag`` and ``_embedding_bag_forward_only``) gathers its rows
+and reduces each bag with a scatter-add (sum, mean) or ``scatter_reduce``
+(max); its other three results are computed as ATen's CPU kernel computes
+them, so a backward through ATen reads what it expects.
+"""
+
+from __future__ import annotations
+
+import torch
+
+aten = torch.ops.aten
+
+
+def _static(*sizes) -> bool:
+    return all(isinstance(s, int) for s in sizes)
+
+
+def nonzero_static(x, *, size, fill_value=-1):
+    """The coordinates of ``x``'s first ``size`` nonzero elements in
+    row-major order, rows past the count filled with ``fill_value``. Row r
+    is the first position whose running count of nonzeros reaches r + 1."""
+    shape = tuple(x.shape)
+    n = x.numel()
+    if not _static(n, size, *shape):
+        return NotImplemented
+    out_dims = len(shape)
+    if n == 0 or out_dims == 0 or size == 0:
+        if out_dims == 0 and n == 1:
+            return x.new_empty((size, 0), dtype=torch.int64)
+        return torch.full((size, out_dims), fill_value, dtype=torch.int64, device=x.device)
+    count = torch.cumsum((x != 0).reshape(-1).to(torch.int64), 0)
+    wanted = torch.arange(1, size + 1, dtype=torch.int64, device=x.device)
+    position = torch.searchsorted(count, wanted)
+    found = position < n
+    coords = []
+    stride = n
+    for extent in shape:
+        stride //= extent
+        coords.append(torch.div(position, stride, rounding_mode="floor") % extent)
+    return torch.where(found.unsqueeze(-1), torch.stack(coords, -1), fill_value)
+
+
+def put(x, index, source, accumulate=False):
+    """``put``: ``x`` as one row-major line, ``source`` written (or added)
+    at ``index`` (negative indices count from the end, as ``index_put``'s
+    do, and an index out of range is an error)."""
+    flat = x.reshape(-1).index_put((index.reshape(-1),), source.reshape(-1).to(x.dtype), accumulate)
+    return flat.view(x.shape)
+
+
+def histc(x, bins=100, min=0, max=0):  # noqa: A002 - ATen's argument names
+    """``histc`` with its range given (min < max): each element's bin is
+    ATen's ``(x - min) * bins / (max - min)`` truncated, computed in x's
+    dtype in that order, the top edge in the last bin, elements outside
+    the range (and NaN) left out. A range taken from the data (min == max)
+    raises in ATen when the data holds infinities, which a graph cannot
+    check, so that case stays ATen's."""
+    lo, hi = float(min), float(max)
+    if lo == hi or x.dtype not in (torch.float32, torch.float64) or not _static(bins):
+        return NotImplemented
+    if not (lo < hi) or lo in (float("inf"), float("-inf")) or hi in (float("inf"), float("-inf")):
+        return NotImplemented  # ATen's own error
+    flat = x.reshape(-1)
+    lo_t = torch.full((), lo, dtype=x.dtype, device=x.device)
+    hi_t = torch.full((), hi, dtype=x.dtype, device=x.device)
+    inside = (flat >= lo_t) & (flat <= hi_t)
+    scaled = (flat - lo_t) * bins
+    width = hi_t - lo_t
+    pos = (scaled / width).to(torch.int64)
+    pos = torch.where(pos >= bins, bins - 1, pos)
+    pos = torch.where(inside, pos, bins)
+    ones = inside.to(x.dtype)
+    counts = x.new_zeros((bins + 1,)).index_put((pos,), ones, accumulate=True)
+    return counts[:bins]
+
+
+def index_put_mask(x, indices, values, accumulate=False):
+    """``x[mask] = values`` (``index_put`` with one boolean index, other
+    entries ``None``) where ``values`` does not depend on how many
+    positions the mask selects: a ``where`` over the mask, ``values``
+    broadcast across the masked dims (or added, for ``accumulate``). Values
+    with one row per selected position keep ATen's kernel, which checks
+    their count."""
+    given = [k for k, t in enumerate(indices) if t is not None]
+    if len(given) != 1 or indices[given[0]].dtype not in (torch.bool, torch.uint8):
+        return NotImplemented
+    first = given[0]
+    mask = indices[first]
+    rest = len(x.shape) - first - mask.dim()
+    v = values
+    if v.dim() > rest:
+        selected = v.dim() - rest - 1  # the dim that runs over the selected positions
+        if v.shape[selected] != 1:
+            return NotImplemented
+        v = v.squeeze(selected)
+    lead = v.dim() - rest  # dims of v before the mask's (right-aligned)
+    if lead > 0:
+        v = v.reshape(tuple(v.shape[:lead]) + (1,) * mask.dim() + tuple(v.shape[lead:]))
+    where = mask.to(torch.bool).reshape(tuple(mask.shape) + (1,) * rest)
+    v = v.to(x.dtype)
+    return torch.where(where, x + v if accumulate else v, x)
+
+
+def _integer_only(shift):
+    """``x >> n`` and ``x << n`` (``__rshift__``, ``__lshift__``, ATen's
+    own ops, not decomposed by PyTorch) as the bitwise shifts they are for
+    integers; for floating ``x`` ATen divides or multiplies by 2**n, left
+    to ATen."""
+
+    def shifted(x, other):
+        if x.is_floating_point() or (isinstance(other, torch.Tensor) and other.is_floating_point()):
+            return NotImplemented
+        return shift(x, other)
+
+    return shifted
+
+
+DECOMPOSITIONS = {
+    **{
+        getattr(op, overload): _integer_only(shift)
+        for op, shift in ((aten.__rshift__, torch.bitwise_right_shift), (aten.__lshift__, torch.bitwise_left_shift))
+        for overload in ("Scalar", "Tensor")
+    },
+    aten.nonzero_static.default: nonzero_static,
+    aten.put.default: put,
+    aten.index_put.default: index_put_mask,
+    aten.histc.default: histc,
+}
