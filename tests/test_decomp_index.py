@@ -219,3 +219,46 @@ def test_integer_shift_operators() -> None:
     for fn in (lambda t: t >> 3, lambda t: t << 2, lambda t: t >> torch.tensor([1, 2, 3, 4])):
         assert torch.equal(_compiled(fn, "cpu")(x), fn(x))
         _no_fallback()
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("padding_idx", [None, 0, 7])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_embedding_backward_matches_eager(device, padding_idx, dtype) -> None:
+    """The embedding's gradient: repeated ids add up, the padding row's
+    gradient is zero (its rows go to an extra row, cut off), half
+    precision sums in float32 and rounds once."""
+    torch.manual_seed(0)
+    emb = torch.nn.Embedding(20, 6, padding_idx=padding_idx).to(dtype)
+    ids = torch.tensor([[0, 3, 7, 3], [7, 7, 19, 0], [5, 3, 0, 1]])
+    w = torch.randn(3, 4, 6).to(dtype)
+
+    def step(forward):
+        emb.weight.grad = None
+        (forward(ids) * w).sum().backward()
+        return emb.weight.grad
+
+    want = step(emb).clone()
+    got = step(_compiled(emb, device))
+    tol = dict(rtol=1.6e-2, atol=1e-2) if dtype == torch.bfloat16 else {}
+    torch.testing.assert_close(got, want, **tol)
+    if padding_idx is not None:
+        assert not got[padding_idx].any()
+    _no_fallback()
+
+
+def test_row_scatter_add_is_compiled() -> None:
+    """A scatter-add of whole rows (``index_add`` along dim 0) is compiled
+    along the row (the row index is computed once per row by the
+    executor): duplicate rows add in order, and an index out of range
+    raises instead of writing."""
+    fn = lambda x, i: torch.zeros(10, 64).index_add(0, i, x)  # noqa: E731
+    x, i = torch.randn(300, 64), torch.randint(0, 10, (300,))
+    report = rdyn.explain(fn, x, i)
+    scatter = [k for k in report.kernels if "serial" in k.source]
+    assert scatter and all("[jit]" in k.source for k in scatter), [k.source for k in report.kernels]
+    compiled = _compiled(fn, "cpu")
+    torch.testing.assert_close(compiled(x, i), fn(x, i))
+    _no_fallback()
+    with pytest.raises(IndexError):
+        compiled(x, torch.full((300,), 10))

@@ -331,8 +331,13 @@ impl Lowerer<'_> {
             std::mem::swap(&mut a, &mut b);
         }
         // ATen computes `x ** 2` and `x ** 3` by multiplication (as exact,
-        // and far cheaper than powf); so does rdyn, for float32 and float64.
+        // and far cheaper than powf), and `x ** 1` is `x` (the derivative
+        // of a square is `2 * x ** 1`); so does rdyn, for float32 and
+        // float64.
         if node.op == Pow && matches!(out, DType::F32 | DType::F64) {
+            if b_arg.as_float() == Some(1.0) {
+                return self.native(sizes, a, out);
+            }
             if let Some(e) = b_arg.as_float().filter(|e| *e == 2.0 || *e == 3.0) {
                 let mut v = s.binary(BinaryOp::Mul, a, a, out);
                 if e == 3.0 {

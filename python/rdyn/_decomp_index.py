@@ -16,8 +16,10 @@ them, so a backward through ATen reads what it expects.
 from __future__ import annotations
 
 import torch
+from torch._decomp import get_decompositions
 
 aten = torch.ops.aten
+_TORCH_EMBEDDING_BACKWARD = get_decompositions([aten.embedding_dense_backward])[aten.embedding_dense_backward.default]
 
 
 def _static(*sizes) -> bool:
@@ -110,6 +112,28 @@ def index_put_mask(x, indices, values, accumulate=False):
     return torch.where(where, x + v if accumulate else v, x)
 
 
+def embedding_dense_backward(grad_output, indices, num_weights, padding_idx, scale_grad_by_freq):
+    """The embedding's gradient: each position's gradient row added into
+    its index's row, with no mask on the values (PyTorch's decomposition
+    multiplies every row by ``index != padding_idx``): rows of the padding
+    index go to one extra row, cut off after. The scatter-add then reads
+    the gradient as it is, which rdyn compiles. Scaling by frequency keeps
+    PyTorch's decomposition."""
+    if scale_grad_by_freq or not _static(num_weights, *grad_output.shape):
+        return _TORCH_EMBEDDING_BACKWARD(grad_output, indices, num_weights, padding_idx, scale_grad_by_freq)
+    result = grad_output.dtype
+    work = torch.float32 if result in (torch.float16, torch.bfloat16) else result
+    index = indices.reshape(-1).to(torch.int64)
+    rows = grad_output.reshape(index.shape[0], -1).to(work)
+    width = num_weights
+    if 0 <= padding_idx < num_weights:
+        index = index + (index == padding_idx).to(torch.int64) * (num_weights - padding_idx)
+        width = num_weights + 1
+    grad = rows.new_zeros((width, rows.shape[1])).index_put((index,), rows, accumulate=True)
+    grad = grad[:num_weights] if width > num_weights else grad
+    return grad.view((num_weights, *grad_output.shape[indices.dim():])).to(result)
+
+
 def _integer_only(shift):
     """``x >> n`` and ``x << n`` (``__rshift__``, ``__lshift__``, ATen's
     own ops, not decomposed by PyTorch) as the bitwise shifts they are for
@@ -132,6 +156,7 @@ DECOMPOSITIONS = {
     },
     aten.nonzero_static.default: nonzero_static,
     aten.put.default: put,
+    aten.embedding_dense_backward.default: embedding_dense_backward,
     aten.index_put.default: index_put_mask,
     aten.histc.default: histc,
 }

@@ -682,6 +682,14 @@ unsafe fn call_jit(
     // indexes in bounds (as for the interpreter; a gather's row was
     // bounds-checked above); `out` as the caller says.
     unsafe { (jit.func)(sc.addrs.as_ptr(), out, len as i64, jit.constants.as_ptr(), rows as i64) };
+    // The executor's instructions after the last load: a scatter's row (and
+    // its bounds check), the same on every lane, which the store reads.
+    for &k in &jit.pre[ran..] {
+        exec_inst(&stage.insts[k], s, tile_var, 1, mem, sc);
+    }
+    for (reg, _) in &stage.store_indirect {
+        sc.regs[s][*reg as usize].splat(len);
+    }
 }
 
 /// Evaluate a compiled stage into its value register.

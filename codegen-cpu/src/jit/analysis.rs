@@ -190,6 +190,12 @@ fn pre_inst(stage: &StagePlan, op: &InstOp, is_pre: &dyn Fn(&Reg) -> bool) -> bo
     }
 }
 
+/// Whether register `r` holds, at the end of the stage, a value a
+/// [`Class::Pre`] instruction wrote (the last instruction writing it).
+fn pre_register(stage: &StagePlan, a: &Analysis, r: Reg) -> bool {
+    stage.insts.iter().rposition(|inst| inst.dst == r).is_some_and(|i| a.class[i] == Class::Pre)
+}
+
 /// A load the compiled function reads from an address the executor
 /// computes: buffer (`None`: an integer index, whose value is passed),
 /// index, element size, and indirect parts (registers of [`Class::Pre`]
@@ -213,10 +219,13 @@ pub(super) struct Supported {
 }
 
 pub(super) fn supported(stage: &StagePlan, tile_var: Option<usize>, extents: &[i64]) -> Option<Supported> {
-    if !stage.store_indirect.is_empty() {
+    let analysis = analyse(stage, tile_var, extents)?;
+    // A scatter's store stays with the executor (its value is the compiled
+    // function's output): its indirect index must be the same on every
+    // lane, an executor-computed instruction (an `index_add`'s row).
+    if !stage.store_indirect.iter().all(|(r, _)| pre_register(stage, &analysis, *r)) {
         return None;
     }
-    let analysis = analyse(stage, tile_var, extents)?;
     let loads = stage
         .insts
         .iter()

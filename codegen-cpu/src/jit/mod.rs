@@ -24,7 +24,9 @@
 //! two loops a call that runs the interpreter's routine over the whole
 //! tile, values crossing a call going through tiles on the stack. Integer
 //! indices (affine, within 32 bits) compile as 32-bit lanes, only to be
-//! compared into masks. Anything else keeps the interpreter: float64,
+//! compared into masks. A scatter's value compiles when its row is the
+//! same on every lane (the executor computes the row, then stores).
+//! Anything else keeps the interpreter: float64,
 //! integer arithmetic, half-precision, gathers and masked loads. Results are bit-identical to the interpreter's (up to the sign and
 //! payload of a NaN): only exactly rounded operations, in the same order, no
 //! fused multiply-add, and the interpreter's own transcendental routines.
@@ -265,9 +267,10 @@ pub fn compile_program(steps: &mut [CpuStep], bufs: &[BufPlan]) {
     let mut pending = Vec::new();
     for (k, step) in steps.iter().enumerate() {
         let CpuStep::Kernel(kernel) = step else { continue };
-        // A serial kernel runs in the interpreter; a blocked transpose
-        // needs no compiled stage.
-        if kernel.serial || kernel.transpose.is_some() {
+        // A serial kernel run point by point gains nothing from compiled
+        // lanes (a tiled one, a scatter along its last dim, does); a
+        // blocked transpose needs no compiled stage.
+        if (kernel.serial && kernel.tile <= 1) || kernel.transpose.is_some() {
             continue;
         }
         for (s, stage) in kernel.stages.iter().enumerate() {
