@@ -167,7 +167,12 @@ macro_rules! float_ops {
                 BinaryOp::And => zip!(|x: $t, y: $t| (x != 0.0 && y != 0.0) as u8 as $t),
                 BinaryOp::Or => zip!(|x: $t, y: $t| (x != 0.0 || y != 0.0) as u8 as $t),
                 BinaryOp::Xor => zip!(|x: $t, y: $t| ((x != 0.0) != (y != 0.0)) as u8 as $t),
-                BinaryOp::BitAnd | BinaryOp::BitOr | BinaryOp::BitXor | BinaryOp::Shl | BinaryOp::Shr => {
+                BinaryOp::BitAnd
+                | BinaryOp::BitOr
+                | BinaryOp::BitXor
+                | BinaryOp::Shl
+                | BinaryOp::Shr
+                | BinaryOp::HashMix => {
                     zip!(|x: $t, _y: $t| x)
                 }
             }
@@ -535,6 +540,7 @@ fn binary_i64_body(op: BinaryOp, a: &[i64], b: &[i64], out: &mut [i64], error: &
         } else {
             0
         }),
+        BinaryOp::HashMix => zip!(|x: i64, y: i64| rdyn_ir::random::hash_mix(x, y)),
         // Float-only ops: lowering never sends integers here.
         _ => zip!(|x: i64, _y: i64| x),
     }

@@ -21,6 +21,7 @@
 mod bessel;
 mod emit;
 pub mod gemm;
+mod hash;
 mod igamma;
 mod kernel;
 mod math;

@@ -711,6 +711,7 @@ fn int_binary(f: &mut Func, em: &Emitter<'_>, op: BinaryOp, a: &str, b: &str) ->
         BinaryOp::BitAnd => two(f, "and.b64"),
         BinaryOp::BitOr => two(f, "or.b64"),
         BinaryOp::BitXor => two(f, "xor.b64"),
+        BinaryOp::HashMix => crate::hash::hash_mix(f, a, b),
         BinaryOp::Shl | BinaryOp::Shr => {
             let amount = f.reg(Class::B32);
             f.ins(format!("cvt.u32.u64 {amount}, {b}"));

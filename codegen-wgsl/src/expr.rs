@@ -141,6 +141,20 @@ fn round_f16(x: f32) -> f32 {
 }
 "#;
 
+/// rdyn's random bits (`rdyn_ir::random::hash_mix`) on 32-bit words,
+/// included in a module only when its body calls `hash_mix`.
+pub const HASH: &str = r#"
+fn fmix32(x: u32) -> u32 {
+    var h = x ^ (x >> 16u); h = h * 0x85ebca6bu; h = h ^ (h >> 13u); h = h * 0xc2b2ae35u;
+    return h ^ (h >> 16u);
+}
+fn hash_mix(position: i32, key: i32) -> i32 {
+    let k = fmix32(bitcast<u32>(key) ^ 0x9e3779b9u);
+    let h = fmix32(bitcast<u32>(position) * 0x9e3779b9u + k);
+    return i32(fmix32(h ^ k) >> 8u);
+}
+"#;
+
 /// Special functions, included in a module only when its body calls one
 /// (every name starts with `special_`). float32 versions of the CPU
 /// backend's algorithms.
@@ -475,6 +489,7 @@ impl BodyWriter<'_> {
             BinaryOp::BitAnd if !float => format!("({a} & {b})"),
             BinaryOp::BitOr if !float => format!("({a} | {b})"),
             BinaryOp::BitXor if !float => format!("({a} ^ {b})"),
+            BinaryOp::HashMix if !float => format!("hash_mix({a}, {b})"),
             BinaryOp::Shl if !float => format!("select(0i, {a} << u32({b}), {b} >= 0i && {b} < 32i)"),
             BinaryOp::Shr if !float => format!("({a} >> u32(clamp({b}, 0i, 31i)))"),
             other => return Err(WgslError::Unsupported(format!("{other} on {from}"))),

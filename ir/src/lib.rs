@@ -6,6 +6,7 @@
 //! - [`loops`]: the loop-level IR — buffers defined by index → value
 //!   functions, grouped into kernels — that every backend generates code from.
 //! - [`approx`]: approximation coefficients several backends share.
+//! - [`random`]: the counter-based random numbers every backend computes.
 //!
 //! Invariants: ids index into their arenas; scalar nodes are hash-consed so
 //! structural equality is identity; [`verify::verify`] holds after every pass.
@@ -18,6 +19,7 @@ pub mod graph;
 pub mod loops;
 pub mod op;
 mod print;
+pub mod random;
 pub mod verify;
 
 pub use dtype::{DType, Device, Kind};

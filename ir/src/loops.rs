@@ -140,6 +140,8 @@ simple_enum! {
         ShiftedChebyshevW => "shifted_chebyshev_w", HermiteH => "hermite_h", HermiteHe => "hermite_he",
         LaguerreL => "laguerre_l", LegendreP => "legendre_p",
         BitAnd => "bitand", BitOr => "bitor", BitXor => "bitxor", Shl => "shl", Shr => "shr",
+        // 24 random bits for (position, key): [`crate::random::hash_mix`].
+        HashMix => "hash_mix",
     }
 }
 

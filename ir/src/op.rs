@@ -62,6 +62,9 @@ ops! {
     BitwiseAnd => "bitwise_and", BitwiseOr => "bitwise_or", BitwiseXor => "bitwise_xor",
     BitwiseLeftShift => "bitwise_left_shift", BitwiseRightShift => "bitwise_right_shift",
     Xlogy => "xlogy", LogAddExp => "logaddexp", Heaviside => "heaviside", Nextafter => "nextafter",
+    // `rdyn::hash_mix`, rdyn's counter-based random bits (parsed from
+    // `rdyn.hash_mix.*`, never from an `aten.` target).
+    HashMix => "rdyn::hash_mix",
     // ternary and friends
     Where => "where", Clamp => "clamp", ClampMin => "clamp_min", ClampMax => "clamp_max",
     Lerp => "lerp", Addcmul => "addcmul", Addcdiv => "addcdiv",
@@ -157,6 +160,10 @@ impl Op {
 pub fn parse_target(target: &str) -> (Op, &str) {
     if let Some(overload) = target.strip_prefix("prims.convert_element_type.") {
         return (Op::ConvertElementType, overload);
+    }
+    // rdyn's own ops (`python/rdyn/_random.py`).
+    if let Some(overload) = target.strip_prefix("rdyn.hash_mix.") {
+        return (Op::HashMix, overload);
     }
     let rest = target.strip_prefix("aten.").or_else(|| target.strip_prefix("aten::")).unwrap_or("");
     if rest.is_empty() {

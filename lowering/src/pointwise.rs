@@ -30,7 +30,7 @@ impl Lowerer<'_> {
             | LogicalOr | LogicalXor | BitwiseAnd | BitwiseOr | BitwiseXor | BitwiseLeftShift | BitwiseRightShift
             | Xlogy | Heaviside | LogAddExp | SpecialZeta | Igamma | Igammac | ChebyshevT | ChebyshevU | ChebyshevV
             | ChebyshevW | ShiftedChebyshevT | ShiftedChebyshevU | ShiftedChebyshevV | ShiftedChebyshevW | HermiteH
-            | HermiteHe | LaguerreL | LegendreP => self.binary(node),
+            | HermiteHe | LaguerreL | LegendreP | HashMix => self.binary(node),
             Where => self.where_(node),
             Clamp | ClampMin | ClampMax | HardTanh => self.clamp(node),
             Lerp => self.lerp(node),
@@ -396,6 +396,7 @@ impl Lowerer<'_> {
             BitwiseXor => bool_or(out, BinaryOp::Xor, BinaryOp::BitXor),
             BitwiseLeftShift => BinaryOp::Shl,
             BitwiseRightShift => BinaryOp::Shr,
+            HashMix => BinaryOp::HashMix,
             Xlogy => {
                 // x * log(y), 0 where x == 0, nan where y is nan.
                 let log = s.unary(UnaryOp::Log, b, out);

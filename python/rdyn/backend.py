@@ -18,6 +18,7 @@ from torch._dynamo.backends.common import aot_autograd
 from . import _cache, _rdyn
 from ._decomp import DECOMPOSITIONS as RDYN_DECOMPOSITIONS
 from ._decomp_index import DECOMPOSITIONS as INDEX_DECOMPOSITIONS
+from ._random import DECOMPOSITIONS as RANDOM_DECOMPOSITIONS
 from ._import import Unsupported, import_graph, on_device
 from ._runner import GraphRunner
 from .config import Options, log_enabled, log
@@ -89,6 +90,7 @@ DECOMPOSITIONS = {
     ),
     **RDYN_DECOMPOSITIONS,
     **INDEX_DECOMPOSITIONS,
+    **RANDOM_DECOMPOSITIONS,
 }
 
 

@@ -158,6 +158,11 @@ fn analyse(stage: &StagePlan, tile_var: Option<usize>, extents: &[i64]) -> Optio
             InstOp::Where(..) if float_inst && cls == [Class::Mask, Class::Float, Class::Float] => Class::Float,
             InstOp::Cast { from: Kind::F32, to: DType::F32, .. } if float_inst && all_float => Class::Float,
             InstOp::Cast { from: Kind::I64, to: DType::F32, .. } if float_inst && all_mask => Class::Float,
+            // Random bits: the hash of 32-bit integer lanes (positions, and
+            // a key read as a float), converted exactly to float32.
+            InstOp::Binary(BinaryOp::HashMix, ..) if mask_inst && cls == [Class::Int, Class::Int] => Class::Int,
+            InstOp::Cast { from: Kind::F32, to: DType::I64, .. } if mask_inst && all_float => Class::Int,
+            InstOp::Cast { from: Kind::I64, to: DType::F32, .. } if float_inst && cls == [Class::Int] => Class::Float,
             InstOp::Cast { from: Kind::F32, to: DType::Bool, .. } if mask_inst && all_float => Class::Mask,
             InstOp::Cast { from: Kind::I64, to: DType::Bool, .. } if mask_inst && all_mask => Class::Mask,
             _ => return None,
@@ -172,6 +177,17 @@ fn analyse(stage: &StagePlan, tile_var: Option<usize>, extents: &[i64]) -> Optio
         current[inst.dst as usize] = Some(Def::Inst(i));
     }
     a.value = current[stage.value as usize]?;
+    // A float converted to 32-bit lanes saturates where the interpreter's
+    // int64 would not: only a hash (which reads the low 32 bits of keys
+    // that fit) may read one.
+    let float_to_int = |d: &Def| match d {
+        Def::Inst(i) => matches!(stage.insts[*i].op, InstOp::Cast { from: Kind::F32, .. }) && a.class[*i] == Class::Int,
+        Def::Const(_) => false,
+    };
+    let hashes = |k: usize| matches!(stage.insts[k].op, InstOp::Binary(BinaryOp::HashMix, ..));
+    if (0..n).any(|k| !hashes(k) && a.operands[k].iter().any(float_to_int)) || float_to_int(&a.value) {
+        return None;
+    }
     (stage.value_kind == Kind::F32 && class_of(&a, a.value) == Some(Class::Float)).then_some(a)
 }
 

@@ -10,6 +10,7 @@ use std::collections::HashMap;
 use cranelift_codegen::ir::condcodes::FloatCC;
 use cranelift_codegen::ir::{types, InstBuilder, MemFlagsData, Opcode, Type, Value, ValueDef};
 use cranelift_frontend::FunctionBuilder;
+use rdyn_ir::random::{FMIX, GOLDEN};
 
 /// The function's constants, loaded once on entry from a table the caller
 /// passes (bit patterns). Cranelift rematerialises immediate constants at
@@ -176,5 +177,38 @@ impl Em<'_, '_> {
 
     pub fn is_nan(&mut self, x: Value) -> Value {
         self.cmp(FloatCC::Unordered, x, x)
+    }
+
+    /// An integer constant at this width (not from the pool: the hash's
+    /// multipliers are not stage constants).
+    fn int(&mut self, x: u32) -> Value {
+        let c = self.b.ins().iconst(types::I32, i64::from(x as i32));
+        self.widen(c)
+    }
+
+    /// MurmurHash3's 32-bit finalizer, lane by lane.
+    fn fmix32(&mut self, mut h: Value) -> Value {
+        for (shift, mul) in [(16, Some(FMIX[0])), (13, Some(FMIX[1])), (16, None)] {
+            let s = self.b.ins().ushr_imm_u(h, shift);
+            h = self.b.ins().bxor(h, s);
+            if let Some(m) = mul {
+                let m = self.int(m);
+                h = self.b.ins().imul(h, m);
+            }
+        }
+        h
+    }
+
+    /// [`rdyn_ir::random::hash_mix`] of 32-bit integer lanes.
+    pub fn hash_mix(&mut self, position: Value, key: Value) -> Value {
+        let golden = self.int(GOLDEN);
+        let k = self.b.ins().bxor(key, golden);
+        let k = self.fmix32(k);
+        let spread = self.b.ins().imul(position, golden);
+        let spread = self.b.ins().iadd(spread, k);
+        let h = self.fmix32(spread);
+        let h = self.b.ins().bxor(h, k);
+        let h = self.fmix32(h);
+        self.b.ins().ushr_imm_u(h, 8)
     }
 }

@@ -556,6 +556,7 @@ fn inst_value(
 ) -> Result<Value, String> {
     let inst = &stage.insts[k];
     Ok(match &inst.op {
+        InstOp::Binary(BinaryOp::HashMix, ..) => em.hash_mix(ops[0], ops[1]),
         InstOp::Load { dtype, mask: Some(_), .. } if *dtype == DType::F32 => {
             let addr = addr.ok_or("load without address")?;
             let mask = *ops.first().ok_or("masked load without its mask")?;
@@ -613,11 +614,24 @@ fn inst_value(
         },
         InstOp::Binary(op, _, _) => binary(em, *op, ops[0], ops[1]),
         InstOp::Where(..) => em.sel(ops[0], ops[1], ops[2]),
+        InstOp::Cast { from: Kind::F32, to: DType::I64, .. } => {
+            let ty = em.ity();
+            em.b.ins().fcvt_to_sint_sat(ty, ops[0])
+        }
+        InstOp::Cast { from: Kind::I64, to: DType::F32, .. } if a.class[k] == Class::Float && is_int(a, k) => {
+            let ty = em.fty();
+            em.b.ins().fcvt_from_sint(ty, ops[0])
+        }
         InstOp::Cast { from: Kind::I64, to: DType::F32, .. } => em.one_if(ops[0]),
         InstOp::Cast { from: Kind::F32, to: DType::Bool, .. } => em.truthy(ops[0]),
         InstOp::Cast { .. } => ops[0],
         _ => return Err("unsupported instruction".into()),
     })
+}
+
+/// Whether instruction `k`'s operand is an integer lane value (not a mask).
+fn is_int(a: &Analysis, k: usize) -> bool {
+    matches!(a.operands[k].first(), Some(Def::Inst(i)) if a.class[*i] == Class::Int)
 }
 
 /// Load group `group`'s lanes; `p` is the load at the iteration's first lane.
