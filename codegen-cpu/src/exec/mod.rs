@@ -587,6 +587,14 @@ fn eval(stage: &StagePlan, s: usize, tile_var: usize, len: usize, mem: &Memory, 
 
 /// A pointwise stage's tile: evaluated and stored.
 fn eval_store(stage: &StagePlan, s: usize, tile_var: usize, len: usize, mem: &Memory, sc: &mut Scratch) {
+    if let Some(jit) = stage.jit.as_ref().filter(|j| matches!(j.output, Output::StoreMask(_)) && j.walks(tile_var)) {
+        // A bool output: the function writes bytes from this point on.
+        let out = (mem.ptrs[stage.out.0 as usize] as i64 + stage.store.eval(&sc.env)) as *mut f32;
+        // SAFETY: the output lanes are this tile's elements of the stage's
+        // bool output, in bounds by the plan.
+        unsafe { call_jit(jit, (stage, s, tile_var), (out, 1), len, mem, sc) };
+        return;
+    }
     if let Some(jit) = stage.jit.as_ref().filter(|j| matches!(j.output, Output::Store(_)) && j.walks(tile_var)) {
         let out = f32_output(stage, mem, &sc.env);
         // SAFETY: the output lanes are this tile's elements of the stage's
@@ -624,7 +632,7 @@ fn jit_accumulate(
     let written = match jit.output {
         Output::Fold(_) => FOLD_LANES,
         Output::Accumulate(_) => len,
-        Output::Value | Output::Store(_) | Output::FoldStore(_) => return false,
+        Output::Value | Output::Store(_) | Output::StoreMask(_) | Output::FoldStore(_) => return false,
     };
     let out = match &mut sc.acc {
         Tile::F32(acc) if acc.len() >= written => acc.as_mut_ptr(),

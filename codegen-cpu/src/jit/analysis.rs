@@ -52,6 +52,14 @@ pub(super) struct Analysis {
 }
 
 impl Analysis {
+    /// Whether the stage's value is a mask (a bool stage), not a float.
+    pub fn value_is_mask(&self) -> bool {
+        match self.value {
+            Def::Inst(i) => self.class[i] == Class::Mask,
+            Def::Const(_) => false,
+        }
+    }
+
     /// The [`Class::Pre`] instructions, in order.
     pub fn pre(&self) -> Vec<usize> {
         (0..self.class.len()).filter(|&i| self.class[i] == Class::Pre).collect()
@@ -188,7 +196,12 @@ fn analyse(stage: &StagePlan, tile_var: Option<usize>, extents: &[i64]) -> Optio
     if (0..n).any(|k| !hashes(k) && a.operands[k].iter().any(float_to_int)) || float_to_int(&a.value) {
         return None;
     }
-    (stage.value_kind == Kind::F32 && class_of(&a, a.value) == Some(Class::Float)).then_some(a)
+    let float = stage.value_kind == Kind::F32 && class_of(&a, a.value) == Some(Class::Float);
+    // A mask computed by the stage (a bool stage); an integer constant's
+    // value stays the interpreter's (its fill needs no loop).
+    let mask =
+        stage.value_kind == Kind::I64 && matches!(a.value, Def::Inst(_)) && class_of(&a, a.value) == Some(Class::Mask);
+    (float || mask).then_some(a)
 }
 
 /// Whether `op`, an invariant integer instruction, is left to the executor

@@ -14,6 +14,7 @@ use rdyn_ir::{DType, Kind};
 
 use super::analysis::{int_cc, int_const, Analysis, Class, Def, Supported};
 use super::emit::{Em, Pool};
+use super::memory::{load, masked_load, store_value};
 use super::phases::Phases;
 use super::Output;
 use crate::exec::{FOLD_LANES, TILE};
@@ -52,9 +53,11 @@ pub(super) fn compile_stage(
     name: &str,
 ) -> Result<(FuncId, Vec<u32>), String> {
     let out_step = match output {
-        Output::Store(step) => step,
+        Output::Store(step) | Output::StoreMask(step) => step,
         Output::Value | Output::Accumulate(_) | Output::Fold(_) | Output::FoldStore(_) => 1,
     };
+    // Bytes per output element: a mask is stored as bytes.
+    let out_size = if matches!(output, Output::StoreMask(_)) { 1 } else { 4 };
     let a = &supported.analysis;
     let ptr = types::I64;
     let mut ctx = module.make_context();
@@ -264,7 +267,7 @@ pub(super) fn compile_stage(
             }
             let mut next_accs = accs.to_vec();
             if is_last {
-                let out_row = offset_by(&mut b, out, at, 4 * out_step);
+                let out_row = offset_by(&mut b, out, at, out_size * out_step);
                 for (g, env) in envs.iter().enumerate() {
                     let v = env.get(a.value).ok_or("stage value undefined")?;
                     let mut em = Em { b: &mut b, wide: wide_loop, pool };
@@ -284,7 +287,7 @@ pub(super) fn compile_stage(
                             let r = combine(&mut em, op, old, v);
                             em.b.ins().store(MemFlagsData::trusted(), r, p, 0);
                         }
-                        _ => store_value(&mut em, output, out_row, 16 * g as i64 * out_step, out_step, v),
+                        _ => store_value(&mut em, output, out_row, 4 * out_size * g as i64 * out_step, out_step, v),
                     }
                 }
             }
@@ -464,26 +467,6 @@ fn constant_bits(stage: &StagePlan, output: Output) -> Vec<u32> {
     bits
 }
 
-/// Write one group's value: to the value register or the stage's output
-/// (`out_step` apart), or combined into the lane accumulator.
-/// `p` is the output at the iteration's first lane, `off` the group's
-/// byte offset from it.
-fn store_value(em: &mut Em, output: Output, p: Value, off: i64, out_step: i64, mut v: Value) {
-    if let Output::Accumulate(op) = output {
-        let ty = em.fty();
-        let acc = em.b.ins().load(ty, MemFlagsData::new().with_notrap(), p, off as i32);
-        v = combine(em, op, acc, v);
-    }
-    if !em.wide || out_step == 1 {
-        em.b.ins().store(MemFlagsData::new().with_notrap(), v, p, off as i32);
-    } else {
-        for l in 0..4u8 {
-            let x = em.b.ins().extractlane(v, l);
-            em.b.ins().store(MemFlagsData::trusted(), x, p, (off + 4 * out_step * i64::from(l)) as i32);
-        }
-    }
-}
-
 /// Whether instruction `d` is a float32 load whose lanes are consecutive
 /// elements of memory (so memory can stand in for its spill tile).
 fn walks_memory(stage: &StagePlan, a: &Analysis, d: usize) -> bool {
@@ -634,76 +617,6 @@ fn is_int(a: &Analysis, k: usize) -> bool {
     matches!(a.operands[k].first(), Some(Def::Inst(i)) if a.class[*i] == Class::Int)
 }
 
-/// Load group `group`'s lanes; `p` is the load at the iteration's first lane.
-fn load(em: &mut Em, p: Value, group: i64, step: i64, dtype: DType) -> Value {
-    let size = dtype.itemsize() as i64;
-    let base = (4 * group * step * size) as i32;
-    let flags = MemFlagsData::trusted();
-    let one = |em: &mut Em, at: i32| -> Value {
-        if dtype == DType::Bool {
-            let byte = em.b.ins().uload8(types::I32, flags, p, at);
-            let c = em.b.ins().icmp_imm_s(IntCC::NotEqual, byte, 0);
-            em.b.ins().bmask(types::I32, c)
-        } else {
-            em.b.ins().load(types::F32, flags, p, at)
-        }
-    };
-    if !em.wide || step == 0 {
-        let v = one(em, base);
-        return em.widen(v);
-    }
-    if dtype == DType::F32 && step == 1 {
-        // Tiles start anywhere in a row: an unaligned 16-byte load.
-        return em.b.ins().load(types::F32X4, MemFlagsData::new().with_notrap(), p, base);
-    }
-    if dtype == DType::Bool && step == 1 {
-        // Four bytes in one load, zero-extended to 32-bit lanes (pmovzx),
-        // then `> 0` (one pcmpgtd; the lanes are 0..=255): a byte at a time
-        // took five instructions per lane (a causal mask's softmax spent a
-        // third of its time there).
-        let word = em.b.ins().load(types::I32, MemFlagsData::new().with_notrap(), p, base);
-        let v = em.b.ins().scalar_to_vector(types::I32X4, word);
-        let little = MemFlagsData::new().with_endianness(Endianness::Little);
-        let bytes = em.b.ins().bitcast(types::I8X16, little, v);
-        let half = em.b.ins().uwiden_low(bytes);
-        let lanes = em.b.ins().uwiden_low(half);
-        let zero = em.b.ins().iconst(types::I32, 0);
-        let zero = em.b.ins().splat(types::I32X4, zero);
-        return em.b.ins().icmp(IntCC::SignedGreaterThan, lanes, zero);
-    }
-    let ty = if dtype == DType::Bool { types::I32X4 } else { types::F32X4 };
-    let first = one(em, base);
-    let mut v = em.b.ins().scalar_to_vector(ty, first);
-    for l in 1..4u8 {
-        let x = one(em, base + (step * size * i64::from(l)) as i32);
-        v = em.b.ins().insertlane(v, x, l);
-    }
-    v
-}
-
-/// A float32 load of the lanes whose mask is set; the others read the
-/// constant table's 0.0, as the interpreter gives them, and touch no
-/// memory of the buffer. One scalar load per lane.
-fn masked_load(em: &mut Em, p: Value, group: i64, step: i64, mask: Value) -> Value {
-    let bytes = 4 * step;
-    let lane = |em: &mut Em, l: u8| {
-        let m = if em.wide { em.b.ins().extractlane(mask, l) } else { mask };
-        let at = em.b.ins().iadd_imm_s(p, 4 * group * bytes + bytes * i64::from(l));
-        let from = em.b.ins().select(m, at, em.pool.zero_addr);
-        em.b.ins().load(types::F32, MemFlagsData::trusted(), from, 0)
-    };
-    let first = lane(em, 0);
-    if !em.wide {
-        return first;
-    }
-    let mut v = em.b.ins().scalar_to_vector(types::F32X4, first);
-    for l in 1..4u8 {
-        let x = lane(em, l);
-        v = em.b.ins().insertlane(v, x, l);
-    }
-    v
-}
-
 /// Accumulator vectors of a fold's first loop (4 lanes each).
 const FOLD_GROUPS: usize = FOLD_LANES / 4;
 
@@ -722,7 +635,7 @@ fn best(em: &mut Em, op: ReduceOp, acc: Value, x: Value) -> Value {
 
 /// The interpreter's lane combine `acc ⊕ x` (max/min keep `acc` on ties
 /// and propagate NaN; which NaN, when both are, is unspecified).
-fn combine(em: &mut Em, op: ReduceOp, acc: Value, x: Value) -> Value {
+pub(super) fn combine(em: &mut Em, op: ReduceOp, acc: Value, x: Value) -> Value {
     match op {
         ReduceOp::Prod => em.mul(acc, x),
         ReduceOp::Max | ReduceOp::Min => {

@@ -24,7 +24,9 @@
 //! two loops a call that runs the interpreter's routine over the whole
 //! tile, values crossing a call going through tiles on the stack. Integer
 //! indices (affine, within 32 bits) compile as 32-bit lanes, only to be
-//! compared into masks. A scatter's value compiles when its row is the
+//! compared into masks, or hashed into random bits (`hash_mix`, with a key
+//! read as a float32 and converted). A stage whose value is a mask stores
+//! it as bool bytes. A scatter's value compiles when its row is the
 //! same on every lane (the executor computes the row, then stores).
 //! Anything else keeps the interpreter: float64,
 //! integer arithmetic, half-precision, gathers and masked loads. Results are bit-identical to the interpreter's (up to the sign and
@@ -37,9 +39,12 @@
 mod analysis;
 mod emit;
 mod lower;
+mod memory;
 mod phases;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_int;
 
 use std::sync::{Arc, Mutex, OnceLock};
 
@@ -70,6 +75,9 @@ pub(crate) enum Output {
     /// Stores into the stage's float32 output, `step` elements apart (a
     /// pointwise stage whose store walks the tile with a constant step).
     Store(i64),
+    /// Stores a mask into the stage's bool output (bytes 0 or 1), `step`
+    /// elements apart: a comparison kept for later (a dropout's mask).
+    StoreMask(i64),
     /// Combines lane by lane into the reduction's accumulator (lanes are
     /// output points: a reduction over an outer tile).
     Accumulate(ReduceOp),
@@ -280,6 +288,11 @@ pub fn compile_program(steps: &mut [CpuStep], bufs: &[BufPlan]) {
             extents.extend(stage.reduce.iter().flat_map(|(_, r)| r.iter().copied()));
             let Some(supported) = analysis::supported(stage, tv, &extents) else { continue };
             let output = output(kernel, stage, tv, bufs);
+            // A mask value has no float32 register to go to: it compiles
+            // only when it stores itself.
+            if supported.analysis.value_is_mask() != matches!(output, Output::StoreMask(_)) {
+                continue;
+            }
             let rows = row_steps(kernel, stage, &supported, output);
             let name = format!("{}_s{s}", kernel.name);
             let compiled = lower::compile_stage(&mut module, stage, &supported, output, rows.as_ref(), &name);
@@ -447,8 +460,16 @@ fn output(kernel: &KernelPlan, stage: &StagePlan, tile_var: Option<usize>, bufs:
             TileMode::Inner => Output::Fold(*op),
         },
         Some(_) => Output::Value,
+        None if stores_bool(stage, bufs) => {
+            store_step_of(stage, tile_var, bufs).map_or(Output::Value, Output::StoreMask)
+        }
         None => store_step(stage, tile_var, bufs).map_or(Output::Value, Output::Store),
     }
+}
+
+/// Whether the stage writes one bool element per point, directly.
+fn stores_bool(stage: &StagePlan, bufs: &[BufPlan]) -> bool {
+    bufs[stage.out.0 as usize].dtype == DType::Bool && stage.store_indirect.is_empty()
 }
 
 /// The shortest reduction [`Output::FoldStore`] takes: below it the
@@ -471,6 +492,12 @@ fn store_step(stage: &StagePlan, tile_var: Option<usize>, bufs: &[BufPlan]) -> O
     if !stores_f32(stage, bufs) {
         return None;
     }
+    store_step_of(stage, tile_var, bufs)
+}
+
+/// The output step along the tile, when the stage does not read its own
+/// output's storage and the step fits the immediates.
+fn store_step_of(stage: &StagePlan, tile_var: Option<usize>, bufs: &[BufPlan]) -> Option<i64> {
     // The interpreter reads a whole tile before it stores; a stage that
     // reads its own output's storage keeps that order.
     let out = storage_root(bufs, stage.out);

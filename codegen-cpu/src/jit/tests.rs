@@ -9,20 +9,20 @@ use rdyn_ir::{DType, Expr, Kind};
 use crate::exec::{run_kernel, Memory};
 use crate::plan::{BufPlan, CpuStep, IndexFn, Inst, InstOp, KernelPlan, StagePlan, Storage, TileMode};
 
-fn buf(sizes: &[i64], strides: &[i64], dtype: DType) -> BufPlan {
+pub(super) fn buf(sizes: &[i64], strides: &[i64], dtype: DType) -> BufPlan {
     BufPlan { dtype, sizes: sizes.to_vec(), strides: strides.to_vec(), offset: 0, storage: Storage::Input(0) }
 }
 
-fn f32_inst(dst: u16, op: InstOp) -> Inst {
+pub(super) fn f32_inst(dst: u16, op: InstOp) -> Inst {
     Inst { dst, kind: Kind::F32, narrow: None, op }
 }
 
 /// An integer instruction whose value is a boolean (a mask).
-fn mask_inst(dst: u16, op: InstOp) -> Inst {
+pub(super) fn mask_inst(dst: u16, op: InstOp) -> Inst {
     Inst { dst, kind: Kind::I64, narrow: Some(DType::Bool), op }
 }
 
-fn load(dst: u16, buf: u32, index: Expr) -> Inst {
+pub(super) fn load(dst: u16, buf: u32, index: Expr) -> Inst {
     f32_inst(
         dst,
         InstOp::Load { buf: BufId(buf), dtype: DType::F32, index: IndexFn::new(&index), indirect: vec![], mask: None },
@@ -31,7 +31,7 @@ fn load(dst: u16, buf: u32, index: Expr) -> Inst {
 
 /// A float32 stage writing `out` at `store`, with `n_regs` float registers
 /// and no constants.
-fn f32_stage(
+pub(super) fn f32_stage(
     out: u32,
     reduce: Option<(ReduceOp, Vec<i64>)>,
     insts: Vec<Inst>,
@@ -105,7 +105,7 @@ fn reduce_stage(op: ReduceOp) -> StagePlan {
     stage
 }
 
-fn inputs() -> (Vec<f32>, Vec<f32>) {
+pub(super) fn inputs() -> (Vec<f32>, Vec<f32>) {
     let specials = [f32::NAN, f32::INFINITY, f32::NEG_INFINITY, 0.0, -0.0, 2.5, -2.5, 0.5, 1e-40, 3.0];
     let a = (0..4 * 37)
         .map(|k| if k % 7 == 0 { specials[(k / 7) % specials.len()] } else { (k as f32 * 0.37).sin() * 5.0 })
@@ -115,7 +115,7 @@ fn inputs() -> (Vec<f32>, Vec<f32>) {
 }
 
 /// A parallel kernel of one stage.
-fn one_stage(outer: Vec<i64>, mode: TileMode, stage: StagePlan, tile: usize) -> KernelPlan {
+pub(super) fn one_stage(outer: Vec<i64>, mode: TileMode, stage: StagePlan, tile: usize) -> KernelPlan {
     KernelPlan {
         name: "k".into(),
         outer,
@@ -129,7 +129,7 @@ fn one_stage(outer: Vec<i64>, mode: TileMode, stage: StagePlan, tile: usize) -> 
 }
 
 /// `kernel` as `compile_program` leaves it for these buffers.
-fn compile(kernel: &KernelPlan, bufs: &[BufPlan]) -> KernelPlan {
+pub(super) fn compile(kernel: &KernelPlan, bufs: &[BufPlan]) -> KernelPlan {
     let mut steps = vec![CpuStep::Kernel(kernel.clone())];
     super::compile_program(&mut steps, bufs);
     match steps.pop() {

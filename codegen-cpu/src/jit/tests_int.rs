@@ -1,0 +1,121 @@
+//! Compiled bool stores and random bits against the interpreter, bit for
+//! bit (the helpers are `tests.rs`'s).
+
+use rdyn_ir::loops::{BinaryOp, BufId};
+use rdyn_ir::{DType, Expr, Kind};
+
+use super::tests::{buf, compile, f32_inst, f32_stage, inputs, load, mask_inst, one_stage};
+use crate::exec::{run_kernel, Memory};
+use crate::plan::{Inst, InstOp, TileMode};
+
+/// `a > b` (b per column), stored as bytes, contiguous and transposed,
+/// over tiles with and without a tail.
+#[test]
+fn mask_stores_compile_bytewise() {
+    if !super::enabled() {
+        return;
+    }
+    let (i0, i1) = (Expr::v(0), Expr::v(1));
+    let (a, b) = inputs();
+    for (store, tile) in [(i0.scale(37).add(&i1), 16), (i1.scale(4).add(&i0), 16), (i0.scale(37).add(&i1), 256)] {
+        let insts = vec![
+            load(0, 0, i0.scale(37).add(&i1)),
+            load(1, 1, i1.clone()),
+            f32_inst(2, InstOp::Binary(BinaryOp::Gt, 0, 1)),
+            mask_inst(3, InstOp::Cast { src: 2, from: Kind::F32, to: DType::Bool }),
+        ];
+        let mut stage = f32_stage(2, None, insts, 3, &store, 4);
+        stage.out_dtype = DType::Bool;
+        stage.value_kind = Kind::I64;
+        stage.regs[3] = Kind::I64;
+        let bufs = vec![
+            buf(&[4, 37], &[37, 1], DType::F32),
+            buf(&[37], &[1], DType::F32),
+            buf(&[4, 37], &[37, 1], DType::Bool),
+        ];
+        let kernel = one_stage(vec![4, 37], TileMode::Outer, stage, tile);
+        let compiled = compile(&kernel, &bufs);
+        assert!(compiled.stages.iter().all(|s| s.jit.is_some()), "stage was not compiled");
+        let mut results = Vec::new();
+        for k in [&compiled, &kernel] {
+            // Bytes around the output stay untouched.
+            let mut out = vec![7u8; 4 * 37 + 8];
+            let ptrs = [a.as_ptr() as usize, b.as_ptr() as usize, out[4..].as_mut_ptr() as usize];
+            assert!(run_kernel(k, &Memory { ptrs: &ptrs, bufs: &bufs }));
+            results.push(out);
+        }
+        assert_eq!(results[0], results[1]);
+        assert!(results[0][..4].iter().chain(&results[0][4 + 4 * 37..]).all(|&x| x == 7));
+        assert!(results[0][4..4 + 4 * 37].iter().all(|&x| x <= 1));
+    }
+}
+
+/// `hash_mix(position, key) · 2^-24` with the key read from a float
+/// buffer: the compiled 32-bit lanes give the interpreter's bits.
+#[test]
+fn random_bits_compile_bitwise() {
+    if !super::enabled() {
+        return;
+    }
+    let (i0, i1) = (Expr::v(0), Expr::v(1));
+    let at = i0.scale(37).add(&i1);
+    let int = |dst, op| Inst { dst, kind: Kind::I64, narrow: None, op };
+    let key = [12345.0f32, 0.0, 16_777_215.0];
+    for k in 0..key.len() {
+        let insts = vec![
+            int(0, InstOp::Index(crate::plan::IndexFn::new(&at))),
+            load(1, 1, Expr::c(k as i64)),
+            int(2, InstOp::Cast { src: 1, from: Kind::F32, to: DType::I64 }),
+            int(3, InstOp::Binary(BinaryOp::HashMix, 0, 2)),
+            f32_inst(4, InstOp::Cast { src: 3, from: Kind::I64, to: DType::F32 }),
+            f32_inst(5, InstOp::Binary(BinaryOp::Mul, 4, 9)),
+        ];
+        let mut stage = f32_stage(2, None, insts, 5, &at, 10);
+        for r in [0, 2, 3] {
+            stage.regs[r] = Kind::I64;
+        }
+        stage.consts = vec![(9, InstOp::ConstF(1.0 / 16_777_216.0))];
+        let bufs =
+            vec![buf(&[4, 37], &[37, 1], DType::F32), buf(&[3], &[1], DType::F32), buf(&[4, 37], &[37, 1], DType::F32)];
+        let kernel = one_stage(vec![4, 37], TileMode::Outer, stage, 16);
+        let compiled = compile(&kernel, &bufs);
+        assert!(compiled.stages.iter().all(|s| s.jit.is_some()), "stage was not compiled");
+        let mut results = Vec::new();
+        for kern in [&compiled, &kernel] {
+            let mut out = vec![0f32; 4 * 37];
+            let a = vec![0f32; 4 * 37];
+            let ptrs = [a.as_ptr() as usize, key.as_ptr() as usize, out.as_mut_ptr() as usize];
+            assert!(run_kernel(kern, &Memory { ptrs: &ptrs, bufs: &bufs }));
+            results.push(out);
+        }
+        assert_eq!(results[0], results[1]);
+        let want: Vec<f32> =
+            (0..4 * 37).map(|p| rdyn_ir::random::hash_mix(p, key[k] as i64) as f32 / 16_777_216.0).collect();
+        assert_eq!(results[0], want);
+        assert_eq!(BufId(2), kernel.stages[0].out);
+    }
+}
+
+/// An int64 stage that stores a constant (a count's fill) stays with the
+/// interpreter: its value has no float32 register and is no mask to store
+/// as bytes (compiled, it was never written, and the fill was garbage).
+#[test]
+fn integer_constant_fills_stay_interpreted() {
+    if !super::enabled() {
+        return;
+    }
+    let i0 = Expr::v(0);
+    let mut stage = f32_stage(0, None, vec![], 0, &i0, 1);
+    stage.out_dtype = DType::I64;
+    stage.value_kind = Kind::I64;
+    stage.regs[0] = Kind::I64;
+    stage.consts = vec![(0, InstOp::ConstI(1))];
+    let bufs = vec![buf(&[37], &[1], DType::I64)];
+    let kernel = one_stage(vec![37], TileMode::Outer, stage, 16);
+    let compiled = compile(&kernel, &bufs);
+    assert!(compiled.stages[0].jit.is_none());
+    let mut out = vec![0i64; 37];
+    let ptrs = [out.as_mut_ptr() as usize];
+    assert!(run_kernel(&compiled, &Memory { ptrs: &ptrs, bufs: &bufs }));
+    assert!(out.iter().all(|&x| x == 1));
+}
