@@ -262,3 +262,14 @@ def test_row_scatter_add_is_compiled() -> None:
     _no_fallback()
     with pytest.raises(IndexError):
         compiled(x, torch.full((300,), 10))
+
+
+def test_nonzero_static_under_dynamic_shapes() -> None:
+    torch._dynamo.reset()
+    rdyn.reset_stats()
+    fn = lambda t: torch.nonzero_static(t, size=4)  # noqa: E731
+    compiled = torch.compile(fn, backend="rdyn", dynamic=True)
+    for n in (5, 8, 1):
+        x = torch.arange(2 * n).view(n, 2) % 3 == 0
+        assert torch.equal(compiled(x), fn(x))
+    _no_fallback()

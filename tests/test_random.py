@@ -195,3 +195,16 @@ def test_dropout_ptx_assembles() -> None:
     sources = [k.source for k in report.kernels if k.device == "cuda" and k.source.startswith(".version")]
     assert sources and any("mul.lo.u32" in s for s in sources), [k.source[:300] for k in report.kernels]
     assemble(one_module(sources))
+
+
+def test_dropout_under_dynamic_shapes() -> None:
+    """With symbolic sizes (``dynamic=True``) a dropout still runs in
+    rdyn's kernels, one program for every size."""
+    torch._dynamo.reset()
+    rdyn.reset_stats()
+    compiled = torch.compile(lambda x: torch.nn.functional.dropout(x.relu(), 0.25), backend="rdyn", dynamic=True)
+    for n in (5, 9, 4000):
+        y = compiled(torch.ones(n, 3))
+        assert y.shape == (n, 3) and torch.all((y == 0) | (y == 1 / 0.75))
+    assert abs((y != 0).float().mean().item() - 0.75) < 0.03
+    _only_key_draws()

@@ -32,7 +32,7 @@ def nonzero_static(x, *, size, fill_value=-1):
     is the first position whose running count of nonzeros reaches r + 1."""
     shape = tuple(x.shape)
     n = x.numel()
-    if not _static(n, size, *shape):
+    if not _static(size):
         return NotImplemented
     out_dims = len(shape)
     if n == 0 or out_dims == 0 or size == 0:

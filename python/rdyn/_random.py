@@ -69,10 +69,10 @@ def _(position, key):
 def _bits(shape, device):
     """24 random bits per element of ``shape`` (int64), or None (a size rdyn
     leaves to ATen)."""
-    if not all(isinstance(s, int) for s in shape):
-        return None
     n = math.prod(shape)
-    if n >= _MAX_NUMEL:
+    # A symbolic size is taken as it comes (its positions wrap at 2^32 in
+    # the hash, as a static size over 2^31 would; those stay ATen's).
+    if isinstance(n, int) and n >= _MAX_NUMEL:
         return None
     key = torch.randint(0, _KEYS, (), dtype=torch.float32, device=device)
     position = torch.arange(n, dtype=torch.int64, device=device).view(tuple(shape))
