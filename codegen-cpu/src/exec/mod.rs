@@ -18,6 +18,7 @@ use rdyn_ir::{DType, Kind};
 mod convert;
 mod reduce;
 mod rows;
+mod scatter;
 mod spare;
 
 use convert::{accumulate_tile, cast, fill_f, fill_i, load, select, wrap, write_f64, write_i64};
@@ -603,6 +604,12 @@ fn eval_store(stage: &StagePlan, s: usize, tile_var: usize, len: usize, mem: &Me
         return;
     }
     eval(stage, s, tile_var, len, mem, sc);
+    if stage.jit.as_ref().is_some_and(|j| j.output == Output::Value && j.walks(tile_var))
+        && !stage.store_indirect.is_empty()
+    {
+        scatter::row_scatter(stage, s, tile_var, len, mem, sc);
+        return;
+    }
     store(stage, s, tile_var, len, stage.value, mem, sc);
 }
 
@@ -694,9 +701,6 @@ unsafe fn call_jit(
     // its bounds check), the same on every lane, which the store reads.
     for &k in &jit.pre[ran..] {
         exec_inst(&stage.insts[k], s, tile_var, 1, mem, sc);
-    }
-    for (reg, _) in &stage.store_indirect {
-        sc.regs[s][*reg as usize].splat(len);
     }
 }
 
