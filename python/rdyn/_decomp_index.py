@@ -6,11 +6,10 @@ gathers, scatter-adds), so they run in rdyn's kernels instead of eagerly.
 the mask's cumulative count: a gather per result row, no scatter, so it is
 the same on every device. ``put`` is an ``index_put`` on the flattened
 tensor. ``histc`` is ATen's linear bin formula, computed in the input's
-dtype in ATen's order, then a scatter-add of ones. ``embedding_bag``
-(``_embedding_bag`` and ``_embedding_bag_forward_only``) gathers its rows
-and reduces each bag with a scatter-add (sum, mean) or ``scatter_reduce``
-(max); its other three results are computed as ATen's CPU kernel computes
-them, so a backward through ATen reads what it expects.
+dtype in ATen's order, then a scatter-add of ones. ``x[mask] = v`` is a
+``where`` over the mask. The embedding's gradient is a scatter-add of the
+gradient rows as they are (no mask multiplied in), which the CPU JIT
+compiles. Integer ``>>``/``<<`` are the bitwise shifts.
 """
 
 from __future__ import annotations
