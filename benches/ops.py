@@ -9,7 +9,7 @@ scatter-adds), each compiled alone, on the CPU:
     python benches/ops.py --backends eager,rdyn
 
 Each case is checked against eager before it is timed (values; indices where
-they are defined). Times are the best of `--rounds` rounds of about
+they are defined; for a random op, the fraction kept and the kept values). Times are the best of `--rounds` rounds of about
 `--target-ms` each, ms per call. Results also go to `build/bench/ops.json`.
 """
 
@@ -58,7 +58,31 @@ def cases() -> dict:
             (r(2048, 64), torch.randint(0, 100, (2048,))),
         ),
         "embedding backward 256x64 into 1000": _embedding_step(),
+        "dropout 0.1 after relu 8x64x128": (
+            lambda x: torch.nn.functional.dropout(torch.relu(x), 0.1),
+            (r(8, 64, 128),),
+            _dropout_check(lambda x: torch.relu(x), 0.1),
+        ),
+        "dropout 0.1 of softmax 8x4x64x64": (
+            lambda x: torch.nn.functional.dropout(torch.softmax(x, -1), 0.1),
+            (r(8, 4, 64, 64),),
+            _dropout_check(lambda x: torch.softmax(x, -1), 0.1),
+        ),
     }
+
+
+def _dropout_check(before, p):
+    """A random case's check: about 1 - p of the elements kept (the values
+    differ from eager's draws), each kept one ``before(x) / (1 - p)``."""
+
+    def check(got, x):
+        scaled = before(x) / (1 - p)
+        live = scaled != 0
+        kept = (got != 0) & live
+        fraction = kept.double().sum().item() / max(live.sum().item(), 1)
+        return abs(fraction - (1 - p)) < 0.01 and torch.allclose(got[kept], scaled[kept], rtol=1e-5)
+
+    return check
 
 
 def best_ms(fn, args, rounds: int, target_s: float) -> float:
@@ -100,16 +124,17 @@ def main(argv=None) -> int:
         import rdyn  # noqa: F401  (registers the backend)
     results = []
     print(f"{'case':38s}" + "".join(f"{b:>12s}" for b in backends) + "   rdyn vs eager")
-    for name, (fn, inputs) in cases().items():
+    for name, (fn, inputs, *checker) in cases().items():
         if words and not any(w in name for w in words):
             continue
         want = fn(*inputs)
+        check = checker[0] if checker else lambda got, *_: same(got, want)
         row = {"case": name}
         for backend in backends:
             torch._dynamo.reset()
             compiled = fn if backend == "eager" else torch.compile(fn, backend=backend)
             got = compiled(*inputs)
-            if backend != "eager" and not same(got, want):
+            if backend != "eager" and not check(got, *inputs):
                 print(f"{name}: {backend} differs from eager", file=sys.stderr)
                 row[backend] = None
                 continue

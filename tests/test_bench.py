@@ -131,8 +131,9 @@ def test_dashboard_renders_the_json_in_chromium(quick_run: dict) -> None:
 
 
 def test_ops_benchmark_checks_and_times_each_case() -> None:
-    """``benches/ops.py`` with eager and rdyn on three cases: every case is
-    checked against eager and timed, and the JSON holds the times."""
+    """``benches/ops.py`` with eager and rdyn on four cases (one random):
+    every case is checked (against eager, or by its statistics) and timed,
+    and the JSON holds the times."""
     out = OUT / "ops.json"
     cmd = [
         sys.executable,
@@ -140,7 +141,7 @@ def test_ops_benchmark_checks_and_times_each_case() -> None:
         "--backends",
         "eager,rdyn",
         "--cases",
-        "sort rows,bucketize,index_add",
+        "sort rows,bucketize,index_add,dropout 0.1 after",
         "--rounds",
         "1",
         "--target-ms",
@@ -152,5 +153,10 @@ def test_ops_benchmark_checks_and_times_each_case() -> None:
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "differs from eager" not in proc.stderr, proc.stderr[-3000:]
     results = json.loads(out.read_text())["results"]
-    assert [r["case"] for r in results] == ["sort rows 256x1024", "bucketize 1M in 16", "index_add 2048x64 into 100"]
+    assert [r["case"] for r in results] == [
+        "sort rows 256x1024",
+        "bucketize 1M in 16",
+        "index_add 2048x64 into 100",
+        "dropout 0.1 after relu 8x64x128",
+    ]
     assert all(r["eager"] > 0 and r["rdyn"] > 0 for r in results), results
