@@ -16,9 +16,9 @@ use rdyn_ir::loops::ReduceOp;
 use rdyn_ir::{DType, Kind};
 
 mod convert;
+mod indirect;
 mod reduce;
 mod rows;
-mod scatter;
 mod spare;
 
 use convert::{accumulate_tile, cast, fill_f, fill_i, load, select, wrap, write_f64, write_i64};
@@ -607,7 +607,7 @@ fn eval_store(stage: &StagePlan, s: usize, tile_var: usize, len: usize, mem: &Me
     if stage.jit.as_ref().is_some_and(|j| j.output == Output::Value && j.walks(tile_var))
         && !stage.store_indirect.is_empty()
     {
-        scatter::row_scatter(stage, s, tile_var, len, mem, sc);
+        indirect::row_scatter(stage, s, tile_var, len, mem, sc);
         return;
     }
     store(stage, s, tile_var, len, stage.value, mem, sc);
@@ -676,7 +676,7 @@ unsafe fn call_jit(
         // The executor's instructions this load's indirect parts read (in
         // program order: registers are reused).
         for &k in &jit.pre[ran..load.pre_before] {
-            exec_inst(&stage.insts[k], s, tile_var, 1, mem, sc);
+            indirect::exec_pre(&stage.insts[k], s, tile_var, mem, sc);
         }
         ran = load.pre_before;
         let mut at = load.index.eval(&sc.env);
@@ -700,7 +700,7 @@ unsafe fn call_jit(
     // The executor's instructions after the last load: a scatter's row (and
     // its bounds check), the same on every lane, which the store reads.
     for &k in &jit.pre[ran..] {
-        exec_inst(&stage.insts[k], s, tile_var, 1, mem, sc);
+        indirect::exec_pre(&stage.insts[k], s, tile_var, mem, sc);
     }
 }
 

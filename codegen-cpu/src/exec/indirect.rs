@@ -1,12 +1,14 @@
-//! The store of a compiled scatter stage (an `index_add`, an embedding's
-//! gradient): one row per tile.
+//! The executor's side of compiled stages that pick rows: the integer
+//! instructions it runs on one lane (a row's id, its bounds check) before
+//! a gather's compiled call, and a compiled scatter's store (an
+//! `index_add`, an embedding's gradient), one row per tile.
 
 use rdyn_ir::loops::BinaryOp;
 use rdyn_ir::DType;
 
 use super::convert::accumulate_tile;
-use super::{store, Memory, Scratch, Tile};
-use crate::plan::StagePlan;
+use super::{convert, exec_inst, store, Memory, Scratch, Tile};
+use crate::plan::{Inst, InstOp, StagePlan};
 
 /// Store a compiled scatter's value: its row (the indirect parts, which
 /// the executor computed on lane 0: the same on every lane, see
@@ -56,5 +58,34 @@ pub(super) fn row_scatter(stage: &StagePlan, s: usize, tile_var: usize, len: usi
             }
             store(stage, s, tile_var, len, stage.value, mem, sc);
         }
+    }
+}
+
+/// One lane of an instruction the executor runs for a compiled stage: an
+/// integer load at an affine index (a row's id) and a bounds check
+/// directly, anything else through [`exec_inst`].
+pub(super) fn exec_pre(inst: &Inst, s: usize, tile_var: usize, mem: &Memory, sc: &mut Scratch) {
+    let value = match &inst.op {
+        InstOp::Load { buf, dtype, index, indirect, mask: None } if indirect.is_empty() && dtype.is_int() => {
+            // SAFETY: the plan indexes the buffer in bounds (as `load`).
+            unsafe { convert::read_i64(mem.ptrs[buf.0 as usize], *dtype, index.eval(&sc.env)) }
+        }
+        InstOp::Bounded { src, size } => match &sc.regs[s][*src as usize] {
+            Tile::I64(a) => {
+                let w = if a[0] < 0 { a[0] + size } else { a[0] };
+                if w < 0 || w >= *size {
+                    sc.error = true;
+                    0
+                } else {
+                    w
+                }
+            }
+            _ => return exec_inst(inst, s, tile_var, 1, mem, sc),
+        },
+        _ => return exec_inst(inst, s, tile_var, 1, mem, sc),
+    };
+    match &mut sc.regs[s][inst.dst as usize] {
+        Tile::I64(v) if !v.is_empty() => v[0] = value,
+        _ => exec_inst(inst, s, tile_var, 1, mem, sc),
     }
 }
