@@ -2,8 +2,8 @@
 
 :func:`generate` turns a seed into a :class:`Case`: the Python source of a
 small function (pointwise math on float, integer and bool tensors, casts,
-reductions, views, cat/pad/gather, matrix products, pooling, mutation of a
-clone), the specs of its inputs (sizes, dtype, a contiguous, transposed,
+reductions, views, cat/pad/gather, boolean-mask assignment, matrix
+products, pooling, mutation of a clone), the specs of its inputs (sizes, dtype, a contiguous, transposed,
 strided, expanded or channels-last layout) and how to run it (through AOTAutograd, through
 ``torch.compile`` with dynamic sizes, or as a training step). Each line is
 run eagerly while the program is built, so every program is valid and its
@@ -512,7 +512,13 @@ def _index(b: _Builder, rng: random.Random) -> bool:
          f"{{a}}.index_fill({{d}}, torch.tensor({idx}), {one})",
          f"{{a}}.index_copy({{d}}, torch.tensor([{idx[0]}]), {{a}}.narrow({{d}}, 0, 1))",
          f"torch.zeros_like({{a}}).index_put_((torch.tensor({idx}),), torch.tensor({one}, dtype={{a}}.dtype), accumulate=True)" if d == 0 else "{a}.roll(-1, -1)",
-         "{out} = {a}.clone(); {out}.masked_fill_({a} > 0, 0)" if a.exact else "{a}.clamp(-1, 1)")
+         "{out} = {a}.clone(); {out}.masked_fill_({a} > 0, 0)" if a.exact else "{a}.clamp(-1, 1)",
+         # Boolean masks: `x[mask] = v`, rows picked by a mask over the
+         # leading dims, and a masked scatter-add.
+         f"{{out}} = {{a}}.clone(); {{out}}[{{a}} > 0] = {one}",
+         # (A 0-dim mask is Python's `if`: data-dependent, so rank >= 2.)
+         f"{{out}} = {{a}}.clone(); {{out}}[{{a}}.sum(-1) > 0] = {one}" if rank >= 2 else "{a} * 2",
+         f"torch.zeros_like({{a}}).index_put_(({{a}} > 0,), torch.tensor({one}, dtype={{a}}.dtype), accumulate=True)")
     )
     exact = a.exact and getattr(src, "exact", True)
     return b.try_line(template, exact, {"a": a, "c": src, "d": d, "one": one})
