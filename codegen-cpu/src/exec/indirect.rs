@@ -6,7 +6,6 @@
 use rdyn_ir::loops::BinaryOp;
 use rdyn_ir::DType;
 
-use super::convert::accumulate_tile;
 use super::{convert, exec_inst, store, Memory, Scratch, Tile};
 use crate::plan::{Inst, InstOp, StagePlan};
 
@@ -49,7 +48,7 @@ pub(super) fn row_scatter(stage: &StagePlan, s: usize, tile_var: usize, len: usi
         Some(op) => {
             let tile = std::mem::replace(&mut sc.regs[s][stage.value as usize], Tile::F32(Vec::new()));
             // SAFETY: as above, lane l at `base + step · l`.
-            unsafe { accumulate_tile(op, ptr, dtype, len, &|l| base + step * l as i64, &tile) };
+            unsafe { convert::accumulate_tile(op, ptr, dtype, len, &|l| base + step * l as i64, &tile) };
             sc.regs[s][stage.value as usize] = tile;
         }
         None => {
