@@ -7,6 +7,7 @@
 use std::fmt::Write;
 
 use rdyn_ir::loops::{BinaryOp, Program, ScalarId, ScalarOp, UnaryOp};
+use rdyn_ir::random::{FMIX, GOLDEN};
 use rdyn_ir::{Atom, DType, Expr, Kind};
 
 use crate::WgslError;
@@ -141,19 +142,25 @@ fn round_f16(x: f32) -> f32 {
 }
 "#;
 
-/// rdyn's random bits (`rdyn_ir::random::hash_mix`) on 32-bit words,
-/// included in a module only when its body calls `hash_mix`.
-pub const HASH: &str = r#"
-fn fmix32(x: u32) -> u32 {
-    var h = x ^ (x >> 16u); h = h * 0x85ebca6bu; h = h ^ (h >> 13u); h = h * 0xc2b2ae35u;
+/// rdyn's random bits (`rdyn_ir::random::hash_mix`, whose constants
+/// these are) on 32-bit words, included in a module only when its body
+/// calls `hash_mix`.
+pub fn hash_source() -> String {
+    let [m0, m1] = FMIX;
+    format!(
+        "
+fn fmix32(x: u32) -> u32 {{
+    var h = x ^ (x >> 16u); h = h * {m0:#x}u; h = h ^ (h >> 13u); h = h * {m1:#x}u;
     return h ^ (h >> 16u);
-}
-fn hash_mix(position: i32, key: i32) -> i32 {
-    let k = fmix32(bitcast<u32>(key) ^ 0x9e3779b9u);
-    let h = fmix32(bitcast<u32>(position) * 0x9e3779b9u + k);
+}}
+fn hash_mix(position: i32, key: i32) -> i32 {{
+    let k = fmix32(bitcast<u32>(key) ^ {GOLDEN:#x}u);
+    let h = fmix32(bitcast<u32>(position) * {GOLDEN:#x}u + k);
     return i32(fmix32(h ^ k) >> 8u);
+}}
+"
+    )
 }
-"#;
 
 /// Special functions, included in a module only when its body calls one
 /// (every name starts with `special_`). float32 versions of the CPU

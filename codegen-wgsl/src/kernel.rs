@@ -17,7 +17,7 @@ use std::fmt::Write;
 use rdyn_ir::loops::{BufId, Kernel, Program, ReduceOp, Stage};
 use rdyn_ir::{Ctx, DType, Expr, Kind};
 
-use crate::expr::{elem, float_lit, index, int_lit, BodyWriter, HASH, PRELUDE, SPECIAL};
+use crate::expr::{elem, float_lit, hash_source, index, int_lit, BodyWriter, PRELUDE, SPECIAL};
 use crate::WgslError;
 
 pub const WORKGROUP: u32 = 256;
@@ -374,7 +374,7 @@ pub fn kernel_wgsl(program: &Program, kernel: &Kernel, syms: &Ctx, name: String)
         source.push_str(SPECIAL);
     }
     if main.contains("hash_mix(") {
-        source.push_str(HASH);
+        source.push_str(&hash_source());
     }
     source.push_str(&main);
     Ok(WgslKernel { name, source, bindings, workgroups, grid: None, error_flag: emitter.error_flag })

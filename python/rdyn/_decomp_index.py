@@ -128,8 +128,7 @@ def embedding_dense_backward(grad_output, indices, num_weights, padding_idx, sca
     if 0 <= padding_idx < num_weights:
         index = index + (index == padding_idx).to(torch.int64) * (num_weights - padding_idx)
         width = num_weights + 1
-    grad = rows.new_zeros((width, rows.shape[1])).index_put((index,), rows, accumulate=True)
-    grad = grad[:num_weights] if width > num_weights else grad
+    grad = rows.new_zeros((width, rows.shape[1])).index_put((index,), rows, accumulate=True)[:num_weights]
     return grad.view((num_weights, *grad_output.shape[indices.dim():])).to(result)
 
 

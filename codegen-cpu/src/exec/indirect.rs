@@ -6,7 +6,7 @@
 use rdyn_ir::loops::BinaryOp;
 use rdyn_ir::DType;
 
-use super::{convert, exec_inst, store, Memory, Scratch, Tile};
+use super::{bounded, convert, exec_inst, store, Memory, Scratch, Tile};
 use crate::plan::{Inst, InstOp, StagePlan};
 
 /// Store a compiled scatter's value: its row (the indirect parts, which
@@ -25,19 +25,10 @@ pub(super) fn row_scatter(stage: &StagePlan, s: usize, tile_var: usize, len: usi
             base += v[0] * stride;
         }
     }
-    let Some(step) = stage.store.step(tile_var as u32) else {
-        // Not affine along the tile: every lane as the interpreter does.
-        for (reg, _) in &stage.store_indirect {
-            sc.regs[s][*reg as usize].splat(len);
-        }
-        store(stage, s, tile_var, len, stage.value, mem, sc);
-        return;
-    };
     let ptr = mem.ptrs[stage.out.0 as usize];
     let dtype = mem.bufs[stage.out.0 as usize].dtype;
-    let Tile::F32(v) = &sc.regs[s][stage.value as usize] else { return };
-    match stage.accumulate {
-        Some(BinaryOp::Add) if dtype == DType::F32 && step == 1 => {
+    match (stage.store.step(tile_var as u32), stage.accumulate, &sc.regs[s][stage.value as usize]) {
+        (Some(1), Some(BinaryOp::Add), Tile::F32(v)) if dtype == DType::F32 => {
             // SAFETY: the row's `len` elements from `base` are in the
             // output buffer (the plan's indices, the row bounds-checked).
             let out = unsafe { std::slice::from_raw_parts_mut((ptr as *mut f32).offset(base as isize), len) };
@@ -45,13 +36,15 @@ pub(super) fn row_scatter(stage: &StagePlan, s: usize, tile_var: usize, len: usi
                 *o += x;
             }
         }
-        Some(op) => {
+        (Some(step), Some(op), _) => {
             let tile = std::mem::replace(&mut sc.regs[s][stage.value as usize], Tile::F32(Vec::new()));
             // SAFETY: as above, lane l at `base + step · l`.
             unsafe { convert::accumulate_tile(op, ptr, dtype, len, &|l| base + step * l as i64, &tile) };
             sc.regs[s][stage.value as usize] = tile;
         }
-        None => {
+        // A plain scatter (the last write wins), or an index not affine
+        // along the tile: every lane as the interpreter stores it.
+        _ => {
             for (reg, _) in &stage.store_indirect {
                 sc.regs[s][*reg as usize].splat(len);
             }
@@ -70,15 +63,7 @@ pub(super) fn exec_pre(inst: &Inst, s: usize, tile_var: usize, mem: &Memory, sc:
             unsafe { convert::read_i64(mem.ptrs[buf.0 as usize], *dtype, index.eval(&sc.env)) }
         }
         InstOp::Bounded { src, size } => match &sc.regs[s][*src as usize] {
-            Tile::I64(a) => {
-                let w = if a[0] < 0 { a[0] + size } else { a[0] };
-                if w < 0 || w >= *size {
-                    sc.error = true;
-                    0
-                } else {
-                    w
-                }
-            }
+            Tile::I64(a) => bounded(a[0], *size, &mut sc.error),
             _ => return exec_inst(inst, s, tile_var, 1, mem, sc),
         },
         _ => return exec_inst(inst, s, tile_var, 1, mem, sc),

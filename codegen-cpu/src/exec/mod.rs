@@ -588,18 +588,11 @@ fn eval(stage: &StagePlan, s: usize, tile_var: usize, len: usize, mem: &Memory, 
 
 /// A pointwise stage's tile: evaluated and stored.
 fn eval_store(stage: &StagePlan, s: usize, tile_var: usize, len: usize, mem: &Memory, sc: &mut Scratch) {
-    if let Some(jit) = stage.jit.as_ref().filter(|j| matches!(j.output, Output::StoreMask(_)) && j.walks(tile_var)) {
-        // A bool output: the function writes bytes from this point on.
-        let out = (mem.ptrs[stage.out.0 as usize] as i64 + stage.store.eval(&sc.env)) as *mut f32;
-        // SAFETY: the output lanes are this tile's elements of the stage's
-        // bool output, in bounds by the plan.
-        unsafe { call_jit(jit, (stage, s, tile_var), (out, 1), len, mem, sc) };
-        return;
-    }
-    if let Some(jit) = stage.jit.as_ref().filter(|j| matches!(j.output, Output::Store(_)) && j.walks(tile_var)) {
+    let stores = |j: &&JitStage| matches!(j.output, Output::Store(_) | Output::StoreMask(_)) && j.walks(tile_var);
+    if let Some(jit) = stage.jit.as_ref().filter(stores) {
         let out = f32_output(stage, mem, &sc.env);
         // SAFETY: the output lanes are this tile's elements of the stage's
-        // float32 output, in bounds by the plan.
+        // float32 (or, for a mask, bool) output, in bounds by the plan.
         unsafe { call_jit(jit, (stage, s, tile_var), (out, 1), len, mem, sc) };
         return;
     }
@@ -613,9 +606,11 @@ fn eval_store(stage: &StagePlan, s: usize, tile_var: usize, len: usize, mem: &Me
     store(stage, s, tile_var, len, stage.value, mem, sc);
 }
 
-/// The address of a float32 stage's output at the point `env`.
+/// The address of a compiled stage's output (float32, or bool for a
+/// mask) at the point `env`, as the compiled function takes it.
 fn f32_output(stage: &StagePlan, mem: &Memory, env: &[i64]) -> *mut f32 {
-    (mem.ptrs[stage.out.0 as usize] as i64 + stage.store.eval(env) * DType::F32.itemsize() as i64) as *mut f32
+    let size = mem.bufs[stage.out.0 as usize].dtype.itemsize() as i64;
+    (mem.ptrs[stage.out.0 as usize] as i64 + stage.store.eval(env) * size) as *mut f32
 }
 
 /// Combine `len` lanes of a compiled reduction stage into the accumulator,
@@ -775,13 +770,7 @@ fn exec_inst(inst: &Inst, s: usize, tile_var: usize, len: usize, mem: &Memory, s
         InstOp::Bounded { src, size } => {
             if let (Tile::I64(d), Tile::I64(a)) = (&mut dst, &sc.regs[s][*src as usize]) {
                 for (o, &v) in d[..len].iter_mut().zip(&a[..len]) {
-                    let w = if v < 0 { v + size } else { v };
-                    if w < 0 || w >= *size {
-                        sc.error = true;
-                        *o = 0;
-                    } else {
-                        *o = w;
-                    }
+                    *o = bounded(v, *size, &mut sc.error);
                 }
             }
         }
@@ -792,4 +781,16 @@ fn exec_inst(inst: &Inst, s: usize, tile_var: usize, len: usize, mem: &Memory, s
         }
     }
     sc.regs[s][dst_index] = dst;
+}
+
+/// Index `v` into `0..size`, a negative one counted from the end; out of
+/// range sets `error` and gives 0 (a safe element).
+pub(super) fn bounded(v: i64, size: i64, error: &mut bool) -> i64 {
+    let w = if v < 0 { v + size } else { v };
+    if w < 0 || w >= size {
+        *error = true;
+        0
+    } else {
+        w
+    }
 }
