@@ -2,7 +2,8 @@
 
 The model suite (`suite.py`) times whole models; this times the ops whose
 lowering is its own kernel (sorts and selections, binary searches, scans,
-scatter-adds), each compiled alone, on the CPU:
+scatter-adds, random draws) and data movement (cat, pad),
+each compiled alone, on the CPU:
 
     python benches/ops.py                     # every case, all three backends
     python benches/ops.py --cases sort,topk   # cases whose name contains a word
@@ -38,6 +39,13 @@ def _embedding_step():
     return step, (ids,)
 
 
+def _qkv_cat(dq, dkt, dv):
+    """An attention backward's gradient of a packed q, k, v projection."""
+    b, h, t, d = dq.shape
+    parts = [dq.transpose(1, 2), dkt.permute(0, 3, 1, 2), dv.transpose(1, 2)]
+    return torch.cat([p.reshape(b, t, h * d) for p in parts], -1)
+
+
 def cases() -> dict:
     torch.manual_seed(0)
     r = torch.randn
@@ -58,6 +66,10 @@ def cases() -> dict:
             (r(2048, 64), torch.randint(0, 100, (2048,))),
         ),
         "embedding backward 256x64 into 1000": _embedding_step(),
+        "cat 256x300 and 256x212 along dim 1": (lambda x, y: torch.cat([x, y], 1), (r(256, 300), r(256, 212))),
+        "cat of q, k^T, v gradients 4x4x64x32": (_qkv_cat, (r(4, 4, 64, 32), r(4, 4, 32, 64), r(4, 4, 64, 32))),
+        "pad 8x64x56x56 by 1": (lambda x: torch.nn.functional.pad(x, (1, 1, 1, 1)), (r(8, 64, 56, 56),)),
+        "pad relu 512x509 to 512x512": (lambda x: torch.nn.functional.pad(torch.relu(x), (0, 3)), (r(512, 509),)),
         "dropout 0.1 after relu 8x64x128": (
             lambda x: torch.nn.functional.dropout(torch.relu(x), 0.1),
             (r(8, 64, 128),),

@@ -45,6 +45,9 @@ CASES = {
     "transpose_add": (lambda x: x.t() + 1, (torch.randn(16, 24),)),
     "cat_pad": (lambda x, y: F.pad(torch.cat([x, y], 1), (1, 2)), (torch.randn(4, 3), torch.randn(4, 5))),
     "max_pool": (lambda x: F.max_pool2d(x, 3, 2, 1), (torch.randn(1, 2, 9, 9),)),
+    # Large enough that the CPU plan splits it where its sources change:
+    # one unmasked copy per input, one fill per padded side.
+    "cat_pad_large": (lambda x, y: F.pad(torch.cat([x, y], 1), (1, 2)), (torch.randn(64, 96), torch.randn(64, 160))),
     "gather": (lambda x, i: torch.gather(x, 1, i), (torch.randn(5, 7), torch.randint(0, 7, (5, 3)))),
     "linear_gelu": (lambda x, w, b: F.gelu(F.linear(x, w, b)), (torch.randn(8, 16), torch.randn(32, 16), torch.randn(32))),
     "depthwise_relu6": (

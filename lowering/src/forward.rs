@@ -47,15 +47,20 @@ fn stage_count(program: &Program, g: usize) -> usize {
 }
 
 /// Storages that must stay in memory whoever reads them: outputs and
-/// viewed storages, what extern calls read or write, scatter targets.
+/// viewed storages, what extern calls read or write, scatter targets,
+/// storages written in pieces (by several stages).
 fn pinned(program: &Program) -> HashSet<BufId> {
     let mut pinned = program.pinned_storages();
+    let mut written = HashSet::new();
     for step in &program.steps {
         match step {
             Step::Extern(ext) => pinned.extend(ext.inputs.iter().chain(&ext.outputs).map(|b| program.storage_of(*b))),
             Step::Kernel(kernel) => {
-                for stage in kernel.stages.iter().filter(|st| !st.store_indirect.is_empty()) {
-                    pinned.insert(program.storage_of(stage.out));
+                for stage in &kernel.stages {
+                    let storage = program.storage_of(stage.out);
+                    if !stage.store_indirect.is_empty() || !written.insert(storage) {
+                        pinned.insert(storage);
+                    }
                 }
             }
         }

@@ -169,6 +169,10 @@ pub fn lower_with(
     check(&program, "cse")?;
     crate::dce::run(&mut program);
     check(&program, "dce")?;
+    if lw.options.cpu_kernels {
+        crate::piecewise::run(&mut program);
+        check(&program, "piecewise")?;
+    }
     schedule::run(&mut program);
     check(&program, "schedule")?;
     crate::forward::run(&mut program);

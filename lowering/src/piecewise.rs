@@ -1,0 +1,410 @@
+//! Piecewise stages (CPU): a stage that picks between sources by index
+//! ranges (a `cat`, a `constant_pad_nd`) evaluates every source's masked
+//! read, and the selects between them, at every element. This pass splits
+//! such a stage's iteration space where its range conditions change, so
+//! each piece reads one source, unmasked: a `cat` of two tensors becomes two
+//! copies. The pieces write disjoint parts of the same buffer, each a
+//! kernel over its own space ([`schedule`] fuses pieces of equal ranges,
+//! and does not narrow the outer space to put the others side by side:
+//! a pad's 3-wide column as a short inner loop per row costs more than its
+//! own kernel).
+//!
+//! Runs before [`schedule`], when every kernel still holds one stage whose
+//! outer space is its output space.
+//!
+//! [`schedule`]: crate::schedule
+
+use std::collections::HashMap;
+
+use crate::ir::loops::{BinaryOp, Kernel, Program, ScalarId, ScalarOp, Scalars, Stage, Step, UnaryOp};
+use crate::ir::{Ctx, DType, Expr, Var};
+
+/// More pieces than this cost more in loop overhead than the masks do.
+const MAX_PIECES: usize = 16;
+
+/// Elements per piece below which a piece's own loop costs more than the
+/// masked reads it saves (about 0.7 ns an element on the CPU).
+const MIN_ELEMENTS_PER_PIECE: i64 = 2048;
+
+/// One piece: per output variable, its first index and its extent.
+type Piece = Vec<(i64, i64)>;
+
+/// Run the pass over `program`.
+pub fn run(program: &mut Program) {
+    let steps = std::mem::take(&mut program.steps);
+    for step in steps {
+        let split = match &step {
+            Step::Kernel(kernel) if kernel.stages.len() == 1 && kernel.outer.len() == kernel.stages[0].ranges.len() => {
+                split(program, &kernel.stages[0])
+            }
+            _ => None,
+        };
+        match split {
+            Some(stages) => program
+                .steps
+                .extend(stages.into_iter().map(|s| Step::Kernel(Kernel { outer: s.ranges.clone(), stages: vec![s] }))),
+            None => program.steps.push(step),
+        }
+    }
+}
+
+/// `stage` as pieces, when its range conditions split its output space.
+fn split(program: &mut Program, stage: &Stage) -> Option<Vec<Stage>> {
+    if !stage.store_indirect.is_empty() {
+        return None;
+    }
+    let sizes: Vec<i64> = stage.ranges.iter().map(Expr::as_const).collect::<Option<_>>()?;
+    let reduce: Vec<i64> = match &stage.reduce {
+        Some(r) => r.ranges.iter().map(Expr::as_const).collect::<Option<_>>()?,
+        None => Vec::new(),
+    };
+    if conditions(&program.scalars, stage.value).is_empty() {
+        return None;
+    }
+    let whole: Piece = sizes.iter().map(|&n| (0, n)).collect();
+    let mut pieces = Vec::new();
+    cut(&mut program.scalars, stage.value, &whole, &reduce, &mut pieces);
+    let elements: i64 = sizes.iter().chain(&reduce).product();
+    if pieces.len() < 2 || pieces.len() > MAX_PIECES || elements < MIN_ELEMENTS_PER_PIECE * pieces.len() as i64 {
+        return None;
+    }
+    Some(pieces.iter().map(|piece| piece_stage(&mut program.scalars, stage, piece, &reduce)).collect())
+}
+
+/// The range conditions under `root`, each as `e ≥ 0`.
+fn conditions(scalars: &Scalars, root: ScalarId) -> Vec<Expr> {
+    scalars.topo(&[root]).into_iter().filter_map(|id| condition(scalars, id)).collect()
+}
+
+/// A comparison of two index values as `e ≥ 0`.
+fn condition(scalars: &Scalars, id: ScalarId) -> Option<Expr> {
+    let ScalarOp::Binary(op, a, b) = scalars.get(id).op else { return None };
+    let (a, b) = (scalars.as_index(a)?, scalars.as_index(b)?);
+    Some(match op {
+        BinaryOp::Ge => a.sub(&b),
+        BinaryOp::Gt => a.sub(&b).add_c(-1),
+        BinaryOp::Le => b.sub(&a),
+        BinaryOp::Lt => b.sub(&a).add_c(-1),
+        _ => return None,
+    })
+}
+
+/// Where each variable ranges inside `piece` (reduction variables follow).
+fn piece_ctx(piece: &Piece, reduce: &[i64]) -> Ctx {
+    let mut ctx = Ctx::default();
+    let ranges = piece.iter().copied().chain(reduce.iter().map(|&n| (0, n)));
+    for (k, (lo, n)) in ranges.enumerate() {
+        ctx.var_ranges.insert(Var(k as u32), (lo, lo + (n - 1).max(0)));
+    }
+    ctx
+}
+
+/// Split `piece` along the outermost variable where a condition that still
+/// matters there (one the piece's ranges do not decide, under a select
+/// they do not decide) turns from false to true (or back) at one index,
+/// and recurse; a piece where no condition splits is final.
+fn cut(scalars: &mut Scalars, root: ScalarId, piece: &Piece, reduce: &[i64], out: &mut Vec<Piece>) {
+    if out.len() > MAX_PIECES {
+        return;
+    }
+    let ctx = piece_ctx(piece, reduce);
+    let value = fold(scalars, root, &ctx);
+    let undecided = conditions(scalars, value);
+    for (v, &(lo, n)) in piece.iter().enumerate() {
+        let mut points: Vec<i64> = undecided
+            .iter()
+            .filter_map(|e| turning_point(e, Var(v as u32), &ctx))
+            .filter(|&p| p > lo && p < lo + n)
+            .collect();
+        if points.is_empty() {
+            continue;
+        }
+        points.sort_unstable();
+        points.dedup();
+        let mut start = lo;
+        for end in points.into_iter().chain([lo + n]) {
+            let mut sub = piece.clone();
+            sub[v] = (start, end - start);
+            cut(scalars, root, &sub, reduce, out);
+            start = end;
+        }
+        return;
+    }
+    out.push(piece.clone());
+}
+
+/// The index of `var` at which `e ≥ 0` changes, when it is the same for
+/// every value of the other variables: `e = c·var + r` with the bounds of
+/// `r` giving one point.
+fn turning_point(e: &Expr, var: Var, ctx: &Ctx) -> Option<i64> {
+    let c = e.linear_coef(var).filter(|&c| c != 0)?;
+    let rest = e.sub(&Expr::var(var).scale(c));
+    let (rmin, rmax) = rest.bounds(ctx)?;
+    // c > 0: true from ceil(-r / c) on; c < 0: true up to floor(r / -c).
+    let (a, b) = if c > 0 {
+        (ceil_div(-rmin, c), ceil_div(-rmax, c))
+    } else {
+        (rmin.div_euclid(-c) + 1, rmax.div_euclid(-c) + 1)
+    };
+    (a == b).then_some(a)
+}
+
+fn ceil_div(a: i64, b: i64) -> i64 {
+    -((-a).div_euclid(b))
+}
+
+/// `stage` over `piece` alone: its variables shifted to the piece's start,
+/// its decided conditions folded.
+fn piece_stage(scalars: &mut Scalars, stage: &Stage, piece: &Piece, reduce: &[i64]) -> Stage {
+    let n = piece.len();
+    let shift: Vec<Expr> =
+        (0..n + reduce.len()).map(|k| Expr::v(k as u32).add_c(piece.get(k).map_or(0, |p| p.0))).collect();
+    let local: Piece = piece.iter().map(|&(_, len)| (0, len)).collect();
+    let ctx = piece_ctx(&local, reduce);
+    let value = scalars.substitute(stage.value, &shift, &ctx);
+    let value = fold(scalars, value, &ctx);
+    Stage {
+        out: stage.out,
+        ranges: piece.iter().map(|&(_, len)| Expr::c(len)).collect(),
+        reduce: stage.reduce.clone(),
+        value,
+        store: stage.store.substitute_vars(&shift, &ctx),
+        store_indirect: Vec::new(),
+    }
+}
+
+/// A boolean constant's value.
+fn known(scalars: &Scalars, id: ScalarId) -> Option<bool> {
+    match scalars.get(id).op {
+        ScalarOp::Const { bits } if scalars.dtype(id) == DType::Bool => Some(bits != 0),
+        _ => None,
+    }
+}
+
+/// Rebuild `root` with the comparisons that `ctx` decides as constants, and
+/// what follows from them: selects pick a side, masks drop or zero a load.
+fn fold(scalars: &mut Scalars, root: ScalarId, ctx: &Ctx) -> ScalarId {
+    let mut memo: HashMap<ScalarId, ScalarId> = HashMap::new();
+    for id in scalars.topo(&[root]) {
+        let node = scalars.get(id).clone();
+        let get = |x: ScalarId| memo.get(&x).copied().unwrap_or(x);
+        let out = match node.op {
+            ScalarOp::Load { buf, index, indirect, mask } => {
+                let indirect = indirect.iter().map(|(s, stride)| (get(*s), stride.clone())).collect();
+                let mask = mask.map(get);
+                match mask.and_then(|m| known(scalars, m)) {
+                    Some(false) => scalars.constant(0.0, node.dtype),
+                    Some(true) => scalars.add(ScalarOp::Load { buf, index, indirect, mask: None }, node.dtype),
+                    None => scalars.add(ScalarOp::Load { buf, index, indirect, mask }, node.dtype),
+                }
+            }
+            ScalarOp::Binary(op, a, b) => {
+                let (a, b) = (get(a), get(b));
+                let rebuilt = scalars.binary(op, a, b, node.dtype);
+                if let Some(e) = condition(scalars, rebuilt) {
+                    match e.bounds(ctx) {
+                        Some((lo, _)) if lo >= 0 => scalars.int_constant(1, DType::Bool),
+                        Some((_, hi)) if hi < 0 => scalars.int_constant(0, DType::Bool),
+                        _ => rebuilt,
+                    }
+                } else {
+                    match (op, known(scalars, a), known(scalars, b)) {
+                        (BinaryOp::And, Some(false), _) | (BinaryOp::And, _, Some(false)) => {
+                            scalars.int_constant(0, DType::Bool)
+                        }
+                        (BinaryOp::Or, Some(true), _) | (BinaryOp::Or, _, Some(true)) => {
+                            scalars.int_constant(1, DType::Bool)
+                        }
+                        _ => rebuilt,
+                    }
+                }
+            }
+            ScalarOp::Unary(UnaryOp::Not, x) if node.dtype == DType::Bool && known(scalars, get(x)).is_some() => {
+                let value = known(scalars, get(x)).is_some_and(|v| !v);
+                scalars.int_constant(value as i64, DType::Bool)
+            }
+            ScalarOp::Where(c, a, b) => match known(scalars, get(c)) {
+                Some(pick) => scalars.cast(if pick { get(a) } else { get(b) }, node.dtype),
+                None => scalars.select(get(c), get(a), get(b), node.dtype),
+            },
+            ScalarOp::Unary(op, x) => scalars.unary(op, get(x), node.dtype),
+            ScalarOp::Cast(x) => scalars.cast(get(x), node.dtype),
+            ScalarOp::Bounded(x, size) => scalars.add(ScalarOp::Bounded(get(x), size), node.dtype),
+            ScalarOp::Const { .. } | ScalarOp::Index(_) => id,
+        };
+        memo.insert(id, out);
+    }
+    memo.get(&root).copied().unwrap_or(root)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::panic)] // a test reports failure by panicking
+    use super::*;
+    use crate::ir::loops::{BufId, BufRole};
+    use crate::testing::{buffer, load, single_stage};
+
+    /// A stand-in for memory: what buffer `buf` holds at `address`.
+    fn memory(buf: BufId, address: i64) -> f64 {
+        (buf.0 as f64) * 1e6 + address as f64
+    }
+
+    /// The value of `id` at the point `vars` (loads read [`memory`]).
+    fn eval(scalars: &Scalars, id: ScalarId, vars: &[i64]) -> f64 {
+        let get = |x: ScalarId| eval(scalars, x, vars);
+        let truth = |b: bool| f64::from(u8::from(b));
+        match &scalars.get(id).op {
+            ScalarOp::Load { buf, index, mask, .. } => match mask {
+                Some(m) if get(*m) == 0.0 => 0.0,
+                _ => memory(*buf, index.eval(vars, &[])),
+            },
+            ScalarOp::Const { bits } if scalars.dtype(id).is_float() => f64::from_bits(*bits),
+            ScalarOp::Const { bits } => *bits as i64 as f64,
+            ScalarOp::Index(e) => e.eval(vars, &[]) as f64,
+            ScalarOp::Binary(op, a, b) => {
+                let (a, b) = (get(*a), get(*b));
+                match op {
+                    BinaryOp::Ge => truth(a >= b),
+                    BinaryOp::Gt => truth(a > b),
+                    BinaryOp::Le => truth(a <= b),
+                    BinaryOp::Lt => truth(a < b),
+                    BinaryOp::And => truth(a != 0.0 && b != 0.0),
+                    BinaryOp::Or => truth(a != 0.0 || b != 0.0),
+                    BinaryOp::Mul => a * b,
+                    other => panic!("eval: {other:?}"),
+                }
+            }
+            ScalarOp::Where(c, a, b) => {
+                if get(*c) != 0.0 {
+                    get(*a)
+                } else {
+                    get(*b)
+                }
+            }
+            ScalarOp::Cast(x) => get(*x),
+            other => panic!("eval: {other:?}"),
+        }
+    }
+
+    /// Every point of `sizes`, as index vectors.
+    fn points(sizes: &[i64]) -> Vec<Vec<i64>> {
+        let mut all = vec![vec![]];
+        for &n in sizes {
+            all = all.into_iter().flat_map(|p| (0..n).map(move |i| [p.clone(), vec![i]].concat())).collect();
+        }
+        all
+    }
+
+    /// What a program's stages store: address → value (each address once).
+    fn stored(p: &Program) -> HashMap<i64, f64> {
+        let mut out = HashMap::new();
+        for kernel in p.kernels() {
+            for stage in &kernel.stages {
+                let sizes: Vec<i64> = stage.ranges.iter().map(|r| r.as_const().unwrap()).collect();
+                for point in points(&sizes) {
+                    let address = stage.store.eval(&point, &[]);
+                    let value = eval(&p.scalars, stage.value, &point);
+                    assert!(out.insert(address, value).is_none(), "{address} stored twice");
+                }
+            }
+        }
+        out
+    }
+
+    /// `cat(pieces, dim=-1)` of `[rows, w]` inputs, as lowering builds it
+    /// (masked loads chosen by selects), viewed as `[rows, groups, w / groups]`
+    /// when `groups > 1` (attention's q, k, v gradients).
+    fn cat(widths: &[i64], rows: i64, groups: i64) -> Program {
+        let mut p = Program::default();
+        let total: i64 = widths.iter().sum();
+        let inner = total / groups;
+        let out = buffer(&mut p, &[rows, total], BufRole::Temp);
+        let column = Expr::v(1).scale(inner).add(&Expr::v(2));
+        let ranges = [rows, groups, inner];
+        let col = p.scalars.index(column.clone());
+        let mut acc = p.scalars.constant(0.0, DType::F32);
+        let mut start = 0;
+        for (k, &w) in widths.iter().enumerate() {
+            let src = buffer(&mut p, &[rows, w], BufRole::Input(k));
+            let value = load(&mut p, src, Expr::v(0).scale(w).add(&column).add_c(-start));
+            let lo = p.scalars.int_constant(start, DType::I64);
+            let hi = p.scalars.int_constant(start + w, DType::I64);
+            let ge = p.scalars.binary(BinaryOp::Ge, col, lo, DType::Bool);
+            let lt = p.scalars.binary(BinaryOp::Lt, col, hi, DType::Bool);
+            let inside = p.scalars.binary(BinaryOp::And, ge, lt, DType::Bool);
+            let masked = p.scalars.add_mask(value, inside);
+            acc = p.scalars.select(inside, masked, acc, DType::F32);
+            start += w;
+        }
+        let ranges: Vec<Expr> = ranges.iter().map(|&n| Expr::c(n)).collect();
+        let store = Expr::v(0).scale(total).add(&column);
+        p.steps.push(single_stage(ranges.clone(), out, ranges, None, acc, store));
+        p
+    }
+
+    fn masked_loads(p: &Program) -> usize {
+        let roots: Vec<ScalarId> = p.kernels().flat_map(|k| k.stages.iter().map(|s| s.value)).collect();
+        p.scalars
+            .topo(&roots)
+            .into_iter()
+            .filter(|id| matches!(p.scalars.get(*id).op, ScalarOp::Load { mask: Some(_), .. } | ScalarOp::Where(..)))
+            .count()
+    }
+
+    #[test]
+    fn cat_becomes_one_unmasked_copy_per_input() {
+        for (widths, groups) in [(vec![300, 212], 1), (vec![128, 128, 128], 12), (vec![5, 7, 500], 1)] {
+            let mut p = cat(&widths, 64, groups);
+            let before = stored(&p);
+            run(&mut p);
+            assert_eq!(p.kernels().map(|k| k.stages.len()).sum::<usize>(), widths.len(), "{p}");
+            assert_eq!(masked_loads(&p), 0, "{p}");
+            assert_eq!(stored(&p), before, "{p}");
+        }
+    }
+
+    #[test]
+    fn small_or_diagonal_selects_stay_whole() {
+        // Too few elements for three loops.
+        let mut p = cat(&[4, 4, 4], 8, 1);
+        run(&mut p);
+        assert_eq!(p.kernels().count(), 1);
+        // `where(i0 >= i1, ..)` changes along a diagonal: no index splits it.
+        let mut p = Program::default();
+        let x = buffer(&mut p, &[256, 256], BufRole::Input(0));
+        let y = buffer(&mut p, &[256, 256], BufRole::Temp);
+        let at = Expr::v(0).scale(256).add(&Expr::v(1));
+        let xv = load(&mut p, x, at.clone());
+        let (i, j) = (p.scalars.index(Expr::v(0)), p.scalars.index(Expr::v(1)));
+        let lower = p.scalars.binary(BinaryOp::Ge, i, j, DType::Bool);
+        let zero = p.scalars.constant(0.0, DType::F32);
+        let tril = p.scalars.select(lower, xv, zero, DType::F32);
+        let ranges = vec![Expr::c(256), Expr::c(256)];
+        p.steps.push(single_stage(ranges.clone(), y, ranges, None, tril, at));
+        run(&mut p);
+        assert_eq!(p.kernels().count(), 1);
+    }
+
+    #[test]
+    fn two_dim_pad_splits_into_interior_and_borders() {
+        // pad [16, 30, 30] by 1 on the last two dims with -1.
+        let mut p = Program::default();
+        let x = buffer(&mut p, &[16, 30, 30], BufRole::Input(0));
+        let y = buffer(&mut p, &[16, 32, 32], BufRole::Temp);
+        let (h, w) = (Expr::v(1).add_c(-1), Expr::v(2).add_c(-1));
+        let xv = load(&mut p, x, Expr::v(0).scale(900).add(&h.scale(30)).add(&w));
+        let inside = p.scalars.in_range(&[(h, Expr::c(30)), (w, Expr::c(30))]).unwrap();
+        let masked = p.scalars.add_mask(xv, inside);
+        let fill = p.scalars.constant(-1.0, DType::F32);
+        let value = p.scalars.select(inside, masked, fill, DType::F32);
+        let ranges = vec![Expr::c(16), Expr::c(32), Expr::c(32)];
+        let store = Expr::v(0).scale(1024).add(&Expr::v(1).scale(32)).add(&Expr::v(2));
+        p.steps.push(single_stage(ranges.clone(), y, ranges, None, value, store));
+        let before = stored(&p);
+        run(&mut p);
+        // Top and bottom rows; left, interior and right of the middle rows.
+        assert_eq!(p.kernels().count(), 5, "{p}");
+        assert_eq!(masked_loads(&p), 0, "{p}");
+        assert_eq!(stored(&p), before);
+    }
+}
