@@ -148,3 +148,30 @@ def test_linear_bias_fuses_into_the_epilogue():
     assert "+=" not in report.kernels[0].source
     epilogue = report.kernels[1].source
     assert "gelu" in epilogue and "[i1]" in epilogue, epilogue
+
+
+def test_transposed_gemm_operand_is_a_view_of_the_stored_value():
+    """A weight gradient's `relu_grad.t() @ x`: the pointwise operand is
+    stored untransposed and passed to the GEMM as a transposed view (which
+    it reads as it is), so the stage reads its sources in storage order
+    instead of gathering them by columns, and the same stored value serves
+    the untransposed product too (one stage, not two)."""
+
+    def transposed_first(g, h, x, w):
+        r = torch.where(h > 0, g, 0.0)
+        return r.t() @ x, r @ w
+
+    def transposed_second(g, h, x, w):
+        r = torch.where(h > 0, g, 0.0)
+        return r @ w, r.t() @ x
+
+    args = (torch.randn(64, 512), torch.randn(64, 512), torch.randn(64, 256), torch.randn(512, 128))
+    for fn in (transposed_first, transposed_second):
+        kernels = _kernels(_report(fn, *args))
+        assert len(kernels) == 1 and kernels[0].source.count("stage ->") == 1, kernels
+        source = kernels[0].source
+        assert "by columns" not in source
+        assert "load buf0:float32[i0]" in source, source  # read in storage order
+        compiled = rdyn.compile_graph(make_fx(fn, decomposition_table=rdyn.DECOMPOSITIONS)(*args), list(args))
+        for got, want in zip(compiled(*args), fn(*args)):
+            torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)

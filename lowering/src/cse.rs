@@ -27,9 +27,10 @@ struct Key {
 
 /// Run the pass over `program` (lowering's single-stage kernels).
 pub fn run(program: &mut Program) {
-    // Outputs and viewed storages keep their own buffer; scatter targets and
+    // Outputs keep their own buffer (a viewed storage's views move to the
+    // earlier buffer, laid out the same); scatter targets and
     // non-temporaries are not written once, so never keys.
-    let pinned = program.pinned_storages();
+    let pinned = program.output_storages();
     let once = written_once(program);
     let mut first: HashMap<Key, BufId> = HashMap::new();
     // Duplicate buffer -> the buffer that already holds its values.
@@ -58,7 +59,13 @@ pub fn run(program: &mut Program) {
                 };
                 match first.entry(key) {
                     Entry::Occupied(earlier) if !pinned.contains(&stage.out) => {
-                        same.insert(stage.out, *earlier.get());
+                        let earlier = *earlier.get();
+                        same.insert(stage.out, earlier);
+                        for buffer in &mut program.buffers {
+                            if buffer.role == BufRole::View(stage.out) {
+                                buffer.role = BufRole::View(earlier);
+                            }
+                        }
                     }
                     Entry::Occupied(_) => {}
                     Entry::Vacant(slot) => {
@@ -166,5 +173,29 @@ mod tests {
             let reads = last.map(|v| p.scalars.loaded_buffers(&[v])).unwrap_or_default();
             assert_eq!(reads, vec![if b_is_output { b } else { a }], "{p}");
         }
+    }
+
+    /// `a = exp(x)`, then `b = exp(x)` read through a view (a GEMM's
+    /// transposed operand): the view moves to `a`, and `b` goes.
+    #[test]
+    fn a_view_of_a_repeated_stage_reads_the_first() {
+        let mut p = Program::default();
+        let x = buffer(&mut p, &[64], BufRole::Input(0));
+        let (a, b, y) = (
+            buffer(&mut p, &[64], BufRole::Temp),
+            buffer(&mut p, &[64], BufRole::Temp),
+            buffer(&mut p, &[64], BufRole::Temp),
+        );
+        let view = p.add_buffer(Buffer { role: BufRole::View(b), ..p.buffer(b).clone() });
+        let xv = load(&mut p, x, Expr::v(0));
+        let e = p.scalars.unary(UnaryOp::Exp, xv, DType::F32);
+        let through_view = load(&mut p, view, Expr::c(63).sub(&Expr::v(0)));
+        let neg = p.scalars.unary(UnaryOp::Neg, through_view, DType::F32);
+        p.steps.extend([kernel(a, e), kernel(b, e), kernel(y, neg)]);
+        p.outputs.extend([ProgramOutput::Buffer(a), ProgramOutput::Buffer(y)]);
+        run(&mut p);
+        crate::dce::run(&mut p);
+        assert_eq!(p.buffer(view).role, BufRole::View(a), "{p}");
+        assert_eq!(p.kernels().count(), 2, "{p}");
     }
 }

@@ -14,7 +14,7 @@
 
 use crate::ir::blas::split;
 use crate::ir::graph::Node;
-use crate::ir::loops::{contiguous_strides, BinaryOp, BufId, ExternKind, Step};
+use crate::ir::loops::{contiguous_strides, BinaryOp, BufId, BufRole, Buffer, ExternKind, ScalarOp, Step};
 use crate::ir::op::Op;
 use crate::ir::{DType, Device, Expr};
 use crate::lazy::Lazy;
@@ -94,8 +94,8 @@ impl Lowerer<'_> {
         scale: f64,
     ) -> BufId {
         let (a, b) = (self.cast_lazy(a, acc), self.cast_lazy(b, acc));
-        let a_buf = self.buffer_for_extern(&a);
-        let b_buf = self.buffer_for_extern(&b);
+        let a_buf = self.gemm_operand(&a);
+        let b_buf = self.gemm_operand(&b);
         let out_buf = self.temp_buffer(acc, sizes, strides);
         self.push_gemm(a_buf, b_buf, out_buf, scale);
         out_buf
@@ -145,6 +145,61 @@ impl Lowerer<'_> {
             }
         }
         self.realize(x, None)
+    }
+
+    /// A buffer holding `x` for the CPU's GEMM, which reads transposed
+    /// operands as they are: `x`'s own storage when it is a view, else `x`
+    /// stored. A transposed pointwise value (a weight gradient's
+    /// `grad.t()`) is stored untransposed, each source read along its
+    /// rows instead of gathered by columns, and passed as a transposed
+    /// view; the stored value is then the same stage as the untransposed
+    /// operand of the other product, which [`crate::cse`] keeps once.
+    fn gemm_operand(&mut self, x: &Lazy) -> BufId {
+        if let Some(buf) = self.as_view(x) {
+            return buf;
+        }
+        if !self.transposed_reads(x) {
+            return self.realize(x, None);
+        }
+        let n = x.sizes.len();
+        let mut sizes = x.sizes.clone();
+        sizes.swap(n - 2, n - 1);
+        let mut map: Vec<Expr> = (0..n as u32).map(Expr::v).collect();
+        map.swap(n - 2, n - 1);
+        let untransposed = self.view(x, sizes, &map);
+        let stored = self.realize(&untransposed, None);
+        let buffer = self.prog.buffer(stored).clone();
+        let mut strides = buffer.strides.clone();
+        strides.swap(n - 2, n - 1);
+        self.prog.add_buffer(Buffer {
+            dtype: x.dtype,
+            sizes: x.sizes.clone(),
+            strides,
+            offset: buffer.offset,
+            role: BufRole::View(self.prog.storage_of(stored)),
+        })
+    }
+
+    /// Whether more of `x`'s loads move by one element along its
+    /// second-to-last dim than along its last.
+    fn transposed_reads(&self, x: &Lazy) -> bool {
+        let n = x.sizes.len();
+        if n < 2 {
+            return false;
+        }
+        let (rows, cols) = (crate::ir::Var(n as u32 - 2), crate::ir::Var(n as u32 - 1));
+        let scalars = &self.prog.scalars;
+        let (mut along_rows, mut along_cols) = (0, 0);
+        for id in scalars.topo(&[x.value]) {
+            if let ScalarOp::Load { index, indirect, .. } = &scalars.get(id).op {
+                if !indirect.is_empty() {
+                    continue;
+                }
+                along_rows += usize::from(index.linear_coef(rows) == Some(1) && index.linear_coef(cols) != Some(1));
+                along_cols += usize::from(index.linear_coef(cols) == Some(1));
+            }
+        }
+        along_rows > along_cols
     }
 
     fn push_gemm(&mut self, a: BufId, b: BufId, out: BufId, scale: f64) {
