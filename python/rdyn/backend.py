@@ -14,6 +14,7 @@ import warnings
 import torch
 from torch._decomp import core_aten_decompositions, get_decompositions
 from torch._dynamo.backends.common import aot_autograd
+from torch._functorch.partitioners import min_cut_rematerialization_partition
 
 from . import _cache, _rdyn
 from ._decomp import DECOMPOSITIONS as RDYN_DECOMPOSITIONS
@@ -278,7 +279,11 @@ def rdyn_backend(gm: torch.fx.GraphModule, example_inputs, options=None, **kwarg
         return fw(graph, inputs)
 
     return aot_autograd(
-        fw_compiler=fw, bw_compiler=fw, inference_compiler=inference, decompositions=DECOMPOSITIONS
+        fw_compiler=fw,
+        bw_compiler=fw,
+        inference_compiler=inference,
+        decompositions=DECOMPOSITIONS,
+        partition_fn=min_cut_rematerialization_partition,
     )(gm, example_inputs)
 
 
