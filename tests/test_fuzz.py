@@ -45,6 +45,16 @@ def test_random_program_matches_eager_on_cuda_sim(seed: int) -> None:
     check(fuzzgen.generate(seed), {"device": "cuda-sim"})
 
 
+@pytest.mark.parametrize("seed", range(SEED, SEED + COUNT))
+def test_random_program_split_into_pieces_matches_eager(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same programs with every CPU stage that picks between sources by
+    index ranges (cat, pad) split where they change, however small
+    (``RDYN_PIECEWISE_MIN=1``; by default only stages of a few thousand
+    elements are, larger than the fuzzer's tensors)."""
+    monkeypatch.setenv("RDYN_PIECEWISE_MIN", "1")
+    check(fuzzgen.generate(seed))
+
+
 
 def check(case: Case, options: dict | None = None) -> None:
     """Run ``case`` with rdyn (``options`` to torch.compile) and eagerly;

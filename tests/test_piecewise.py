@@ -115,3 +115,21 @@ def test_training_step_through_a_split_cat() -> None:
     want.backward()
     assert_same(loss, want)
     assert_same(grads, (w1.grad, w2.grad))
+
+
+def test_pieces_reading_one_stored_value() -> None:
+    """Two pieces of equal ranges share a kernel with the stage that stores
+    a value both read (a tanh GELU has several users): the store must stay,
+    not be folded into the first piece only (fuzz seed 40120 at
+    `RDYN_PIECEWISE_MIN=1`)."""
+
+    def fn(c):
+        v1 = F.gelu(c, approximate="tanh")
+        v2 = v1 / (v1 * v1 + 1)
+        return torch.cat([v2, v2 * 2], 0)
+
+    c = r(4096)
+    sources = _sources(fn, c)
+    assert not any(_masked(s) for s in sources), "\n".join(sources)
+    (got,) = compile_aten(fn, [c], {"strict": True})(c)
+    assert_same(got, fn(c))

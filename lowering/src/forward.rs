@@ -120,7 +120,10 @@ fn candidate(
     }
     let t = kernel.stages.iter().position(|st| st.out == reader_out)?;
     let reader = &kernel.stages[t];
-    if t <= s || !reader.store_indirect.is_empty() {
+    // Readers are known by their output: pieces of one buffer
+    // ([`crate::piecewise`]) would all be one reader.
+    let pieces = kernel.stages.iter().filter(|st| st.out == reader_out).count();
+    if t <= s || !reader.store_indirect.is_empty() || pieces != 1 {
         return None;
     }
     let vars = renaming(producer, reader, kernel.outer.len())?;

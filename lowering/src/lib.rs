@@ -32,6 +32,7 @@ mod sort;
 mod testing;
 
 pub use lower::{lower, lower_with, InputLayout, LowerOptions, Lowered, NodeCounts};
+pub use piecewise::PIECEWISE_MIN_ELEMENTS;
 
 /// Why a node or graph could not be lowered.
 #[derive(Debug, thiserror::Error, PartialEq)]

@@ -123,6 +123,11 @@ pub struct LowerOptions {
     /// (GPU devices) scans are reductions over each element's prefix,
     /// parallel over every element, and sorts run eagerly.
     pub cpu_kernels: bool,
+    /// With `cpu_kernels`: the fewest elements per piece (on average) for
+    /// which a stage that picks between sources by index ranges is split
+    /// ([`crate::piecewise`], [`PIECEWISE_MIN_ELEMENTS`] by default); 0
+    /// leaves such stages whole.
+    pub piecewise_min: i64,
 }
 
 /// [`lower`] with `options`.
@@ -169,8 +174,8 @@ pub fn lower_with(
     check(&program, "cse")?;
     crate::dce::run(&mut program);
     check(&program, "dce")?;
-    if lw.options.cpu_kernels {
-        crate::piecewise::run(&mut program);
+    if lw.options.cpu_kernels && lw.options.piecewise_min > 0 {
+        crate::piecewise::run(&mut program, lw.options.piecewise_min);
         check(&program, "piecewise")?;
     }
     schedule::run(&mut program);

@@ -23,19 +23,21 @@ use crate::ir::{Ctx, DType, Expr, Var};
 const MAX_PIECES: usize = 16;
 
 /// Elements per piece below which a piece's own loop costs more than the
-/// masked reads it saves (about 0.7 ns an element on the CPU).
-const MIN_ELEMENTS_PER_PIECE: i64 = 2048;
+/// masked reads it saves (about 0.7 ns an element on the CPU): the
+/// default of [`crate::LowerOptions::piecewise_min`].
+pub const PIECEWISE_MIN_ELEMENTS: i64 = 2048;
 
 /// One piece: per output variable, its first index and its extent.
 type Piece = Vec<(i64, i64)>;
 
-/// Run the pass over `program`.
-pub fn run(program: &mut Program) {
+/// Run the pass over `program`: split stages into pieces of at least
+/// `min_elements` elements on average.
+pub fn run(program: &mut Program, min_elements: i64) {
     let steps = std::mem::take(&mut program.steps);
     for step in steps {
         let split = match &step {
             Step::Kernel(kernel) if kernel.stages.len() == 1 && kernel.outer.len() == kernel.stages[0].ranges.len() => {
-                split(program, &kernel.stages[0])
+                split(program, &kernel.stages[0], min_elements)
             }
             _ => None,
         };
@@ -49,7 +51,7 @@ pub fn run(program: &mut Program) {
 }
 
 /// `stage` as pieces, when its range conditions split its output space.
-fn split(program: &mut Program, stage: &Stage) -> Option<Vec<Stage>> {
+fn split(program: &mut Program, stage: &Stage, min_elements: i64) -> Option<Vec<Stage>> {
     if !stage.store_indirect.is_empty() {
         return None;
     }
@@ -65,7 +67,7 @@ fn split(program: &mut Program, stage: &Stage) -> Option<Vec<Stage>> {
     let mut pieces = Vec::new();
     cut(&mut program.scalars, stage.value, &whole, &reduce, &mut pieces);
     let elements: i64 = sizes.iter().chain(&reduce).product();
-    if pieces.len() < 2 || pieces.len() > MAX_PIECES || elements < MIN_ELEMENTS_PER_PIECE * pieces.len() as i64 {
+    if pieces.len() < 2 || pieces.len() > MAX_PIECES || elements < min_elements * pieces.len() as i64 {
         return None;
     }
     Some(pieces.iter().map(|piece| piece_stage(&mut program.scalars, stage, piece, &reduce)).collect())
@@ -356,7 +358,7 @@ mod tests {
         for (widths, groups) in [(vec![300, 212], 1), (vec![128, 128, 128], 12), (vec![5, 7, 500], 1)] {
             let mut p = cat(&widths, 64, groups);
             let before = stored(&p);
-            run(&mut p);
+            run(&mut p, PIECEWISE_MIN_ELEMENTS);
             assert_eq!(p.kernels().map(|k| k.stages.len()).sum::<usize>(), widths.len(), "{p}");
             assert_eq!(masked_loads(&p), 0, "{p}");
             assert_eq!(stored(&p), before, "{p}");
@@ -367,7 +369,7 @@ mod tests {
     fn small_or_diagonal_selects_stay_whole() {
         // Too few elements for three loops.
         let mut p = cat(&[4, 4, 4], 8, 1);
-        run(&mut p);
+        run(&mut p, PIECEWISE_MIN_ELEMENTS);
         assert_eq!(p.kernels().count(), 1);
         // `where(i0 >= i1, ..)` changes along a diagonal: no index splits it.
         let mut p = Program::default();
@@ -381,7 +383,7 @@ mod tests {
         let tril = p.scalars.select(lower, xv, zero, DType::F32);
         let ranges = vec![Expr::c(256), Expr::c(256)];
         p.steps.push(single_stage(ranges.clone(), y, ranges, None, tril, at));
-        run(&mut p);
+        run(&mut p, PIECEWISE_MIN_ELEMENTS);
         assert_eq!(p.kernels().count(), 1);
     }
 
@@ -401,7 +403,7 @@ mod tests {
         let store = Expr::v(0).scale(1024).add(&Expr::v(1).scale(32)).add(&Expr::v(2));
         p.steps.push(single_stage(ranges.clone(), y, ranges, None, value, store));
         let before = stored(&p);
-        run(&mut p);
+        run(&mut p, PIECEWISE_MIN_ELEMENTS);
         // Top and bottom rows; left, interior and right of the middle rows.
         assert_eq!(p.kernels().count(), 5, "{p}");
         assert_eq!(masked_loads(&p), 0, "{p}");

@@ -275,7 +275,11 @@ impl CompiledGraph {
             return self.run_generic(args, ctx);
         }
         let start = Instant::now();
-        let options = LowerOptions { cublas: self.uses_cublas(), cpu_kernels: self.backend == Backend::Cpu };
+        let options = LowerOptions {
+            cublas: self.uses_cublas(),
+            cpu_kernels: self.backend == Backend::Cpu,
+            piecewise_min: piecewise_min(),
+        };
         let Lowered { program, counts } = lower_with(&self.graph, &self.layouts(args), &ctx, options)?;
         let cpu = Arc::new(plan(&program, &ctx)?);
         let wgpu = match self.backend {
@@ -357,7 +361,7 @@ impl CompiledGraph {
             }
         }
         // The generic program runs on the CPU.
-        let options = LowerOptions { cublas: false, cpu_kernels: true };
+        let options = LowerOptions { cublas: false, cpu_kernels: true, piecewise_min: piecewise_min() };
         let lowered = lower_with(&self.graph, &layouts, &Ctx::default(), options)?;
         Ok(Generic { program: lowered.program, stride_syms })
     }
@@ -504,4 +508,16 @@ fn step_label(step: &CpuStep, bufs: &[BufPlan]) -> String {
             format!("{target} {sizes:?}")
         }
     }
+}
+
+/// The fewest elements per piece for which a CPU stage is split where its
+/// sources change: `RDYN_PIECEWISE_MIN` (read at each compile; 1 splits
+/// every such stage, as the tests do to fuzz the split on small tensors, 0
+/// none), else [`rdyn_lowering::PIECEWISE_MIN_ELEMENTS`].
+fn piecewise_min() -> i64 {
+    std::env::var("RDYN_PIECEWISE_MIN")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .filter(|&n: &i64| n >= 0)
+        .unwrap_or(rdyn_lowering::PIECEWISE_MIN_ELEMENTS)
 }
