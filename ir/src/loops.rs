@@ -318,7 +318,18 @@ impl Scalars {
     }
 
     pub fn unary(&mut self, op: UnaryOp, x: ScalarId, dtype: DType) -> ScalarId {
+        if let (UnaryOp::Not, DType::Bool, Some(v)) = (op, dtype, self.bool_const(x)) {
+            return self.int_constant(i64::from(!v), DType::Bool);
+        }
         self.add(ScalarOp::Unary(op, x), dtype)
+    }
+
+    /// The value of a boolean constant.
+    pub fn bool_const(&self, id: ScalarId) -> Option<bool> {
+        match self.get(id).op {
+            ScalarOp::Const { bits } if self.dtype(id) == DType::Bool => Some(bits != 0),
+            _ => None,
+        }
     }
 
     /// The index expression an int64 scalar stands for, if it is one.

@@ -59,13 +59,7 @@ pub fn run(program: &mut Program) {
                 };
                 match first.entry(key) {
                     Entry::Occupied(earlier) if !pinned.contains(&stage.out) => {
-                        let earlier = *earlier.get();
-                        same.insert(stage.out, earlier);
-                        for buffer in &mut program.buffers {
-                            if buffer.role == BufRole::View(stage.out) {
-                                buffer.role = BufRole::View(earlier);
-                            }
-                        }
+                        same.insert(stage.out, *earlier.get());
                     }
                     Entry::Occupied(_) => {}
                     Entry::Vacant(slot) => {
@@ -76,6 +70,11 @@ pub fn run(program: &mut Program) {
             if let Step::Kernel(kernel) = &mut program.steps[s] {
                 kernel.stages[k] = stage;
             }
+        }
+    }
+    for buffer in &mut program.buffers {
+        if let BufRole::View(base) = buffer.role {
+            buffer.role = BufRole::View(*same.get(&base).unwrap_or(&base));
         }
     }
 }
@@ -144,20 +143,22 @@ mod tests {
         single_stage(vec![Expr::c(64)], out, vec![Expr::c(64)], None, value, Expr::v(0))
     }
 
+    /// Three temporaries `a`, `b`, `y` of 64 elements, and `exp(x)` of an
+    /// input `x`, for `a` and `b` to store twice.
+    fn exp_twice(p: &mut Program) -> ([BufId; 3], ScalarId) {
+        let x = buffer(p, &[64], BufRole::Input(0));
+        let temps = [(); 3].map(|_| buffer(p, &[64], BufRole::Temp));
+        let xv = load(p, x, Expr::v(0));
+        (temps, p.scalars.unary(UnaryOp::Exp, xv, DType::F32))
+    }
+
     /// `a = exp(x)`, `b = exp(x)`, `y = -b`: `y` reads `a`, and only the
     /// first exp is left after DCE; an output computed twice keeps both.
     #[test]
     fn a_stage_computed_twice_is_stored_once() {
         for b_is_output in [false, true] {
             let mut p = Program::default();
-            let x = buffer(&mut p, &[64], BufRole::Input(0));
-            let (a, b, y) = (
-                buffer(&mut p, &[64], BufRole::Temp),
-                buffer(&mut p, &[64], BufRole::Temp),
-                buffer(&mut p, &[64], BufRole::Temp),
-            );
-            let xv = load(&mut p, x, Expr::v(0));
-            let e = p.scalars.unary(UnaryOp::Exp, xv, DType::F32);
+            let ([a, b, y], e) = exp_twice(&mut p);
             let bv = load(&mut p, b, Expr::v(0));
             let neg = p.scalars.unary(UnaryOp::Neg, bv, DType::F32);
             p.steps.extend([kernel(a, e), kernel(b, e), kernel(y, neg)]);
@@ -180,15 +181,8 @@ mod tests {
     #[test]
     fn a_view_of_a_repeated_stage_reads_the_first() {
         let mut p = Program::default();
-        let x = buffer(&mut p, &[64], BufRole::Input(0));
-        let (a, b, y) = (
-            buffer(&mut p, &[64], BufRole::Temp),
-            buffer(&mut p, &[64], BufRole::Temp),
-            buffer(&mut p, &[64], BufRole::Temp),
-        );
+        let ([a, b, y], e) = exp_twice(&mut p);
         let view = p.add_buffer(Buffer { role: BufRole::View(b), ..p.buffer(b).clone() });
-        let xv = load(&mut p, x, Expr::v(0));
-        let e = p.scalars.unary(UnaryOp::Exp, xv, DType::F32);
         let through_view = load(&mut p, view, Expr::c(63).sub(&Expr::v(0)));
         let neg = p.scalars.unary(UnaryOp::Neg, through_view, DType::F32);
         p.steps.extend([kernel(a, e), kernel(b, e), kernel(y, neg)]);

@@ -14,7 +14,7 @@
 
 use crate::ir::blas::split;
 use crate::ir::graph::Node;
-use crate::ir::loops::{contiguous_strides, BinaryOp, BufId, BufRole, Buffer, ExternKind, ScalarOp, Step};
+use crate::ir::loops::{contiguous_strides, BinaryOp, BufId, ExternKind, ScalarOp, Step};
 use crate::ir::op::Op;
 use crate::ir::{DType, Device, Expr};
 use crate::lazy::Lazy;
@@ -162,22 +162,18 @@ impl Lowerer<'_> {
             return self.realize(x, None);
         }
         let n = x.sizes.len();
+        let mut swap: Vec<Expr> = (0..n as u32).map(Expr::v).collect();
+        swap.swap(n - 2, n - 1);
         let mut sizes = x.sizes.clone();
         sizes.swap(n - 2, n - 1);
-        let mut map: Vec<Expr> = (0..n as u32).map(Expr::v).collect();
-        map.swap(n - 2, n - 1);
-        let untransposed = self.view(x, sizes, &map);
+        let untransposed = self.view(x, sizes, &swap);
         let stored = self.realize(&untransposed, None);
-        let buffer = self.prog.buffer(stored).clone();
-        let mut strides = buffer.strides.clone();
-        strides.swap(n - 2, n - 1);
-        self.prog.add_buffer(Buffer {
-            dtype: x.dtype,
-            sizes: x.sizes.clone(),
-            strides,
-            offset: buffer.offset,
-            role: BufRole::View(self.prog.storage_of(stored)),
-        })
+        let stored = self.load_buffer(stored);
+        let transposed = self.view(&stored, x.sizes.clone(), &swap);
+        match self.as_view(&transposed) {
+            Some(view) => view,
+            None => self.realize(x, None),
+        }
     }
 
     /// Whether more of `x`'s loads move by one element along its

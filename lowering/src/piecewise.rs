@@ -16,7 +16,7 @@
 
 use std::collections::HashMap;
 
-use crate::ir::loops::{BinaryOp, Kernel, Program, ScalarId, ScalarOp, Scalars, Stage, Step, UnaryOp};
+use crate::ir::loops::{BinaryOp, Kernel, Program, ScalarId, ScalarOp, Scalars, Stage, Step};
 use crate::ir::{Ctx, DType, Expr, Var};
 
 /// More pieces than this cost more in loop overhead than the masks do.
@@ -65,12 +65,17 @@ fn split(program: &mut Program, stage: &Stage, min_elements: i64) -> Option<Vec<
     }
     let whole: Piece = sizes.iter().map(|&n| (0, n)).collect();
     let mut pieces = Vec::new();
-    cut(&mut program.scalars, stage.value, &whole, &reduce, &mut pieces);
+    cut(&mut program.scalars, stage.value, whole, &reduce, &mut pieces);
     let elements: i64 = sizes.iter().chain(&reduce).product();
     if pieces.len() < 2 || pieces.len() > MAX_PIECES || elements < min_elements * pieces.len() as i64 {
         return None;
     }
-    Some(pieces.iter().map(|piece| piece_stage(&mut program.scalars, stage, piece, &reduce)).collect())
+    Some(
+        pieces
+            .into_iter()
+            .map(|(piece, value)| piece_stage(&mut program.scalars, stage, &piece, value, &reduce))
+            .collect(),
+    )
 }
 
 /// The range conditions under `root`, each as `e ≥ 0`.
@@ -104,13 +109,14 @@ fn piece_ctx(piece: &Piece, reduce: &[i64]) -> Ctx {
 /// Split `piece` along the outermost variable where a condition that still
 /// matters there (one the piece's ranges do not decide, under a select
 /// they do not decide) turns from false to true (or back) at one index,
-/// and recurse; a piece where no condition splits is final.
-fn cut(scalars: &mut Scalars, root: ScalarId, piece: &Piece, reduce: &[i64], out: &mut Vec<Piece>) {
+/// and recurse; a piece where no condition splits is final, with `value`
+/// folded for it (in the stage's own variables).
+fn cut(scalars: &mut Scalars, value: ScalarId, piece: Piece, reduce: &[i64], out: &mut Vec<(Piece, ScalarId)>) {
     if out.len() > MAX_PIECES {
         return;
     }
-    let ctx = piece_ctx(piece, reduce);
-    let value = fold(scalars, root, &ctx);
+    let ctx = piece_ctx(&piece, reduce);
+    let value = fold(scalars, value, &ctx);
     let undecided = conditions(scalars, value);
     for (v, &(lo, n)) in piece.iter().enumerate() {
         let mut points: Vec<i64> = undecided
@@ -127,12 +133,12 @@ fn cut(scalars: &mut Scalars, root: ScalarId, piece: &Piece, reduce: &[i64], out
         for end in points.into_iter().chain([lo + n]) {
             let mut sub = piece.clone();
             sub[v] = (start, end - start);
-            cut(scalars, root, &sub, reduce, out);
+            cut(scalars, value, sub, reduce, out);
             start = end;
         }
         return;
     }
-    out.push(piece.clone());
+    out.push((piece, value));
 }
 
 /// The index of `var` at which `e ≥ 0` changes, when it is the same for
@@ -155,36 +161,27 @@ fn ceil_div(a: i64, b: i64) -> i64 {
     -((-a).div_euclid(b))
 }
 
-/// `stage` over `piece` alone: its variables shifted to the piece's start,
-/// its decided conditions folded.
-fn piece_stage(scalars: &mut Scalars, stage: &Stage, piece: &Piece, reduce: &[i64]) -> Stage {
+/// `stage` over `piece` alone, computing `value` (the stage's value folded
+/// for the piece): its variables shifted to the piece's start.
+fn piece_stage(scalars: &mut Scalars, stage: &Stage, piece: &Piece, value: ScalarId, reduce: &[i64]) -> Stage {
     let n = piece.len();
     let shift: Vec<Expr> =
         (0..n + reduce.len()).map(|k| Expr::v(k as u32).add_c(piece.get(k).map_or(0, |p| p.0))).collect();
     let local: Piece = piece.iter().map(|&(_, len)| (0, len)).collect();
     let ctx = piece_ctx(&local, reduce);
-    let value = scalars.substitute(stage.value, &shift, &ctx);
-    let value = fold(scalars, value, &ctx);
     Stage {
         out: stage.out,
         ranges: piece.iter().map(|&(_, len)| Expr::c(len)).collect(),
         reduce: stage.reduce.clone(),
-        value,
+        value: scalars.substitute(value, &shift, &ctx),
         store: stage.store.substitute_vars(&shift, &ctx),
         store_indirect: Vec::new(),
     }
 }
 
-/// A boolean constant's value.
-fn known(scalars: &Scalars, id: ScalarId) -> Option<bool> {
-    match scalars.get(id).op {
-        ScalarOp::Const { bits } if scalars.dtype(id) == DType::Bool => Some(bits != 0),
-        _ => None,
-    }
-}
-
-/// Rebuild `root` with the comparisons that `ctx` decides as constants, and
-/// what follows from them: selects pick a side, masks drop or zero a load.
+/// Rebuild `root` with the range conditions that `ctx` decides as
+/// constants; the constructors fold what follows (`and`, `or`, `not`,
+/// selects), and a load whose mask is decided loses it or reads nothing.
 fn fold(scalars: &mut Scalars, root: ScalarId, ctx: &Ctx) -> ScalarId {
     let mut memo: HashMap<ScalarId, ScalarId> = HashMap::new();
     for id in scalars.topo(&[root]) {
@@ -194,41 +191,21 @@ fn fold(scalars: &mut Scalars, root: ScalarId, ctx: &Ctx) -> ScalarId {
             ScalarOp::Load { buf, index, indirect, mask } => {
                 let indirect = indirect.iter().map(|(s, stride)| (get(*s), stride.clone())).collect();
                 let mask = mask.map(get);
-                match mask.and_then(|m| known(scalars, m)) {
+                match mask.and_then(|m| scalars.bool_const(m)) {
                     Some(false) => scalars.constant(0.0, node.dtype),
                     Some(true) => scalars.add(ScalarOp::Load { buf, index, indirect, mask: None }, node.dtype),
                     None => scalars.add(ScalarOp::Load { buf, index, indirect, mask }, node.dtype),
                 }
             }
             ScalarOp::Binary(op, a, b) => {
-                let (a, b) = (get(a), get(b));
-                let rebuilt = scalars.binary(op, a, b, node.dtype);
-                if let Some(e) = condition(scalars, rebuilt) {
-                    match e.bounds(ctx) {
-                        Some((lo, _)) if lo >= 0 => scalars.int_constant(1, DType::Bool),
-                        Some((_, hi)) if hi < 0 => scalars.int_constant(0, DType::Bool),
-                        _ => rebuilt,
-                    }
-                } else {
-                    match (op, known(scalars, a), known(scalars, b)) {
-                        (BinaryOp::And, Some(false), _) | (BinaryOp::And, _, Some(false)) => {
-                            scalars.int_constant(0, DType::Bool)
-                        }
-                        (BinaryOp::Or, Some(true), _) | (BinaryOp::Or, _, Some(true)) => {
-                            scalars.int_constant(1, DType::Bool)
-                        }
-                        _ => rebuilt,
-                    }
+                let rebuilt = scalars.binary(op, get(a), get(b), node.dtype);
+                match condition(scalars, rebuilt).and_then(|e| e.bounds(ctx)) {
+                    Some((lo, _)) if lo >= 0 => scalars.int_constant(1, DType::Bool),
+                    Some((_, hi)) if hi < 0 => scalars.int_constant(0, DType::Bool),
+                    _ => rebuilt,
                 }
             }
-            ScalarOp::Unary(UnaryOp::Not, x) if node.dtype == DType::Bool && known(scalars, get(x)).is_some() => {
-                let value = known(scalars, get(x)).is_some_and(|v| !v);
-                scalars.int_constant(value as i64, DType::Bool)
-            }
-            ScalarOp::Where(c, a, b) => match known(scalars, get(c)) {
-                Some(pick) => scalars.cast(if pick { get(a) } else { get(b) }, node.dtype),
-                None => scalars.select(get(c), get(a), get(b), node.dtype),
-            },
+            ScalarOp::Where(c, a, b) => scalars.select(get(c), get(a), get(b), node.dtype),
             ScalarOp::Unary(op, x) => scalars.unary(op, get(x), node.dtype),
             ScalarOp::Cast(x) => scalars.cast(get(x), node.dtype),
             ScalarOp::Bounded(x, size) => scalars.add(ScalarOp::Bounded(get(x), size), node.dtype),

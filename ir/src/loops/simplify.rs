@@ -49,16 +49,17 @@ impl Scalars {
             return folded;
         }
         // `m & true` and `m | false` on booleans are `m` (a causal mask
-        // built as `ones(..).tril()` ands the comparison with a constant).
+        // built as `ones(..).tril()` ands the comparison with a constant);
+        // `m & false` is false and `m | true` true (a range condition that
+        // a piece of a split stage decides, `piecewise.rs`).
         if dtype == DType::Bool && matches!(op, BinaryOp::And | BinaryOp::Or) {
-            let identity = u64::from(op == BinaryOp::And);
-            let is_identity =
-                |id: ScalarId| self.dtype(id) == DType::Bool && self.get(id).op == ScalarOp::Const { bits: identity };
-            if is_identity(b) {
-                return a;
-            }
-            if is_identity(a) {
-                return b;
+            let identity = op == BinaryOp::And;
+            for (x, c) in [(a, b), (b, a)] {
+                match self.bool_const(c) {
+                    Some(v) if v == identity => return x,
+                    Some(_) => return c,
+                    None => {}
+                }
             }
         }
         // `x * 1.0` is `x`, and so is `x + 0.0` where `x` cannot be -0.0
@@ -160,6 +161,9 @@ impl Scalars {
     }
 
     pub fn select(&mut self, cond: ScalarId, a: ScalarId, b: ScalarId, dtype: DType) -> ScalarId {
+        if let Some(pick) = self.bool_const(cond) {
+            return self.cast(if pick { a } else { b }, dtype);
+        }
         if let Some(op) = self.clamp_form(cond, a, b) {
             // `max(c, x)`: c if c > x, else x (also for NaN x, and ±0 ties).
             return self.add(ScalarOp::Binary(op, b, a), dtype);
