@@ -7,6 +7,11 @@
 //! tensor twice (GPT-2's causal mask, once per layer, from the same inputs)
 //! gets two identical kernels. Runs before [`crate::dce`], which then drops
 //! the stage nothing reads any more.
+//!
+//! When the later stage stores an output and the earlier one a temporary
+//! (a forward's head-merge copy, read by the next GEMM and saved again for
+//! the backward), the earlier stage stores into the output instead, the
+//! later one goes, and the temporary's readers read the output.
 
 use std::collections::hash_map::Entry;
 use std::collections::{HashMap, HashSet};
@@ -36,6 +41,10 @@ pub fn run(program: &mut Program) {
     // Duplicate buffer -> the buffer that already holds its values.
     let mut same: HashMap<BufId, BufId> = HashMap::new();
     let mut memo: HashMap<ScalarId, ScalarId> = HashMap::new();
+    // Earlier temporary -> the later output that repeats it, and where
+    // that output's stage is.
+    let mut promoted: HashMap<BufId, BufId> = HashMap::new();
+    let mut repeats: HashSet<(usize, usize)> = HashSet::new();
     for s in 0..program.steps.len() {
         let stages = match &mut program.steps[s] {
             Step::Extern(ext) => {
@@ -61,6 +70,11 @@ pub fn run(program: &mut Program) {
                     Entry::Occupied(earlier) if !pinned.contains(&stage.out) => {
                         same.insert(stage.out, *earlier.get());
                     }
+                    Entry::Occupied(mut earlier) if !pinned.contains(earlier.get()) => {
+                        promoted.insert(*earlier.get(), stage.out);
+                        repeats.insert((s, k));
+                        earlier.insert(stage.out);
+                    }
                     Entry::Occupied(_) => {}
                     Entry::Vacant(slot) => {
                         slot.insert(stage.out);
@@ -75,6 +89,48 @@ pub fn run(program: &mut Program) {
     for buffer in &mut program.buffers {
         if let BufRole::View(base) = buffer.role {
             buffer.role = BufRole::View(*same.get(&base).unwrap_or(&base));
+        }
+    }
+    if !promoted.is_empty() {
+        promote(program, &promoted, &repeats);
+    }
+}
+
+/// Each temporary in `promoted` is stored into its output instead (the
+/// earlier stage writes the output's buffer, laid out the same), the
+/// output's own stage (`repeats`: step, stage) goes, and every read of the
+/// temporary, directly, by an extern call or through a view, reads the
+/// output.
+fn promote(program: &mut Program, promoted: &HashMap<BufId, BufId>, repeats: &HashSet<(usize, usize)>) {
+    let mut memo = HashMap::new();
+    for s in 0..program.steps.len() {
+        let stages = match &mut program.steps[s] {
+            Step::Extern(ext) => {
+                ext.inputs.iter_mut().for_each(|b| *b = *promoted.get(b).unwrap_or(b));
+                continue;
+            }
+            Step::Kernel(kernel) => kernel.stages.clone(),
+        };
+        let mut kept = Vec::with_capacity(stages.len());
+        for (k, mut stage) in stages.into_iter().enumerate() {
+            if repeats.contains(&(s, k)) {
+                continue;
+            }
+            stage.out = *promoted.get(&stage.out).unwrap_or(&stage.out);
+            stage.value = redirect(program, stage.value, promoted, &mut memo);
+            for (v, _) in &mut stage.store_indirect {
+                *v = redirect(program, *v, promoted, &mut memo);
+            }
+            kept.push(stage);
+        }
+        if let Step::Kernel(kernel) = &mut program.steps[s] {
+            kernel.stages = kept;
+        }
+    }
+    program.steps.retain(|step| !matches!(step, Step::Kernel(kernel) if kernel.stages.is_empty()));
+    for buffer in &mut program.buffers {
+        if let BufRole::View(base) = buffer.role {
+            buffer.role = BufRole::View(*promoted.get(&base).unwrap_or(&base));
         }
     }
 }
@@ -174,6 +230,29 @@ mod tests {
             let reads = last.map(|v| p.scalars.loaded_buffers(&[v])).unwrap_or_default();
             assert_eq!(reads, vec![if b_is_output { b } else { a }], "{p}");
         }
+    }
+
+    /// `a = exp(x)`, `y = -a` (also through a view of `a`), then an output
+    /// `b = exp(x)`: the first stage stores `b`, `y` reads `b`, and the
+    /// repeat goes.
+    #[test]
+    fn a_temporary_repeated_as_an_output_is_stored_there() {
+        let mut p = Program::default();
+        let ([a, b, y], e) = exp_twice(&mut p);
+        let view = p.add_buffer(Buffer { role: BufRole::View(a), ..p.buffer(a).clone() });
+        let av = load(&mut p, a, Expr::v(0));
+        let through_view = load(&mut p, view, Expr::c(63).sub(&Expr::v(0)));
+        let sum = p.scalars.binary(crate::ir::loops::BinaryOp::Add, av, through_view, DType::F32);
+        let neg = p.scalars.unary(UnaryOp::Neg, sum, DType::F32);
+        p.steps.extend([kernel(a, e), kernel(y, neg), kernel(b, e)]);
+        p.outputs.extend([ProgramOutput::Buffer(y), ProgramOutput::Buffer(b)]);
+        run(&mut p);
+        crate::dce::run(&mut p);
+        let stages: Vec<_> = p.kernels().map(|k| k.stages[0].clone()).collect();
+        assert_eq!(stages.len(), 2, "{p}");
+        assert_eq!((stages[0].out, stages[0].value), (b, e), "{p}");
+        assert_eq!(p.scalars.loaded_buffers(&[stages[1].value]), vec![b, view], "{p}");
+        assert_eq!(p.buffer(view).role, BufRole::View(b), "{p}");
     }
 
     /// `a = exp(x)`, then `b = exp(x)` read through a view (a GEMM's

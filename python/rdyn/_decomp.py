@@ -402,72 +402,6 @@ def roll(x, shifts, dims=()):
     return x
 
 
-def flash_attention_cpu(query, key, value, dropout_p=0.0, is_causal=False, *, attn_mask=None, scale=None):
-    """``_scaled_dot_product_flash_attention_for_cpu`` as two batched matrix
-    products around a softmax, which rdyn fuses (scale, causal mask, max,
-    exp, sum and normalisation in one kernel). ATen's kernel costs 50-100 µs at the
-    sizes of small transformers (2 heads, 64 tokens), about twice this.
-
-    Only without ``attn_mask``: a mask fused into the scores is recomputed
-    per head, and GPT-2's, built from integer comparisons, runs in the
-    interpreter there (155 µs per call against ATen's 99). With a mask the
-    op is a library call to ATen's kernel; a mask that depends on no input
-    (GPT-2's) is then computed on the plan's first call only
-    (`Storage::Kept`).
-
-    Both outputs as ATen gives them: the output in the query's layout, the
-    log-sum-exp in float32 (float64 for float64) laid out [batch, query,
-    head]; a row whose scores are all -inf gives 0 in both. Anything else
-    (a mask, dropout, different batch or head counts, empty sizes, dtypes
-    ATen rejects) returns NotImplemented: the op then runs as ATen's kernel.
-    (PyTorch's own decomposition of the op returns the attention weights in
-    place of the log-sum-exp, which breaks its gradient.)"""
-    dtype = query.dtype
-    if (
-        dropout_p != 0.0
-        or query.dim() != 4
-        or key.dim() != 4
-        or value.dim() != 4
-        or dtype not in (torch.float32, torch.float64, torch.float16, torch.bfloat16)
-        or key.dtype != dtype
-        or value.dtype != dtype
-        or attn_mask is not None
-        or key.shape[:2] != query.shape[:2]
-        or value.shape[:2] != query.shape[:2]
-        or key.size(3) != query.size(3)
-        or value.size(3) != query.size(3)
-        or value.size(2) != key.size(2)
-        or 0 in query.shape
-        or 0 in key.shape
-    ):
-        return NotImplemented
-    b, h, l, e = query.shape
-    s = key.size(2)
-    work = torch.float64 if dtype == torch.float64 else torch.float32
-    q, k, v = (t.to(work).reshape(b * h, t.size(2), e) for t in (query, key, value))
-    scores = torch.bmm(q, k.transpose(1, 2)).view(b, h, l, s)
-    scores = scores * (1.0 / math.sqrt(e) if scale is None else scale)
-    if is_causal:
-        rows = torch.arange(l, device=query.device).view(l, 1)
-        cols = torch.arange(s, device=query.device).view(1, s)
-        scores = torch.where(cols <= rows, scores, float("-inf"))
-    top = torch.amax(scores, dim=-1, keepdim=True)
-    masked = top == float("-inf")
-    top = torch.where(masked, 0.0, top)
-    exps = torch.exp(scores - top)
-    total = torch.sum(exps, dim=-1, keepdim=True)
-    probs = torch.where(masked, 0.0, exps * torch.reciprocal(total))
-    out = torch.bmm(probs.view(b * h, l, s), v).view(b, h, l, e).to(dtype)
-    lse = torch.where(masked, 0.0, top + torch.log(total)).view(b, h, l)
-    # ATen's layouts: the output follows the query's order of dimensions
-    # (a query viewed from [batch, tokens, heads, dim] gives its output the
-    # same strides), the log-sum-exp is stored [batch, query, head].
-    if query.stride(1) < query.stride(2):
-        out = out.transpose(1, 2).contiguous().transpose(1, 2)
-    lse = lse.transpose(1, 2).contiguous().transpose(1, 2)
-    return out, lse
-
-
 def softmax(x, dim, half_to_float):
     """``_softmax`` as ATen computes it: ``exp(x - max)`` times the
     reciprocal of its sum along ``dim`` (in float32 for half-precision
@@ -501,7 +435,6 @@ def _xlog(log):
 DECOMPOSITIONS = {
     aten._softmax.default: softmax,
     aten.max_pool2d_with_indices.default: max_pool2d_with_indices,
-    aten._scaled_dot_product_flash_attention_for_cpu.default: flash_attention_cpu,
     **{
         op: _contiguous(_TORCH[op])
         for op in (aten.repeat.default, aten.index_select.default, aten.log_sigmoid_forward.default)

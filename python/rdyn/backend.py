@@ -17,6 +17,7 @@ from torch._dynamo.backends.common import aot_autograd
 from torch._functorch.partitioners import min_cut_rematerialization_partition
 
 from . import _cache, _rdyn
+from ._attention import DECOMPOSITIONS as ATTENTION_DECOMPOSITIONS
 from ._decomp import DECOMPOSITIONS as RDYN_DECOMPOSITIONS
 from ._decomp_index import DECOMPOSITIONS as INDEX_DECOMPOSITIONS
 from ._random import DECOMPOSITIONS as RANDOM_DECOMPOSITIONS
@@ -90,6 +91,7 @@ DECOMPOSITIONS = {
         ]
     ),
     **RDYN_DECOMPOSITIONS,
+    **ATTENTION_DECOMPOSITIONS,
     **INDEX_DECOMPOSITIONS,
     **RANDOM_DECOMPOSITIONS,
 }

@@ -15,12 +15,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use rdyn_ir::loops::ReduceOp;
 use rdyn_ir::{DType, Kind};
 
+mod calls;
 mod convert;
 mod indirect;
 mod reduce;
 mod rows;
 mod spare;
 
+use calls::{call_jit, call_jit_table, run_jit};
 use convert::{accumulate_tile, cast, fill_f, fill_i, load, select, wrap, write_f64, write_i64};
 pub(crate) use reduce::FOLD_LANES;
 use reduce::{combine_lanes, fold_lanes, fold_tile, init_acc};
@@ -644,70 +646,6 @@ fn jit_accumulate(
     // step writes the same ones).
     unsafe { call_jit(jit, (stage, s, tile_var), (out, steps), len, mem, sc) };
     true
-}
-
-/// Run a compiled stage's function for `len` lanes at the current point
-/// (`at`: the stage, its index and its tile variable; `out`: the output and
-/// how many rows from it, 1 unless the stage runs by rows): the instructions it
-/// leaves to the executor on one lane, the load addresses at the tile's
-/// start, then one call. Nothing is called when one of those instructions
-/// failed (an index out of range, which the kernel then reports).
-///
-/// # Safety
-/// `out` must point at the lanes the function writes (see [`Output`]).
-unsafe fn call_jit(
-    jit: &JitStage,
-    at: (&StagePlan, usize, usize),
-    out: (*mut f32, usize),
-    len: usize,
-    mem: &Memory,
-    sc: &mut Scratch,
-) {
-    let (stage, s, tile_var) = at;
-    let (out, rows) = out;
-    sc.addrs.clear();
-    let mut ran = 0;
-    for load in &jit.loads {
-        // The executor's instructions this load's indirect parts read (in
-        // program order: registers are reused).
-        for &k in &jit.pre[ran..load.pre_before] {
-            indirect::exec_pre(&stage.insts[k], s, tile_var, mem, sc);
-        }
-        ran = load.pre_before;
-        let mut at = load.index.eval(&sc.env);
-        for (reg, stride) in &load.indirect {
-            if let Tile::I64(v) = &sc.regs[s][*reg as usize] {
-                at += v[0] * stride;
-            }
-        }
-        sc.addrs.push(match load.buf {
-            Some(buf) => mem.ptrs[buf.0 as usize] as i64 + at * load.size,
-            None => at,
-        });
-    }
-    if sc.error {
-        return;
-    }
-    // SAFETY: the addresses are this tile's lanes of buffers the plan
-    // indexes in bounds (as for the interpreter; a gather's row was
-    // bounds-checked above); `out` as the caller says.
-    unsafe { (jit.func)(sc.addrs.as_ptr(), out, len as i64, jit.constants.as_ptr(), rows as i64) };
-    // The executor's instructions after the last load: a scatter's row (and
-    // its bounds check), the same on every lane, which the store reads.
-    for &k in &jit.pre[ran..] {
-        indirect::exec_pre(&stage.insts[k], s, tile_var, mem, sc);
-    }
-}
-
-/// Evaluate a compiled stage into its value register.
-fn run_jit(jit: &JitStage, at: (&StagePlan, usize, usize), len: usize, mem: &Memory, sc: &mut Scratch) {
-    let (stage, s, _) = at;
-    if let Tile::F32(v) = &mut sc.regs[s][stage.value as usize] {
-        debug_assert!(v.len() >= len);
-        let (out, len) = (v.as_mut_ptr(), len.min(v.len()));
-        // SAFETY: the value register holds at least `len` lanes.
-        unsafe { call_jit(jit, at, (out, 1), len, mem, sc) };
-    }
 }
 
 fn exec_inst(inst: &Inst, s: usize, tile_var: usize, len: usize, mem: &Memory, sc: &mut Scratch) {

@@ -25,6 +25,9 @@ pub(super) enum Class {
     Mask,
     /// An integer index (`I32`/`I32X4`): only compared, into masks.
     Int,
+    /// An int64 loaded from memory (`I64`, or two `I64X2` for four
+    /// lanes): only compared, into masks (a position id against another).
+    Long,
     /// An invariant integer the executor computes (interpreted, one lane)
     /// before each call; only the indirect parts of loads read it.
     Pre,
@@ -110,7 +113,8 @@ fn analyse(stage: &StagePlan, tile_var: Option<usize>, extents: &[i64]) -> Optio
         let float_inst = inst.kind == Kind::F32 && inst.narrow.is_none();
         let mask_inst = inst.kind == Kind::I64 && matches!(inst.narrow, None | Some(DType::Bool));
         let is_pre = |r: &Reg| matches!(current[*r as usize], Some(Def::Inst(j)) if a.class[j] == Class::Pre);
-        if a.invariant[i] && inst.kind == Kind::I64 && pre_inst(stage, &inst.op, &is_pre) {
+        let long = long_load(&inst.op) && compared(stage, i);
+        if a.invariant[i] && inst.kind == Kind::I64 && !long && pre_inst(stage, &inst.op, &is_pre) {
             a.operands.push(ops);
             a.class.push(Class::Pre);
             current[inst.dst as usize] = Some(Def::Inst(i));
@@ -120,7 +124,9 @@ fn analyse(stage: &StagePlan, tile_var: Option<usize>, extents: &[i64]) -> Optio
             InstOp::Load { index, indirect, mask, dtype, .. } => {
                 // A masked load: float32, its mask a compiled one.
                 let masked_ok = mask.is_none() || (*dtype == DType::F32 && indirect.is_empty() && cls == [Class::Mask]);
-                if !indirect.iter().all(|(r, _)| is_pre(r)) || !masked_ok || !matches!(dtype, DType::F32 | DType::Bool)
+                if !indirect.iter().all(|(r, _)| is_pre(r))
+                    || !masked_ok
+                    || !(matches!(dtype, DType::F32 | DType::Bool) || long)
                 {
                     return None;
                 }
@@ -133,7 +139,9 @@ fn analyse(stage: &StagePlan, tile_var: Option<usize>, extents: &[i64]) -> Optio
                     return None;
                 }
                 a.step[i] = step;
-                if inst.kind == Kind::F32 {
+                if long {
+                    Class::Long
+                } else if inst.kind == Kind::F32 {
                     Class::Float
                 } else {
                     Class::Mask
@@ -217,6 +225,29 @@ fn pre_inst(stage: &StagePlan, op: &InstOp, is_pre: &dyn Fn(&Reg) -> bool) -> bo
         InstOp::Binary(_, x, y) => (is_pre(x) || is_pre(y)) && [x, y].into_iter().all(|r| is_pre(r) || int_const(r)),
         _ => false,
     }
+}
+
+/// A plain int64 load (no mask, no indirect part), which compiles as
+/// [`Class::Long`] when it is compared.
+fn long_load(op: &InstOp) -> bool {
+    matches!(op, InstOp::Load { dtype: DType::I64, mask: None, indirect, .. } if indirect.is_empty())
+}
+
+/// Whether instruction `i`'s value is read by an integer comparison
+/// (before its register is written again).
+fn compared(stage: &StagePlan, i: usize) -> bool {
+    let dst = stage.insts[i].dst;
+    for inst in &stage.insts[i + 1..] {
+        if let InstOp::Binary(op, x, y) = &inst.op {
+            if int_cc(*op).is_some() && (*x == dst || *y == dst) {
+                return true;
+            }
+        }
+        if inst.dst == dst {
+            return false;
+        }
+    }
+    false
 }
 
 /// Whether register `r` holds, at the end of the stage, a value a
@@ -307,11 +338,11 @@ pub(super) fn int_cc(op: BinaryOp) -> Option<IntCC> {
     })
 }
 
-/// An operand an integer comparison can take: a compiled index, or an
-/// integer constant that fits in 32 bits.
+/// An operand an integer comparison can take: a compiled index or int64
+/// load, or an integer constant that fits in 32 bits.
 fn int_operand(stage: &StagePlan, a: &Analysis, d: Option<Def>) -> bool {
     match d {
-        Some(Def::Inst(i)) => a.class.get(i) == Some(&Class::Int),
+        Some(Def::Inst(i)) => matches!(a.class.get(i), Some(Class::Int | Class::Long)),
         Some(Def::Const(r)) => int_const(stage, r).is_some(),
         None => false,
     }

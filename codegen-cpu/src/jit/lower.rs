@@ -14,6 +14,7 @@ use rdyn_ir::{DType, Kind};
 
 use super::analysis::{int_cc, int_const, Analysis, Class, Def, Supported};
 use super::emit::{Em, Pool};
+use super::long::{compare_long, load_long, long_operand, splat_long, Long};
 use super::memory::{load, masked_load, store_value};
 use super::phases::Phases;
 use super::Output;
@@ -25,6 +26,8 @@ use crate::plan::{InstOp, Reg, StagePlan};
 struct Env {
     consts: Vec<Option<Value>>,
     insts: Vec<Option<Value>>,
+    /// [`Class::Long`] definitions, whole (`insts` has their first half).
+    longs: Vec<Option<Long>>,
 }
 
 impl Env {
@@ -38,10 +41,14 @@ impl Env {
 
 /// How a compiled pointwise stage steps from one row to the next when the
 /// executor hands it several rows in one call: per compiled load (in load
-/// order) and for the output, the bytes between rows.
+/// order) and for the output, the bytes between rows. A stage whose rows
+/// are picked by the executor (a gather's row id, [`Class::Pre`]) reads
+/// every row's load addresses from the table instead (`table`: row `r`'s
+/// at `addrs[r · loads + k]`, which the executor fills row by row).
 pub(super) struct RowSteps {
     pub loads: Vec<i64>,
     pub out: i64,
+    pub table: bool,
 }
 
 pub(super) fn compile_stage(
@@ -76,6 +83,9 @@ pub(super) fn compile_stage(
     let zero = b.ins().iconst(types::I64, 0);
     // Spilled values and call results live in tiles on the stack.
     let phases = Phases::new(stage, a);
+    if phases.spilled.iter().any(|&d| a.class[d] == Class::Long) {
+        return Err("an int64 value would cross a call (no tile holds it)".into());
+    }
     let mut spill_slot = vec![None; stage.insts.len()];
     for &d in phases.spilled.iter().chain(&phases.calls) {
         let ss = b.create_sized_stack_slot(StackSlotData::new(StackSlotKind::ExplicitSlot, 4 * TILE as u32, 4));
@@ -92,16 +102,19 @@ pub(super) fn compile_stage(
     });
     // Load addresses, in load order.
     let mut load_addr = vec![None; stage.insts.len()];
-    let mut slot = 0;
-    for (i, inst) in stage.insts.iter().enumerate() {
-        if matches!(inst.op, InstOp::Load { .. } | InstOp::Index(_)) && a.class[i] != Class::Pre {
-            let mut addr = b.ins().load(ptr, MemFlagsData::trusted(), addrs, 8 * slot);
-            if let Some((_, r, steps)) = row {
-                addr = offset_by(&mut b, addr, r, steps.loads[slot as usize]);
-            }
-            load_addr[i] = Some(addr);
-            slot += 1;
+    let compiled_load =
+        |i: usize| matches!(stage.insts[i].op, InstOp::Load { .. } | InstOp::Index(_)) && a.class[i] != Class::Pre;
+    let loads: Vec<usize> = (0..stage.insts.len()).filter(|&i| compiled_load(i)).collect();
+    let table = match row {
+        Some((_, r, steps)) if steps.table => Some(offset_by(&mut b, addrs, r, 8 * loads.len() as i64)),
+        _ => None,
+    };
+    for (slot, &i) in loads.iter().enumerate() {
+        let mut addr = b.ins().load(ptr, MemFlagsData::trusted(), table.unwrap_or(addrs), 8 * slot as i32);
+        if let (Some((_, r, steps)), None) = (row, table) {
+            addr = offset_by(&mut b, addr, r, steps.loads[slot]);
         }
+        load_addr[i] = Some(addr);
     }
     if let Some((_, r, steps)) = row {
         out = offset_by(&mut b, out, r, steps.out);
@@ -125,7 +138,8 @@ pub(super) fn compile_stage(
         spill_slot[phases.calls[last - 1]] = Some(out);
     }
     // Invariants: once, as scalars, then splatted for the 4-lane loops.
-    let mut scalar = Env { consts: vec![None; stage.regs.len()], insts: vec![None; stage.insts.len()] };
+    let n = stage.insts.len();
+    let mut scalar = Env { consts: vec![None; stage.regs.len()], insts: vec![None; n], longs: vec![None; n] };
     let mut wide = scalar.clone();
     {
         let mut em = Em { b: &mut b, wide: false, pool };
@@ -172,7 +186,13 @@ pub(super) fn compile_stage(
             wide.consts[k] = v.map(|v| em.widen(v));
         }
         for (k, v) in scalar.insts.iter().enumerate() {
-            wide.insts[k] = v.map(|v| em.widen(v));
+            if a.class[k] == Class::Long {
+                let long = v.map(|v| splat_long(&mut em, v));
+                wide.insts[k] = long.map(|l| l.lo);
+                wide.longs[k] = long;
+            } else {
+                wide.insts[k] = v.map(|v| em.widen(v));
+            }
         }
     }
     // Per phase, for every lane:
@@ -509,6 +529,9 @@ fn emit_insts(
     row: &[Option<Value>],
 ) -> Result<(), String> {
     for &k in which {
+        if emit_long(b, pool, stage, a, k, envs, wide, row[k])? {
+            continue;
+        }
         let args: Vec<Vec<Value>> = envs
             .iter()
             .map(|env| a.operands[k].iter().map(|d| env.get(*d)).collect::<Option<Vec<_>>>())
@@ -525,6 +548,47 @@ fn emit_insts(
         }
     }
     Ok(())
+}
+
+/// Emit instruction `k` for every group if it is an int64 load or a
+/// comparison with an int64 side ([`super::long`]); whether it was.
+#[allow(clippy::too_many_arguments)]
+fn emit_long(
+    b: &mut FunctionBuilder,
+    pool: &Pool,
+    stage: &StagePlan,
+    a: &Analysis,
+    k: usize,
+    envs: &mut [Env],
+    wide: bool,
+    addr: Option<Value>,
+) -> Result<bool, String> {
+    let mut em = Em { b, wide, pool };
+    if a.class[k] == Class::Long {
+        let addr = addr.ok_or("load without address")?;
+        for (g, env) in envs.iter_mut().enumerate() {
+            let long = load_long(&mut em, addr, g as i64, a.step[k]);
+            env.insts[k] = Some(long.lo);
+            env.longs[k] = Some(long);
+        }
+        return Ok(true);
+    }
+    let InstOp::Binary(op, x, y) = &stage.insts[k].op else { return Ok(false) };
+    let long_side = |d: &Def| matches!(d, Def::Inst(i) if a.class[*i] == Class::Long);
+    let Some(cc) = int_cc(*op).filter(|_| a.operands[k].iter().any(long_side)) else { return Ok(false) };
+    for env in envs.iter_mut() {
+        let mut side = |reg: Reg, d: Def| -> Result<Long, String> {
+            let value = env.get(d).ok_or("operand undefined")?;
+            let long = match d {
+                Def::Inst(i) => env.longs[i],
+                Def::Const(_) => None,
+            };
+            long_operand(&mut em, stage, a, reg, d, value, long)
+        };
+        let (xl, yl) = (side(*x, a.operands[k][0])?, side(*y, a.operands[k][1])?);
+        env.insts[k] = Some(compare_long(&mut em, cc, xl, yl)?);
+    }
+    Ok(true)
 }
 
 /// Emit inline instruction `k` for one group.

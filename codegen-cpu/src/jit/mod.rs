@@ -25,11 +25,13 @@
 //! tile, values crossing a call going through tiles on the stack. Integer
 //! indices (affine, within 32 bits) compile as 32-bit lanes, only to be
 //! compared into masks, or hashed into random bits (`hash_mix`, with a key
-//! read as a float32 and converted). A stage whose value is a mask stores
+//! read as a float32 and converted). int64 loads compile as pairs of
+//! `I64X2` halves, only to be compared into masks ([`long`]: position ids
+//! compared in an attention mask). A stage whose value is a mask stores
 //! it as bool bytes. A scatter's value compiles when its row is the
 //! same on every lane (the executor computes the row, then stores).
 //! Anything else keeps the interpreter: float64,
-//! integer arithmetic, half-precision, gathers and masked loads. Results are bit-identical to the interpreter's (up to the sign and
+//! other integer arithmetic, half-precision, gathers and masked loads. Results are bit-identical to the interpreter's (up to the sign and
 //! payload of a NaN): only exactly rounded operations, in the same order, no
 //! fused multiply-add, and the interpreter's own transcendental routines.
 //!
@@ -38,11 +40,14 @@
 
 mod analysis;
 mod emit;
+mod long;
 mod lower;
 mod memory;
 mod phases;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_gather;
 #[cfg(test)]
 mod tests_int;
 
@@ -120,6 +125,10 @@ pub struct JitStage {
     pub(crate) output: Output,
     /// What one call may cover beyond one tile.
     pub(crate) rows: Rows,
+    /// Whether each row's load addresses come from a table the executor
+    /// fills row by row (rows picked by [`Self::pre`]: a gather's row ids)
+    /// rather than stepping by a constant.
+    pub(crate) table: bool,
     /// The function's constants (bit patterns), read on entry.
     pub(crate) constants: Arc<[u32]>,
     _code: Arc<Code>,
@@ -298,13 +307,14 @@ pub fn compile_program(steps: &mut [CpuStep], bufs: &[BufPlan]) {
             let compiled = lower::compile_stage(&mut module, stage, &supported, output, rows.as_ref(), &name);
             if let Ok((id, constants)) = compiled {
                 let pre = supported.analysis.pre();
+                let table = rows.as_ref().is_some_and(|r| r.table);
                 let rows = match (rows, output) {
                     (None, _) => Rows::One,
                     (Some(_), Output::Accumulate(_)) => Rows::Reduction,
                     (Some(_), _) => Rows::Points,
                 };
                 let (tile_var, loads) = (tv, supported.loads);
-                pending.push(Pending { kernel: k, stage: s, id, tile_var, output, rows, constants, loads, pre });
+                pending.push(Pending { kernel: k, stage: s, id, tile_var, output, rows, constants, loads, pre, table });
             }
         }
     }
@@ -340,6 +350,7 @@ pub fn compile_program(steps: &mut [CpuStep], bufs: &[BufPlan]) {
                 pre: p.pre,
                 output: p.output,
                 rows: p.rows,
+                table: p.table,
                 constants: p.constants.into(),
                 _code: code.clone(),
             });
@@ -358,10 +369,13 @@ struct Pending {
     constants: Vec<u32>,
     loads: Vec<analysis::JitLoad>,
     pre: Vec<usize>,
+    table: bool,
 }
 
 /// The row steps of a stage one call may run for several rows (see
-/// [`Rows`]), or `None`. Outer tiles: a pointwise stage, rows
+/// [`Rows`]), or `None`; a stage with executor-run instructions (gathers
+/// of whole rows) reads every row's addresses from a table instead
+/// ([`RowSteps::table`]). Outer tiles: a pointwise stage, rows
 /// along the next-to-last outer dimension. Inner tiles: rows along the last
 /// outer dimension, for a pointwise stage over one inner dimension that
 /// fits a tile, or a reduction that is one call ([`Output::FoldStore`]).
@@ -369,7 +383,11 @@ struct Pending {
 /// ([`Rows::Reduction`]).
 fn row_steps(kernel: &KernelPlan, stage: &StagePlan, supported: &Supported, output: Output) -> Option<RowSteps> {
     let m = kernel.outer.len();
-    if !supported.analysis.pre().is_empty() {
+    // Rows picked by the executor's instructions (a gather's row ids): every
+    // row's addresses come from the table it fills; not for a scatter, whose
+    // store the executor makes after the call, one row at a time.
+    let table = !supported.analysis.pre().is_empty();
+    if table && (!stage.store_indirect.is_empty() || matches!(output, Output::Accumulate(_))) {
         return None;
     }
     let row = match (kernel.mode, output) {
@@ -391,12 +409,16 @@ fn row_steps(kernel: &KernelPlan, stage: &StagePlan, supported: &Supported, outp
         }
         _ => return None,
     } as u32;
-    let loads = supported.loads.iter().map(|l| Some(l.index.step(row)? * l.size)).collect::<Option<Vec<_>>>()?;
+    let loads = if table {
+        Vec::new()
+    } else {
+        supported.loads.iter().map(|l| Some(l.index.step(row)? * l.size)).collect::<Option<Vec<_>>>()?
+    };
     let out = match output {
         Output::Accumulate(_) => 0,
         _ => stage.store.step(row)? * DType::F32.itemsize() as i64,
     };
-    Some(RowSteps { loads, out })
+    Some(RowSteps { loads, out, table })
 }
 
 /// Whether every load of a buffer the kernel's stages write reads it within

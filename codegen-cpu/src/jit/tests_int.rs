@@ -6,7 +6,7 @@ use rdyn_ir::{DType, Expr, Kind};
 
 use super::tests::{buf, compile, f32_inst, f32_stage, inputs, load, mask_inst, one_stage};
 use crate::exec::{run_kernel, Memory};
-use crate::plan::{Inst, InstOp, TileMode};
+use crate::plan::{IndexFn, Inst, InstOp, TileMode};
 
 /// `a > b` (b per column), stored as bytes, contiguous and transposed,
 /// over tiles with and without a tail.
@@ -63,7 +63,7 @@ fn random_bits_compile_bitwise() {
     let key = [12345.0f32, 0.0, 16_777_215.0];
     for k in 0..key.len() {
         let insts = vec![
-            int(0, InstOp::Index(crate::plan::IndexFn::new(&at))),
+            int(0, InstOp::Index(IndexFn::new(&at))),
             load(1, 1, Expr::c(k as i64)),
             int(2, InstOp::Cast { src: 1, from: Kind::F32, to: DType::I64 }),
             int(3, InstOp::Binary(BinaryOp::HashMix, 0, 2)),
@@ -118,4 +118,85 @@ fn integer_constant_fills_stay_interpreted() {
     let ptrs = [out.as_mut_ptr() as usize];
     assert!(run_kernel(&compiled, &Memory { ptrs: &ptrs, bufs: &bufs }));
     assert!(out.iter().all(|&x| x == 1));
+}
+
+/// int64 loads compared with each other, with a 32-bit index and with a
+/// constant (contiguous, strided and invariant along the tile; values
+/// that differ only above bit 32), into a float `where`: the compiled
+/// stage gives the interpreter's values, and both the comparisons'.
+#[test]
+fn int64_comparisons_compile() {
+    if !super::enabled() {
+        return;
+    }
+    let (i0, i1) = (Expr::v(0), Expr::v(1));
+    let long = |dst, buf, index: Expr| Inst {
+        dst,
+        kind: Kind::I64,
+        narrow: None,
+        op: InstOp::Load {
+            buf: BufId(buf),
+            dtype: DType::I64,
+            index: IndexFn::new(&index),
+            indirect: vec![],
+            mask: None,
+        },
+    };
+    let int = |dst, op| Inst { dst, kind: Kind::I64, narrow: None, op };
+    let ids: Vec<i64> = (0..4 * 37).map(|p| (p % 3) + (1 << 33) * ((p / 3) % 2) - 2).collect();
+    let rows: Vec<i64> = vec![-2, 1 << 33, 0, -1];
+    let cols: Vec<i64> = (0..37 * 4).map(|p| (p % 5) - 3).collect();
+    let at = i0.scale(37).add(&i1);
+    for tile in [16, 256] {
+        let insts = vec![
+            int(0, InstOp::Index(IndexFn::new(&i1))),
+            long(1, 0, at.clone()),
+            long(2, 1, i0.clone()),
+            long(3, 2, i1.scale(4).add(&i0)),
+            mask_inst(4, InstOp::Binary(BinaryOp::Eq, 1, 2)),
+            mask_inst(5, InstOp::Binary(BinaryOp::Lt, 3, 0)),
+            mask_inst(6, InstOp::Binary(BinaryOp::Ge, 1, 12)),
+            mask_inst(7, InstOp::Binary(BinaryOp::And, 4, 5)),
+            mask_inst(8, InstOp::Binary(BinaryOp::Or, 7, 6)),
+            f32_inst(9, InstOp::Where(8, 10, 11)),
+        ];
+        let mut stage = f32_stage(3, None, insts, 9, &at, 13);
+        for r in [0, 1, 2, 3, 4, 5, 6, 7, 8, 12] {
+            stage.regs[r] = Kind::I64;
+        }
+        stage.consts =
+            vec![(10, InstOp::ConstF(1.0)), (11, InstOp::ConstF(f64::NEG_INFINITY)), (12, InstOp::ConstI(-1))];
+        let bufs = vec![
+            buf(&[4, 37], &[37, 1], DType::I64),
+            buf(&[4], &[1], DType::I64),
+            buf(&[37, 4], &[4, 1], DType::I64),
+            buf(&[4, 37], &[37, 1], DType::F32),
+        ];
+        let kernel = one_stage(vec![4, 37], TileMode::Outer, stage, tile);
+        let compiled = compile(&kernel, &bufs);
+        assert!(compiled.stages.iter().all(|s| s.jit.is_some()), "stage was not compiled");
+        let mut results = Vec::new();
+        for k in [&compiled, &kernel] {
+            let mut out = vec![0f32; 4 * 37];
+            let ptrs =
+                [ids.as_ptr() as usize, rows.as_ptr() as usize, cols.as_ptr() as usize, out.as_mut_ptr() as usize];
+            assert!(run_kernel(k, &Memory { ptrs: &ptrs, bufs: &bufs }));
+            results.push(out);
+        }
+        assert_eq!(results[0], results[1]);
+        let want: Vec<f32> = (0..4 * 37)
+            .map(|p| {
+                let (r, c) = (p / 37, p % 37);
+                let x = ids[p];
+                let keep = (x == rows[r] && cols[4 * c + r] < c as i64) || x >= -1;
+                if keep {
+                    1.0
+                } else {
+                    f32::NEG_INFINITY
+                }
+            })
+            .collect();
+        assert_eq!(results[0], want);
+        assert!(want.contains(&1.0) && want.contains(&f32::NEG_INFINITY));
+    }
 }

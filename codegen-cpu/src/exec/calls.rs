@@ -1,0 +1,114 @@
+//! Calls of compiled stages ([`crate::jit`]): the executor's instructions
+//! a stage leaves to it (row ids and their bounds checks, on one lane), the
+//! load addresses, then the function; by rows, a table of every row's
+//! addresses for stages whose rows those instructions pick.
+
+use super::{indirect, Memory, Scratch, Tile};
+use crate::jit::JitStage;
+use crate::plan::StagePlan;
+
+/// Run a compiled stage's function for `len` lanes at the current point
+/// (`at`: the stage, its index and its tile variable; `out`: the output and
+/// how many rows from it, 1 unless the stage runs by rows): the instructions it
+/// leaves to the executor on one lane, the load addresses at the tile's
+/// start, then one call. Nothing is called when one of those instructions
+/// failed (an index out of range, which the kernel then reports).
+///
+/// # Safety
+/// `out` must point at the lanes the function writes (see [`Output`]).
+pub(super) unsafe fn call_jit(
+    jit: &JitStage,
+    at: (&StagePlan, usize, usize),
+    out: (*mut f32, usize),
+    len: usize,
+    mem: &Memory,
+    sc: &mut Scratch,
+) {
+    let (stage, s, tile_var) = at;
+    let (out, rows) = out;
+    sc.addrs.clear();
+    let ran = push_addrs(jit, at, mem, sc);
+    if sc.error {
+        return;
+    }
+    // SAFETY: the addresses are this tile's lanes of buffers the plan
+    // indexes in bounds (as for the interpreter; a gather's row was
+    // bounds-checked above); `out` as the caller says.
+    unsafe { (jit.func)(sc.addrs.as_ptr(), out, len as i64, jit.constants.as_ptr(), rows as i64) };
+    // The executor's instructions after the last load: a scatter's row (and
+    // its bounds check), the same on every lane, which the store reads.
+    for &k in &jit.pre[ran..] {
+        indirect::exec_pre(&stage.insts[k], s, tile_var, mem, sc);
+    }
+}
+
+/// Append a compiled stage's load addresses at the current point to
+/// `sc.addrs`, running the executor's instructions each load's indirect
+/// parts read first (in program order: registers are reused). Returns how
+/// many of those instructions ran.
+fn push_addrs(jit: &JitStage, at: (&StagePlan, usize, usize), mem: &Memory, sc: &mut Scratch) -> usize {
+    let (stage, s, tile_var) = at;
+    let mut ran = 0;
+    for load in &jit.loads {
+        for &k in &jit.pre[ran..load.pre_before] {
+            indirect::exec_pre(&stage.insts[k], s, tile_var, mem, sc);
+        }
+        ran = load.pre_before;
+        let mut at = load.index.eval(&sc.env);
+        for (reg, stride) in &load.indirect {
+            if let Tile::I64(v) = &sc.regs[s][*reg as usize] {
+                at += v[0] * stride;
+            }
+        }
+        sc.addrs.push(match load.buf {
+            Some(buf) => mem.ptrs[buf.0 as usize] as i64 + at * load.size,
+            None => at,
+        });
+    }
+    ran
+}
+
+/// Call a compiled stage whose rows the executor picks
+/// ([`JitStage::table`]) for `rows` points of variable `row_var` from the
+/// current one: every row's addresses, then one call.
+///
+/// # Safety
+/// As [`call_jit`], for every row.
+pub(super) unsafe fn call_jit_table(
+    jit: &JitStage,
+    at: (&StagePlan, usize, usize),
+    out: (*mut f32, usize),
+    row_var: usize,
+    len: usize,
+    mem: &Memory,
+    sc: &mut Scratch,
+) {
+    let (stage, s, tile_var) = at;
+    let (out, rows) = out;
+    sc.addrs.clear();
+    let first = sc.env[row_var];
+    for r in 0..rows {
+        sc.env[row_var] = first + r as i64;
+        let ran = push_addrs(jit, at, mem, sc);
+        for &k in &jit.pre[ran..] {
+            indirect::exec_pre(&stage.insts[k], s, tile_var, mem, sc);
+        }
+    }
+    sc.env[row_var] = first;
+    if sc.error {
+        return;
+    }
+    // SAFETY: as for `call_jit`; the table holds `rows` rows of addresses.
+    unsafe { (jit.func)(sc.addrs.as_ptr(), out, len as i64, jit.constants.as_ptr(), rows as i64) };
+}
+
+/// Evaluate a compiled stage into its value register.
+pub(super) fn run_jit(jit: &JitStage, at: (&StagePlan, usize, usize), len: usize, mem: &Memory, sc: &mut Scratch) {
+    let (stage, s, _) = at;
+    if let Tile::F32(v) = &mut sc.regs[s][stage.value as usize] {
+        debug_assert!(v.len() >= len);
+        let (out, len) = (v.as_mut_ptr(), len.min(v.len()));
+        // SAFETY: the value register holds at least `len` lanes.
+        unsafe { call_jit(jit, at, (out, 1), len, mem, sc) };
+    }
+}

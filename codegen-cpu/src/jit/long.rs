@@ -1,0 +1,105 @@
+//! int64 lanes ([`Class::Long`]): loaded from memory and compared, into the
+//! lane masks every other instruction uses. Four lanes are two `I64X2`
+//! halves (x86's SSE has no 4-wide int64 register); a comparison compares
+//! each half and keeps the low 32 bits of each 64-bit result lane, which
+//! for all-ones or zero is the 32-bit mask.
+//!
+//! This is what attention masks built from position ids need (GPT-2's
+//! `cumsum`-derived ids compared with each other): the interpreter spent
+//! ~5 ns per element there.
+
+use cranelift_codegen::ir::condcodes::IntCC;
+use cranelift_codegen::ir::{types, Endianness, InstBuilder, MemFlagsData, Value};
+
+use super::analysis::{int_const, Analysis, Class, Def};
+use super::emit::Em;
+use crate::plan::{Reg, StagePlan};
+
+/// One int64 value at the builder's width: a scalar `I64`, or four lanes
+/// as two `I64X2` halves.
+#[derive(Clone, Copy)]
+pub(super) struct Long {
+    pub lo: Value,
+    pub hi: Option<Value>,
+}
+
+/// Load group `group`'s int64 lanes, `step` elements apart; `p` is the
+/// load at the iteration's first lane.
+pub(super) fn load_long(em: &mut Em, p: Value, group: i64, step: i64) -> Long {
+    let base = 4 * group * step * 8;
+    let trusted = MemFlagsData::trusted();
+    let one = |em: &mut Em, at: i64| em.b.ins().load(types::I64, trusted, p, at as i32);
+    if !em.wide {
+        return Long { lo: one(em, base), hi: None };
+    }
+    if step == 0 {
+        let x = one(em, base);
+        let v = em.b.ins().splat(types::I64X2, x);
+        return Long { lo: v, hi: Some(v) };
+    }
+    if step == 1 {
+        let flags = MemFlagsData::new().with_notrap();
+        let lo = em.b.ins().load(types::I64X2, flags, p, base as i32);
+        let hi = em.b.ins().load(types::I64X2, flags, p, (base + 16) as i32);
+        return Long { lo, hi: Some(hi) };
+    }
+    let half = |em: &mut Em, first: i64| {
+        let a = one(em, base + 8 * step * first);
+        let b = one(em, base + 8 * step * (first + 1));
+        let v = em.b.ins().scalar_to_vector(types::I64X2, a);
+        em.b.ins().insertlane(v, b, 1)
+    };
+    let lo = half(em, 0);
+    let hi = half(em, 2);
+    Long { lo, hi: Some(hi) }
+}
+
+/// A scalar int64 invariant (loaded once before the loops) at 4 lanes.
+pub(super) fn splat_long(em: &mut Em, x: Value) -> Long {
+    let v = em.b.ins().splat(types::I64X2, x);
+    Long { lo: v, hi: Some(v) }
+}
+
+/// An operand of a comparison with an int64 side, as int64: a loaded
+/// value as it is, a 32-bit index sign-extended, a constant as its value.
+pub(super) fn long_operand(
+    em: &mut Em,
+    stage: &StagePlan,
+    a: &Analysis,
+    reg: Reg,
+    def: Def,
+    value: Value,
+    long: Option<Long>,
+) -> Result<Long, String> {
+    if let Def::Inst(i) = def {
+        if a.class[i] == Class::Long {
+            return long.ok_or_else(|| "int64 operand undefined".to_string());
+        }
+        if !em.wide {
+            return Ok(Long { lo: em.b.ins().sextend(types::I64, value), hi: None });
+        }
+        let lo = em.b.ins().swiden_low(value);
+        let hi = em.b.ins().swiden_high(value);
+        return Ok(Long { lo, hi: Some(hi) });
+    }
+    let c = int_const(stage, reg).ok_or("comparison with a constant beyond 32 bits")?;
+    let c = em.b.ins().iconst(types::I64, i64::from(c));
+    Ok(if em.wide { splat_long(em, c) } else { Long { lo: c, hi: None } })
+}
+
+/// `x cc y` as a lane mask (`I32X4` or `I32`, all ones or zero).
+pub(super) fn compare_long(em: &mut Em, cc: IntCC, x: Long, y: Long) -> Result<Value, String> {
+    let lo = em.b.ins().icmp(cc, x.lo, y.lo);
+    let (Some(xh), Some(yh)) = (x.hi, y.hi) else {
+        return Ok(em.b.ins().bmask(types::I32, lo));
+    };
+    let hi = em.b.ins().icmp(cc, xh, yh);
+    // 32-bit lanes 0 and 2 of each half: bytes 0-3 and 8-11 of `lo`, then
+    // of `hi` (16 on in the shuffle's second operand).
+    let le = MemFlagsData::new().with_endianness(Endianness::Little);
+    let (lo, hi) = (em.b.ins().bitcast(types::I8X16, le, lo), em.b.ins().bitcast(types::I8X16, le, hi));
+    let order: Vec<u8> = [0u8, 8, 16, 24].iter().flat_map(|&s| s..s + 4).collect();
+    let order = em.b.func.dfg.immediates.push(order.as_slice().into());
+    let bytes = em.b.ins().shuffle(lo, hi, order);
+    Ok(em.b.ins().bitcast(types::I32X4, le, bytes))
+}

@@ -1,0 +1,121 @@
+//! Gathers of whole rows (an embedding's lookup) run by rows: the executor
+//! fills a table with every row's addresses and calls the compiled stage
+//! once, against the interpreter, bit for bit (helpers from `tests.rs`).
+
+use rdyn_ir::loops::{BinaryOp, BufId, ReduceOp};
+use rdyn_ir::{DType, Expr, Kind};
+
+use super::tests::{buf, compile, f32_inst, f32_stage, one_stage};
+use super::Rows;
+use crate::exec::{run_kernel, Memory};
+use crate::plan::{BufPlan, IndexFn, Inst, InstOp, KernelPlan, TileMode};
+
+/// `table[bounded(ids[i0])][lane]`, the id loaded and bounds-checked by the
+/// executor into registers 0 and 1, the row into `dst`.
+fn gathered_row(dst: u16, lane: &Expr) -> Vec<Inst> {
+    let int = |dst: u16, op: InstOp| Inst { dst, kind: Kind::I64, narrow: None, op };
+    let id = InstOp::Load {
+        buf: BufId(3),
+        dtype: DType::I64,
+        index: IndexFn::new(&Expr::v(0)),
+        indirect: vec![],
+        mask: None,
+    };
+    let row = InstOp::Load {
+        buf: BufId(0),
+        dtype: DType::F32,
+        index: IndexFn::new(lane),
+        indirect: vec![(1, 37)],
+        mask: None,
+    };
+    vec![int(0, id), int(1, InstOp::Bounded { src: 0, size: 6 }), f32_inst(dst, row)]
+}
+
+/// A 6-row table of 37 lanes, the outputs (4 x 37, 4), and 4 row ids.
+fn bufs() -> Vec<BufPlan> {
+    vec![
+        buf(&[6, 37], &[37, 1], DType::F32),
+        buf(&[4, 37], &[37, 1], DType::F32),
+        buf(&[4], &[1], DType::F32),
+        buf(&[4], &[1], DType::I64),
+    ]
+}
+
+/// Run `kernel` on a 6-row table and `ids`; the outputs (4 x 37, 4) as
+/// bits, or `None` when the kernel failed (an id out of range).
+fn run(kernel: &KernelPlan, ids: &[i64; 4]) -> Option<[Vec<u32>; 2]> {
+    let bufs = bufs();
+    // Distinct rows of values in [-5, 5).
+    let table: Vec<f32> = (0..6 * 37).map(|k| ((k * 7919) % 1000) as f32 / 100.0 - 5.0).collect();
+    let mut outs = [vec![0f32; 4 * 37], vec![0f32; 4]];
+    let ptrs =
+        [table.as_ptr() as usize, outs[0].as_mut_ptr() as usize, outs[1].as_mut_ptr() as usize, ids.as_ptr() as usize];
+    let ok = run_kernel(kernel, &Memory { ptrs: &ptrs, bufs: &bufs });
+    ok.then(|| outs.map(|o| o.iter().map(|x| x.to_bits()).collect()))
+}
+
+fn check(kernel: KernelPlan) {
+    let bufs = bufs();
+    let compiled = compile(&kernel, &bufs);
+    assert!(
+        compiled.stages.iter().all(|s| s.jit.as_ref().is_some_and(|j| j.rows == Rows::Points && j.table)),
+        "the gathers do not run by rows"
+    );
+    for ids in [[5i64, 0, 3, 5], [1, 2, 4, 0]] {
+        let got = run(&compiled, &ids).expect("ids in range");
+        assert_eq!(Some(&got), run(&kernel, &ids).as_ref());
+        // Rows of different ids differ.
+        assert_ne!(got[0][2 * 37..3 * 37], got[0][3 * 37..4 * 37]);
+    }
+    // An id out of range fails the kernel on both paths.
+    assert!(run(&compiled, &[1, 6, 0, 2]).is_none() && run(&kernel, &[1, 6, 0, 2]).is_none());
+}
+
+/// Outer tiles of 256 lanes: each row (37 lanes) is `table[ids[i0]] * 2`,
+/// several rows per call.
+#[test]
+fn gathered_rows_run_by_rows_in_outer_tiles() {
+    if !super::enabled() {
+        return;
+    }
+    let (i0, i1) = (Expr::v(0), Expr::v(1));
+    let mut insts = gathered_row(2, &i1);
+    insts.push(f32_inst(3, InstOp::Binary(BinaryOp::Add, 2, 2)));
+    let mut stage = f32_stage(1, None, insts, 3, &i0.scale(37).add(&i1), 4);
+    stage.regs[0] = Kind::I64;
+    stage.regs[1] = Kind::I64;
+    let kernel = one_stage(vec![4, 37], TileMode::Outer, stage, 256);
+    check(kernel);
+}
+
+/// Inner tiles (an embedding's layer norm): the gathered row's sum (folded
+/// and stored per row), then the row minus its mean, which reads the sum
+/// the first stage stored for the same row.
+#[test]
+fn gathered_rows_run_by_rows_in_inner_tiles() {
+    if !super::enabled() {
+        return;
+    }
+    let (i0, i1, i2) = (Expr::v(0), Expr::v(1), Expr::v(2));
+    let mut sum = f32_stage(2, Some((ReduceOp::Sum, vec![37])), gathered_row(2, &i2), 2, &i0, 3);
+    sum.inner = vec![1];
+    let mut insts = gathered_row(2, &i1);
+    insts.extend([
+        f32_inst(
+            3,
+            InstOp::Load { buf: BufId(2), dtype: DType::F32, index: IndexFn::new(&i0), indirect: vec![], mask: None },
+        ),
+        f32_inst(4, InstOp::Binary(BinaryOp::Div, 3, 5)),
+        f32_inst(3, InstOp::Binary(BinaryOp::Sub, 2, 4)),
+    ]);
+    let mut centre = f32_stage(1, None, insts, 3, &i0.scale(37).add(&i1), 6);
+    centre.inner = vec![37];
+    centre.consts = vec![(5, InstOp::ConstF(37.0))];
+    for stage in [&mut sum, &mut centre] {
+        stage.regs[0] = Kind::I64;
+        stage.regs[1] = Kind::I64;
+    }
+    let mut kernel = one_stage(vec![4], TileMode::Inner, sum, 256);
+    kernel.stages.push(centre);
+    check(kernel);
+}

@@ -1,0 +1,171 @@
+"""CPU flash attention (``_scaled_dot_product_flash_attention_for_cpu`` and
+its backward) as batched matrix products around pointwise work rdyn fuses.
+
+ATen's kernels are tiled for long sequences; at the sizes of small
+transformers (2 heads, 64 tokens) the forward took 50-100 µs per call and
+the backward 110-150 µs, about twice what the GEMMs and one fused kernel
+cost. PyTorch's own decomposition of the forward returns the attention
+weights in place of the log-sum-exp, which breaks its gradient, and it has
+none for the backward.
+
+An additive mask is added to the scores, fused into the softmax's kernel:
+GPT-2's, built by comparing position ids (int64), is recomputed per head
+there, which costs little now that such comparisons compile
+(`codegen-cpu/src/jit/long.rs`; interpreted, the decomposition took 155 µs
+per call against ATen's 99). The backward recomputes the probabilities
+from the forward's log-sum-exp, the mask included.
+
+Results are laid out as ATen's kernels lay them out: the forward's output
+follows the query's order of dimensions, the log-sum-exp is float32
+(float64 for float64) stored [batch, query, head], and the backward's three
+gradients are stored [batch, tokens, head, dim] whatever their inputs'
+layouts. A row whose scores are all -inf gives 0 in every output.
+
+Anything else (dropout, batch or head counts that differ, empty sizes,
+dtypes ATen rejects, a mask that does not broadcast) returns
+NotImplemented: the op then runs as ATen's kernel.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+aten = torch.ops.aten
+
+_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
+
+
+def _supported(query, key, value, dropout_p) -> bool:
+    """Whether the shapes and dtypes are ones the decompositions handle
+    exactly as ATen's kernels."""
+    dtype = query.dtype
+    return (
+        dropout_p == 0.0
+        and query.dim() == key.dim() == value.dim() == 4
+        and dtype in _DTYPES
+        and key.dtype == dtype
+        and value.dtype == dtype
+        and key.shape[:2] == query.shape[:2]
+        and value.shape[:2] == query.shape[:2]
+        and key.size(3) == query.size(3)
+        and value.size(3) == query.size(3)
+        and value.size(2) == key.size(2)
+        and 0 not in query.shape
+        and 0 not in key.shape
+    )
+
+
+def _mask_supported(mask, query, key) -> bool:
+    """A mask ATen's kernels accept: additive, of the query's dtype,
+    broadcasting to [batch, head, query, key]."""
+    if mask is None:
+        return True
+    if mask.dtype != query.dtype or mask.dim() > 4:
+        return False
+    full = (query.size(0), query.size(1), query.size(2), key.size(2))
+    sizes = (1,) * (4 - mask.dim()) + tuple(mask.shape)
+    return all(m in (1, f) for m, f in zip(sizes, full))
+
+
+def _work(dtype):
+    return torch.float64 if dtype == torch.float64 else torch.float32
+
+
+def _flat(t, work):
+    """[batch, head, tokens, dim] as [batch * head, tokens, dim] in `work`."""
+    return t.to(work).reshape(t.size(0) * t.size(1), t.size(2), t.size(3))
+
+
+def _scores(q, k, shape, scale, is_causal, mask):
+    """The scaled scores [batch, head, query, key]: -inf above the diagonal
+    when causal, the additive mask added."""
+    b, h, l, s = shape
+    scores = torch.bmm(q, k.transpose(1, 2)).view(b, h, l, s) * scale
+    if is_causal:
+        rows = torch.arange(l, device=q.device).view(l, 1)
+        cols = torch.arange(s, device=q.device).view(1, s)
+        scores = torch.where(cols <= rows, scores, float("-inf"))
+    if mask is not None:
+        scores = scores + mask.to(q.dtype)
+    return scores
+
+
+def _scale(query, scale):
+    return 1.0 / math.sqrt(query.size(3)) if scale is None else scale
+
+
+def _tokens_major(t, b, h, n, e):
+    """[batch * head, tokens, dim] stored [batch, tokens, head, dim], viewed
+    [batch, head, tokens, dim]."""
+    return t.view(b, h, n, e).transpose(1, 2).contiguous().transpose(1, 2)
+
+
+def flash_attention_cpu(query, key, value, dropout_p=0.0, is_causal=False, *, attn_mask=None, scale=None):
+    """The forward: scores (scaled, masked), then max, exp, sum and
+    normalisation (one fused kernel), then the product with the values;
+    the log-sum-exp beside."""
+    if not _supported(query, key, value, dropout_p) or not _mask_supported(attn_mask, query, key):
+        return NotImplemented
+    dtype = query.dtype
+    b, h, l, e = query.shape
+    s = key.size(2)
+    work = _work(dtype)
+    q, k, v = (_flat(t, work) for t in (query, key, value))
+    scores = _scores(q, k, (b, h, l, s), _scale(query, scale), is_causal, attn_mask)
+    top = torch.amax(scores, dim=-1, keepdim=True)
+    masked = top == float("-inf")
+    top = torch.where(masked, 0.0, top)
+    exps = torch.exp(scores - top)
+    total = torch.sum(exps, dim=-1, keepdim=True)
+    probs = torch.where(masked, 0.0, exps * torch.reciprocal(total))
+    out = torch.bmm(probs.view(b * h, l, s), v).view(b, h, l, e).to(dtype)
+    lse = torch.where(masked, 0.0, top + torch.log(total)).view(b, h, l)
+    # The output follows the query's order of dimensions (a query viewed
+    # from [batch, tokens, heads, dim] gives its output the same strides).
+    if query.stride(1) < query.stride(2):
+        out = out.transpose(1, 2).contiguous().transpose(1, 2)
+    lse = lse.transpose(1, 2).contiguous().transpose(1, 2)
+    return out, lse
+
+
+def flash_attention_cpu_backward(
+    grad_out, query, key, value, out, logsumexp, dropout_p, is_causal, *, attn_mask=None, scale=None
+):
+    """The backward from the forward's log-sum-exp: the probabilities
+    recomputed as ``exp(scores - lse)`` (0 where a score is -inf), then
+
+    - ``dV = P^T dO``,
+    - ``dS = P (dO V^T - rowsum(dO * O)) * scale``,
+    - ``dQ = dS K`` and ``dK = dS^T Q``,
+
+    four batched products and two fused kernels."""
+    if not _supported(query, key, value, dropout_p) or not _mask_supported(attn_mask, query, key):
+        return NotImplemented
+    if grad_out.shape != query.shape[:3] + value.shape[3:] or out.shape != grad_out.shape:
+        return NotImplemented
+    dtype = query.dtype
+    b, h, l, e = query.shape
+    s = key.size(2)
+    work = _work(dtype)
+    scale = _scale(query, scale)
+    q, k, v, do, o = (_flat(t, work) for t in (query, key, value, grad_out, out))
+    scores = _scores(q, k, (b, h, l, s), scale, is_causal, attn_mask)
+    lse = logsumexp.to(work).view(b, h, l, 1)
+    probs = torch.where(scores == float("-inf"), 0.0, torch.exp(scores - lse)).view(b * h, l, s)
+    grad_v = torch.bmm(probs.transpose(1, 2), do)
+    grad_p = torch.bmm(do, v.transpose(1, 2))
+    row = torch.sum(do * o, dim=-1, keepdim=True)
+    grad_s = probs * (grad_p - row) * scale
+    grad_q = torch.bmm(grad_s, k)
+    grad_k = torch.bmm(grad_s.transpose(1, 2), q)
+    return tuple(
+        _tokens_major(g, b, h, n, e).to(dtype) for g, n in ((grad_q, l), (grad_k, s), (grad_v, s))
+    )
+
+
+DECOMPOSITIONS = {
+    aten._scaled_dot_product_flash_attention_for_cpu.default: flash_attention_cpu,
+    aten._scaled_dot_product_flash_attention_for_cpu_backward.default: flash_attention_cpu_backward,
+}
