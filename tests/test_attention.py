@@ -92,6 +92,22 @@ def test_flash_attention_compiles_without_fallback() -> None:
         assert_same(torch.compile(fn, backend="rdyn")(*args, mask), fn(*args, mask), fn(q64, k64, v64, ref_mask))
 
 
+def test_attention_is_two_gemms_around_one_kernel() -> None:
+    """Inference SDPA lowers to the scores' GEMM, one fused softmax kernel,
+    and the product with the values: the probabilities are stored in the
+    order the second GEMM reads them (the softmax's per-row max and sum,
+    read once per row, once had them stored transposed, by a kernel of its
+    own reading the exponentials across rows)."""
+    q, k, v = (torch.randn(4, 2, 64, 32) for _ in range(3))
+    for causal in (False, True):
+        report = rdyn.explain(lambda q, k, v: sdpa(q, k, v, is_causal=causal), q, k, v)
+        assert [kernel.name[0] for kernel in report.kernels] == ["g", "k", "g"], report
+        with torch.no_grad():
+            torch._dynamo.reset()
+            got = torch.compile(lambda q, k, v: sdpa(q, k, v, is_causal=causal), backend="rdyn")(q, k, v)
+        torch.testing.assert_close(got, sdpa(q, k, v, is_causal=causal))
+
+
 _FLASH_BACKWARD = aten._scaled_dot_product_flash_attention_for_cpu_backward.default
 
 

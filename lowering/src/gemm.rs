@@ -177,7 +177,10 @@ impl Lowerer<'_> {
     }
 
     /// Whether more of `x`'s loads move by one element along its
-    /// second-to-last dim than along its last.
+    /// second-to-last dim than along its last. A load the same along the
+    /// last dim (a softmax's row max or sum) reads one value per row in
+    /// either order and does not count: it had stored BERT's attention
+    /// probabilities transposed, read across the rows of the exponentials.
     fn transposed_reads(&self, x: &Lazy) -> bool {
         let n = x.sizes.len();
         if n < 2 {
@@ -191,7 +194,8 @@ impl Lowerer<'_> {
                 if !indirect.is_empty() {
                     continue;
                 }
-                along_rows += usize::from(index.linear_coef(rows) == Some(1) && index.linear_coef(cols) != Some(1));
+                let col = index.linear_coef(cols);
+                along_rows += usize::from(index.linear_coef(rows) == Some(1) && col != Some(1) && col != Some(0));
                 along_cols += usize::from(index.linear_coef(cols) == Some(1));
             }
         }
