@@ -609,6 +609,14 @@ def _special(b: _Builder, rng: random.Random) -> bool:
     exact = template in ("torch.fmax({a}, {c})", "torch.fmin({a}, {c})") and a.exact and getattr(other, "exact", True)
     if template.startswith(("torch.heaviside", "torch.nextafter")) and (b.train or not (a.exact and getattr(other, "exact", True))):
         return False  # no derivative; a jump
+    if template.startswith("torch.special.entr") and b.train:
+        # entr's derivative is infinite at 0, and exact zeros (softshrink's,
+        # relu's) make eager's gradient NaN there, times the zero slope
+        # behind them. PyTorch's own softshrink decomposition (`a * 0` on
+        # its flat side), which AOTAutograd differentiates for Inductor and
+        # rdyn alike, passes that NaN on where ATen's backward gives 0
+        # (seed 50999): an upstream difference, not a compiler's.
+        template = "torch.special.entr({a}.abs() + 0.01)"
     return b.try_line(template, exact or template.startswith("torch.heaviside"), {"a": a, "c": other})
 
 
