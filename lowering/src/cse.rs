@@ -16,7 +16,7 @@
 use std::collections::hash_map::Entry;
 use std::collections::{HashMap, HashSet};
 
-use crate::ir::loops::{BufId, BufRole, Buffer, Program, Reduce, ScalarId, ScalarOp, Step};
+use crate::ir::loops::{BufId, BufRole, Buffer, Program, Reduce, ScalarId, ScalarOp, Stage, Step};
 use crate::ir::Expr;
 
 /// What makes two stages interchangeable: the same values stored at the same
@@ -54,10 +54,7 @@ pub fn run(program: &mut Program) {
             Step::Kernel(kernel) => kernel.stages.clone(),
         };
         for (k, mut stage) in stages.into_iter().enumerate() {
-            stage.value = redirect(program, stage.value, &same, &mut memo);
-            for (v, _) in &mut stage.store_indirect {
-                *v = redirect(program, *v, &same, &mut memo);
-            }
+            redirect_stage(program, &mut stage, &same, &mut memo);
             if stage.store_indirect.is_empty() && once.contains(&stage.out) {
                 let key = Key {
                     value: stage.value,
@@ -86,11 +83,7 @@ pub fn run(program: &mut Program) {
             }
         }
     }
-    for buffer in &mut program.buffers {
-        if let BufRole::View(base) = buffer.role {
-            buffer.role = BufRole::View(*same.get(&base).unwrap_or(&base));
-        }
-    }
+    move_views(program, &same);
     if !promoted.is_empty() {
         promote(program, &promoted, &repeats);
     }
@@ -117,10 +110,7 @@ fn promote(program: &mut Program, promoted: &HashMap<BufId, BufId>, repeats: &Ha
                 continue;
             }
             stage.out = *promoted.get(&stage.out).unwrap_or(&stage.out);
-            stage.value = redirect(program, stage.value, promoted, &mut memo);
-            for (v, _) in &mut stage.store_indirect {
-                *v = redirect(program, *v, promoted, &mut memo);
-            }
+            redirect_stage(program, &mut stage, promoted, &mut memo);
             kept.push(stage);
         }
         if let Step::Kernel(kernel) = &mut program.steps[s] {
@@ -128,9 +118,27 @@ fn promote(program: &mut Program, promoted: &HashMap<BufId, BufId>, repeats: &Ha
         }
     }
     program.steps.retain(|step| !matches!(step, Step::Kernel(kernel) if kernel.stages.is_empty()));
+    move_views(program, promoted);
+}
+
+/// `stage` reading, for each buffer in `to`, the buffer it maps to.
+fn redirect_stage(
+    program: &mut Program,
+    stage: &mut Stage,
+    to: &HashMap<BufId, BufId>,
+    memo: &mut HashMap<ScalarId, ScalarId>,
+) {
+    stage.value = redirect(program, stage.value, to, memo);
+    for (v, _) in &mut stage.store_indirect {
+        *v = redirect(program, *v, to, memo);
+    }
+}
+
+/// Views of a buffer in `to` made views of the buffer it maps to.
+fn move_views(program: &mut Program, to: &HashMap<BufId, BufId>) {
     for buffer in &mut program.buffers {
         if let BufRole::View(base) = buffer.role {
-            buffer.role = BufRole::View(*promoted.get(&base).unwrap_or(&base));
+            buffer.role = BufRole::View(*to.get(&base).unwrap_or(&base));
         }
     }
 }

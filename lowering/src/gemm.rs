@@ -196,7 +196,7 @@ impl Lowerer<'_> {
                 }
                 let col = index.linear_coef(cols);
                 along_rows += usize::from(index.linear_coef(rows) == Some(1) && col != Some(1) && col != Some(0));
-                along_cols += usize::from(index.linear_coef(cols) == Some(1));
+                along_cols += usize::from(col == Some(1));
             }
         }
         along_rows > along_cols

@@ -152,13 +152,11 @@ fn merge_stage(program: &Program, group: &mut Kernel, stage: &Stage) -> bool {
         return false;
     }
     // Narrowing the outer space costs every stage its tiling (rows become
-    // short inner loops): worth it for a reduction and what it feeds, not to
-    // put unrelated pointwise stages side by side.
-    // With a reduction, a stage that shares an input is worth it too (its
-    // loads hit the cache), but not one that shares nothing: a head-merge
-    // copy saved for the backward, put beside a layer norm, made that
-    // kernel walk [4, 64] points of 64 lanes where it had walked 256 rows
-    // at once (13 µs became 50).
+    // short inner loops): worth it for what reads the group's values, and,
+    // with a reduction, for a stage sharing an input (its loads hit the
+    // cache), not for stages that share nothing: a head-merge copy saved for
+    // the backward, put beside a layer norm, made that kernel walk [4, 64]
+    // points of 64 lanes where it had walked 256 rows at once (13 µs to 50).
     let reduces = stage.reduce.is_some() || group.stages.iter().any(|s| s.reduce.is_some());
     let related = reads_group(program, group, stage) || (reduces && shares_input(program, group, stage));
     if shrinks && !related {

@@ -96,10 +96,15 @@ def _scale(query, scale):
     return 1.0 / math.sqrt(query.size(3)) if scale is None else scale
 
 
+def _swapped_storage(t):
+    """`t` stored with dims 1 and 2 swapped (same shape and values)."""
+    return t.transpose(1, 2).contiguous().transpose(1, 2)
+
+
 def _tokens_major(t, b, h, n, e):
     """[batch * head, tokens, dim] stored [batch, tokens, head, dim], viewed
     [batch, head, tokens, dim]."""
-    return t.view(b, h, n, e).transpose(1, 2).contiguous().transpose(1, 2)
+    return _swapped_storage(t.view(b, h, n, e))
 
 
 def flash_attention_cpu(query, key, value, dropout_p=0.0, is_causal=False, *, attn_mask=None, scale=None):
@@ -125,9 +130,8 @@ def flash_attention_cpu(query, key, value, dropout_p=0.0, is_causal=False, *, at
     # The output follows the query's order of dimensions (a query viewed
     # from [batch, tokens, heads, dim] gives its output the same strides).
     if query.stride(1) < query.stride(2):
-        out = out.transpose(1, 2).contiguous().transpose(1, 2)
-    lse = lse.transpose(1, 2).contiguous().transpose(1, 2)
-    return out, lse
+        out = _swapped_storage(out)
+    return out, _swapped_storage(lse)
 
 
 def flash_attention_cpu_backward(

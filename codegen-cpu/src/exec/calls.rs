@@ -24,20 +24,69 @@ pub(super) unsafe fn call_jit(
     mem: &Memory,
     sc: &mut Scratch,
 ) {
-    let (stage, s, tile_var) = at;
-    let (out, rows) = out;
     sc.addrs.clear();
     let ran = push_addrs(jit, at, mem, sc);
     if sc.error {
         return;
     }
-    // SAFETY: the addresses are this tile's lanes of buffers the plan
-    // indexes in bounds (as for the interpreter; a gather's row was
-    // bounds-checked above); `out` as the caller says.
-    unsafe { (jit.func)(sc.addrs.as_ptr(), out, len as i64, jit.constants.as_ptr(), rows as i64) };
+    // SAFETY: as the caller says.
+    unsafe { invoke(jit, out, len, sc) };
     // The executor's instructions after the last load: a scatter's row (and
     // its bounds check), the same on every lane, which the store reads.
-    for &k in &jit.pre[ran..] {
+    run_pre(jit, ran, at, mem, sc);
+}
+
+/// [`call_jit`] for `out.1` rows, consecutive points of variable `row_var`
+/// from the current one. A stage whose rows the executor's instructions
+/// pick (a gather's row ids) was compiled to read every row's addresses
+/// from a table (`jit::row_steps`): the executor fills it row by row, then
+/// calls once; any other stage steps its addresses itself.
+///
+/// # Safety
+/// As [`call_jit`], for every row.
+pub(super) unsafe fn call_jit_rows(
+    jit: &JitStage,
+    at: (&StagePlan, usize, usize),
+    out: (*mut f32, usize),
+    row_var: usize,
+    len: usize,
+    mem: &Memory,
+    sc: &mut Scratch,
+) {
+    if !jit.table() {
+        // SAFETY: as the caller says.
+        return unsafe { call_jit(jit, at, out, len, mem, sc) };
+    }
+    sc.addrs.clear();
+    let first = sc.env[row_var];
+    for r in 0..out.1 {
+        sc.env[row_var] = first + r as i64;
+        let ran = push_addrs(jit, at, mem, sc);
+        run_pre(jit, ran, at, mem, sc);
+    }
+    sc.env[row_var] = first;
+    if sc.error {
+        return;
+    }
+    // SAFETY: as the caller says; the table holds every row's addresses.
+    unsafe { invoke(jit, out, len, sc) };
+}
+
+/// The function over the addresses in `sc.addrs`.
+///
+/// # Safety
+/// As [`call_jit`].
+unsafe fn invoke(jit: &JitStage, out: (*mut f32, usize), len: usize, sc: &Scratch) {
+    // SAFETY: the addresses are lanes of buffers the plan indexes in bounds
+    // (as for the interpreter; a gather's row was bounds-checked when its
+    // address was taken); `out` as the caller says.
+    unsafe { (jit.func)(sc.addrs.as_ptr(), out.0, len as i64, jit.constants.as_ptr(), out.1 as i64) };
+}
+
+/// The executor's instructions for a compiled stage from the `from`-th on.
+fn run_pre(jit: &JitStage, from: usize, at: (&StagePlan, usize, usize), mem: &Memory, sc: &mut Scratch) {
+    let (stage, s, tile_var) = at;
+    for &k in &jit.pre[from..] {
         indirect::exec_pre(&stage.insts[k], s, tile_var, mem, sc);
     }
 }
@@ -66,40 +115,6 @@ fn push_addrs(jit: &JitStage, at: (&StagePlan, usize, usize), mem: &Memory, sc: 
         });
     }
     ran
-}
-
-/// Call a compiled stage whose rows the executor picks
-/// ([`JitStage::table`]) for `rows` points of variable `row_var` from the
-/// current one: every row's addresses, then one call.
-///
-/// # Safety
-/// As [`call_jit`], for every row.
-pub(super) unsafe fn call_jit_table(
-    jit: &JitStage,
-    at: (&StagePlan, usize, usize),
-    out: (*mut f32, usize),
-    row_var: usize,
-    len: usize,
-    mem: &Memory,
-    sc: &mut Scratch,
-) {
-    let (stage, s, tile_var) = at;
-    let (out, rows) = out;
-    sc.addrs.clear();
-    let first = sc.env[row_var];
-    for r in 0..rows {
-        sc.env[row_var] = first + r as i64;
-        let ran = push_addrs(jit, at, mem, sc);
-        for &k in &jit.pre[ran..] {
-            indirect::exec_pre(&stage.insts[k], s, tile_var, mem, sc);
-        }
-    }
-    sc.env[row_var] = first;
-    if sc.error {
-        return;
-    }
-    // SAFETY: as for `call_jit`; the table holds `rows` rows of addresses.
-    unsafe { (jit.func)(sc.addrs.as_ptr(), out, len as i64, jit.constants.as_ptr(), rows as i64) };
 }
 
 /// Evaluate a compiled stage into its value register.

@@ -22,7 +22,7 @@ mod reduce;
 mod rows;
 mod spare;
 
-use calls::{call_jit, call_jit_table, run_jit};
+use calls::{call_jit, call_jit_rows, run_jit};
 use convert::{accumulate_tile, cast, fill_f, fill_i, load, select, wrap, write_f64, write_i64};
 pub(crate) use reduce::FOLD_LANES;
 use reduce::{combine_lanes, fold_lanes, fold_tile, init_acc};

@@ -7,7 +7,7 @@
 //! range. The JIT only allows this when no stage reads another's output
 //! outside the row it wrote, so the order change is invisible.
 
-use super::{advance, call_jit, call_jit_table, f32_output, unravel, Memory, Scratch};
+use super::{advance, call_jit_rows, f32_output, unravel, Memory, Scratch};
 use crate::jit::Rows;
 use crate::plan::{KernelPlan, StagePlan, TileMode};
 
@@ -59,13 +59,7 @@ pub(super) fn run_rows(kernel: &KernelPlan, mem: &Memory, sc: &mut Scratch, item
             let out = f32_output(stage, mem, &sc.env);
             // SAFETY: `rows` rows of the stage's float32 output from this
             // point, in bounds by the plan (`jit::row_steps`).
-            unsafe {
-                if jit.table {
-                    call_jit_table(jit, (stage, s, tile_var), (out, rows), row_var, lanes, mem, sc);
-                } else {
-                    call_jit(jit, (stage, s, tile_var), (out, rows), lanes, mem, sc);
-                }
-            }
+            unsafe { call_jit_rows(jit, (stage, s, tile_var), (out, rows), row_var, lanes, mem, sc) };
         }
         left -= rows;
         sc.env[row_var] += rows as i64 - 1;

@@ -34,8 +34,7 @@ pub(super) fn load_long(em: &mut Em, p: Value, group: i64, step: i64) -> Long {
     }
     if step == 0 {
         let x = one(em, base);
-        let v = em.b.ins().splat(types::I64X2, x);
-        return Long { lo: v, hi: Some(v) };
+        return splat_long(em, x);
     }
     if step == 1 {
         let flags = MemFlagsData::new().with_notrap();

@@ -125,16 +125,19 @@ pub struct JitStage {
     pub(crate) output: Output,
     /// What one call may cover beyond one tile.
     pub(crate) rows: Rows,
-    /// Whether each row's load addresses come from a table the executor
-    /// fills row by row (rows picked by [`Self::pre`]: a gather's row ids)
-    /// rather than stepping by a constant.
-    pub(crate) table: bool,
     /// The function's constants (bit patterns), read on entry.
     pub(crate) constants: Arc<[u32]>,
     _code: Arc<Code>,
 }
 
 impl JitStage {
+    /// Whether a call for several rows reads each row's load addresses
+    /// from a table the executor fills (rows picked by [`Self::pre`], a
+    /// gather's row ids; see `row_steps`) rather than stepping them itself.
+    pub(crate) fn table(&self) -> bool {
+        !self.pre.is_empty()
+    }
+
     /// Whether the compiled lanes walk `tile_var`, the executor's tile.
     pub(crate) fn walks(&self, tile_var: usize) -> bool {
         self.tile_var.is_none_or(|v| v == tile_var)
@@ -307,14 +310,13 @@ pub fn compile_program(steps: &mut [CpuStep], bufs: &[BufPlan]) {
             let compiled = lower::compile_stage(&mut module, stage, &supported, output, rows.as_ref(), &name);
             if let Ok((id, constants)) = compiled {
                 let pre = supported.analysis.pre();
-                let table = rows.as_ref().is_some_and(|r| r.table);
                 let rows = match (rows, output) {
                     (None, _) => Rows::One,
                     (Some(_), Output::Accumulate(_)) => Rows::Reduction,
                     (Some(_), _) => Rows::Points,
                 };
                 let (tile_var, loads) = (tv, supported.loads);
-                pending.push(Pending { kernel: k, stage: s, id, tile_var, output, rows, constants, loads, pre, table });
+                pending.push(Pending { kernel: k, stage: s, id, tile_var, output, rows, constants, loads, pre });
             }
         }
     }
@@ -350,7 +352,6 @@ pub fn compile_program(steps: &mut [CpuStep], bufs: &[BufPlan]) {
                 pre: p.pre,
                 output: p.output,
                 rows: p.rows,
-                table: p.table,
                 constants: p.constants.into(),
                 _code: code.clone(),
             });
@@ -369,7 +370,6 @@ struct Pending {
     constants: Vec<u32>,
     loads: Vec<analysis::JitLoad>,
     pre: Vec<usize>,
-    table: bool,
 }
 
 /// The row steps of a stage one call may run for several rows (see

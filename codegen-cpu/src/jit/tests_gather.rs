@@ -58,7 +58,7 @@ fn check(kernel: KernelPlan) {
     let bufs = bufs();
     let compiled = compile(&kernel, &bufs);
     assert!(
-        compiled.stages.iter().all(|s| s.jit.as_ref().is_some_and(|j| j.rows == Rows::Points && j.table)),
+        compiled.stages.iter().all(|s| s.jit.as_ref().is_some_and(|j| j.rows == Rows::Points && j.table())),
         "the gathers do not run by rows"
     );
     for ids in [[5i64, 0, 3, 5], [1, 2, 4, 0]] {
