@@ -78,8 +78,13 @@ def test_quick_run_record_has_fields_and_sane_values(quick_run: dict) -> None:
             assert 0.0 < row["compile_s"] < 120.0, row
             # AOTAutograd and rdyn after Dynamo's capture: part of the first call.
             assert 0.0 < row["backend_compile_s"] < row["compile_s"], row
+            # Dynamo's own share of it, beside the backend's.
+            assert 0.0 < row["capture_s"] < row["compile_s"] - row["backend_compile_s"], row
             assert row["rdyn_stats"]["nodes_native"] > 0, row
             assert row["rdyn_stats"]["graphs_failed"] == 0, row
+    for summary in quick_run["summary"]:
+        if summary["backend"] == "rdyn":
+            assert 0.0 < summary["median_capture_s"] < summary["median_compile_s"], summary
 
 
 def _dump_dom(page: Path, screenshot: Path) -> tuple[str, str]:

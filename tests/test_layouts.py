@@ -406,3 +406,24 @@ def test_strided_views_of_computed_values(name, fn, dynamic) -> None:
     assert_same(got, want, fn(x64))
     fallbacks = rdyn.stats()["fallback_ops"]
     assert not fallbacks if not dynamic else set(fallbacks) <= {"aten.as_strided.default"}
+
+
+def test_a_transposed_gemm_operand_is_a_view_of_its_copy() -> None:
+    """A gathered value two GEMMs read, one as [tokens, dim] and the other
+    transposed (as a linear layer's backward reads its output gradient for
+    the input's and the weight's gradients), is copied once: the transposed
+    operand is a strided view of that copy, which the GEMM reads as such
+    (`lowering/src/permuted.rs`)."""
+
+    def f(x, w1, w2):
+        tokens_major = x.transpose(1, 2).reshape(256, 64)
+        transposed = x.permute(1, 3, 0, 2).reshape(64, 256)
+        return tokens_major @ w1, transposed @ w2
+
+    g = torch.Generator().manual_seed(3)
+    args = (torch.randn(4, 2, 64, 32, generator=g), torch.randn(64, 48, generator=g), torch.randn(256, 40, generator=g))
+    report = rdyn.explain(f, *args)
+    assert [k.name for k in report.kernels] == ["k0", "gemm", "gemm"], report
+    torch._dynamo.reset()
+    got = torch.compile(f, backend="rdyn")(*args)
+    assert_same(got, f(*args), f(*(a.double() for a in args)))

@@ -21,6 +21,7 @@ mod index;
 mod lazy;
 mod lower;
 mod norm;
+mod permuted;
 mod piecewise;
 mod pointwise;
 mod pool;

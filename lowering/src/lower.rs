@@ -172,6 +172,8 @@ pub fn lower_with(
     check(&program, "lowering")?;
     crate::cse::run(&mut program);
     check(&program, "cse")?;
+    crate::permuted::run(&mut program);
+    check(&program, "permuted")?;
     crate::dce::run(&mut program);
     check(&program, "dce")?;
     if lw.options.cpu_kernels && lw.options.piecewise_min > 0 {

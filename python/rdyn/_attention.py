@@ -108,9 +108,9 @@ def _tokens_major(t, b, h, n, e):
 
 
 def flash_attention_cpu(query, key, value, dropout_p=0.0, is_causal=False, *, attn_mask=None, scale=None):
-    """The forward: scores (scaled, masked), then max, exp, sum and
-    normalisation (one fused kernel), then the product with the values;
-    the log-sum-exp beside."""
+    """The forward: scores (scaled, masked), then the row max, the sum of
+    exponentials, the log-sum-exp and the probabilities from it (one
+    fused kernel), then the product with the values."""
     if not _supported(query, key, value, dropout_p) or not _mask_supported(attn_mask, query, key):
         return NotImplemented
     dtype = query.dtype
@@ -124,14 +124,37 @@ def flash_attention_cpu(query, key, value, dropout_p=0.0, is_causal=False, *, at
     top = torch.where(masked, 0.0, top)
     exps = torch.exp(scores - top)
     total = torch.sum(exps, dim=-1, keepdim=True)
-    probs = torch.where(masked, 0.0, exps * torch.reciprocal(total))
-    out = torch.bmm(probs.view(b * h, l, s), v).view(b, h, l, e).to(dtype)
-    lse = torch.where(masked, 0.0, top + torch.log(total)).view(b, h, l)
+    lse = _swapped_storage(torch.where(masked, 0.0, top + torch.log(total)).view(b, h, l))
+    if torch.is_grad_enabled():
+        probs = _probs(scores, lse, work)
+    else:
+        probs = torch.where(masked, 0.0, exps * torch.reciprocal(total)).view(b * h, l, s)
+    out = torch.bmm(probs, v).view(b, h, l, e).to(dtype)
     # The output follows the query's order of dimensions (a query viewed
     # from [batch, tokens, heads, dim] gives its output the same strides).
     if query.stride(1) < query.stride(2):
         out = _swapped_storage(out)
-    return out, _swapped_storage(lse)
+    return out, lse
+
+
+def _probs(scores, logsumexp, work):
+    """The probabilities ``exp(scores - lse)`` [batch * head, query, key], 0
+    where a score is -inf, as the backward recomputes them.
+
+    A forward traced with gradients enabled (AOTAutograd's joint graph;
+    the tensors there carry no ``requires_grad`` of their own) builds them
+    the same way, from the same values, so that AOTAutograd's
+    common-subexpression pass makes the two one computation (saved for
+    the backward, or recomputed there). Its own ``exps / sum`` beside the
+    backward's had been a second pass over the scores in BERT's training
+    forward (the softmax kernel 55 to 42 µs a layer). Under ``no_grad``
+    ``exps / sum`` stays: it reuses the sum's exponentials where this
+    takes a second exp per score (25 against 44 µs). An inference graph
+    traced with gradients enabled but nothing requiring them gets this
+    form too."""
+    b, h, l, s = scores.shape
+    lse = logsumexp.to(work).view(b, h, l, 1)
+    return torch.where(scores == float("-inf"), 0.0, torch.exp(scores - lse)).view(b * h, l, s)
 
 
 def flash_attention_cpu_backward(
@@ -156,8 +179,7 @@ def flash_attention_cpu_backward(
     scale = _scale(query, scale)
     q, k, v, do, o = (_flat(t, work) for t in (query, key, value, grad_out, out))
     scores = _scores(q, k, (b, h, l, s), scale, is_causal, attn_mask)
-    lse = logsumexp.to(work).view(b, h, l, 1)
-    probs = torch.where(scores == float("-inf"), 0.0, torch.exp(scores - lse)).view(b * h, l, s)
+    probs = _probs(scores, logsumexp, work)
     grad_v = torch.bmm(probs.transpose(1, 2), do)
     grad_p = torch.bmm(do, v.transpose(1, 2))
     row = torch.sum(do * o, dim=-1, keepdim=True)

@@ -3,8 +3,8 @@
 //! load addresses, then the function; by rows, a table of every row's
 //! addresses for stages whose rows those instructions pick.
 
-use super::{indirect, Memory, Scratch, Tile};
-use crate::jit::JitStage;
+use super::{exec_inst, indirect, Memory, Scratch, Tile};
+use crate::jit::{JitLoad, JitStage};
 use crate::plan::StagePlan;
 
 /// Run a compiled stage's function for `len` lanes at the current point
@@ -57,19 +57,63 @@ pub(super) unsafe fn call_jit_rows(
         // SAFETY: as the caller says.
         return unsafe { call_jit(jit, at, out, len, mem, sc) };
     }
-    sc.addrs.clear();
-    let first = sc.env[row_var];
-    for r in 0..out.1 {
-        sc.env[row_var] = first + r as i64;
-        let ran = push_addrs(jit, at, mem, sc);
-        run_pre(jit, ran, at, mem, sc);
-    }
-    sc.env[row_var] = first;
+    fill_table(jit, at, out.1, row_var, mem, sc);
     if sc.error {
         return;
     }
     // SAFETY: as the caller says; the table holds every row's addresses.
     unsafe { invoke(jit, out, len, sc) };
+}
+
+/// Fill `sc.addrs` with `rows` rows' load addresses (row-major: row `r`'s
+/// `k`-th load at `r * loads + k`), rows consecutive points of `row_var`
+/// from the current one.
+///
+/// The executor's instructions are the same on every lane of a row but
+/// differ between rows, so they run along the rows: each over as many rows
+/// as a register holds, interleaved with the loads that read them (registers
+/// are reused). One instruction per row at a time had been a third of
+/// BERT's embedding + layer norm kernel (`push_addrs` and `exec_pre`).
+fn fill_table(
+    jit: &JitStage,
+    at: (&StagePlan, usize, usize),
+    rows: usize,
+    row_var: usize,
+    mem: &Memory,
+    sc: &mut Scratch,
+) {
+    let (stage, s, _) = at;
+    let loads = jit.loads.len();
+    sc.addrs.clear();
+    sc.addrs.resize(rows * loads, 0);
+    let first = sc.env[row_var];
+    let chunk = sc.lane_index.len().max(1);
+    for start in (0..rows).step_by(chunk) {
+        let n = chunk.min(rows - start);
+        sc.env[row_var] = first + start as i64;
+        let mut ran = 0;
+        for (k, load) in jit.loads.iter().enumerate() {
+            for &p in &jit.pre[ran..load.pre_before] {
+                exec_inst(&stage.insts[p], s, row_var, n, mem, sc);
+            }
+            ran = load.pre_before;
+            for r in 0..n {
+                sc.env[row_var] = first + (start + r) as i64;
+                let mut index = load.index.eval(&sc.env);
+                for (reg, stride) in &load.indirect {
+                    if let Tile::I64(v) = &sc.regs[s][*reg as usize] {
+                        index += v[r] * stride;
+                    }
+                }
+                sc.addrs[(start + r) * loads + k] = address(load, index, mem);
+            }
+            sc.env[row_var] = first + start as i64;
+        }
+        for &p in &jit.pre[ran..] {
+            exec_inst(&stage.insts[p], s, row_var, n, mem, sc);
+        }
+    }
+    sc.env[row_var] = first;
 }
 
 /// The function over the addresses in `sc.addrs`.
@@ -109,12 +153,18 @@ fn push_addrs(jit: &JitStage, at: (&StagePlan, usize, usize), mem: &Memory, sc: 
                 at += v[0] * stride;
             }
         }
-        sc.addrs.push(match load.buf {
-            Some(buf) => mem.ptrs[buf.0 as usize] as i64 + at * load.size,
-            None => at,
-        });
+        sc.addrs.push(address(load, at, mem));
     }
     ran
+}
+
+/// A load's byte address at element `index` (or the index itself, for a
+/// load whose buffer the function does not read through a pointer).
+fn address(load: &JitLoad, index: i64, mem: &Memory) -> i64 {
+    match load.buf {
+        Some(buf) => mem.ptrs[buf.0 as usize] as i64 + index * load.size,
+        None => index,
+    }
 }
 
 /// Evaluate a compiled stage into its value register.

@@ -7,7 +7,7 @@
 //! range. The JIT only allows this when no stage reads another's output
 //! outside the row it wrote, so the order change is invisible.
 
-use super::{advance, call_jit_rows, f32_output, unravel, Memory, Scratch};
+use super::{advance, call_jit_rows, f32_output, run_stage_inner, run_stage_outer, unravel, Memory, Scratch};
 use crate::jit::Rows;
 use crate::plan::{KernelPlan, StagePlan, TileMode};
 
@@ -16,10 +16,13 @@ use crate::plan::{KernelPlan, StagePlan, TileMode};
 /// slower than one row at a time).
 const ROW_BATCH_LANES: usize = 2048;
 
-/// Whether the kernel runs by rows: every stage compiled for it (which
-/// `jit::row_steps` allows only for kernels of that shape).
+/// Whether the kernel runs by rows: every compiled stage compiled for it
+/// (which `jit::row_steps` allows only for kernels of that shape), at least
+/// one; the JIT leaves a stage interpreted in such a kernel only when the
+/// executor may run it row by row in between.
 pub(super) fn by_rows(kernel: &KernelPlan) -> bool {
-    kernel.stages.iter().all(|s| s.jit.as_ref().is_some_and(|j| j.rows == Rows::Points))
+    let compiled = || kernel.stages.iter().filter_map(|s| s.jit.as_ref());
+    compiled().next().is_some() && compiled().all(|j| j.rows == Rows::Points)
 }
 
 /// A stage's lanes per row and the variable they walk.
@@ -53,7 +56,10 @@ pub(super) fn run_rows(kernel: &KernelPlan, mem: &Memory, sc: &mut Scratch, item
     while left > 0 {
         let rows = left.min(rows_in_dim - sc.env[row_var] as usize).min(per_call);
         for (s, stage) in kernel.stages.iter().enumerate() {
-            let Some(jit) = &stage.jit else { continue };
+            let Some(jit) = &stage.jit else {
+                interpret_rows(kernel, stage, s, (row_var, rows), mem, sc);
+                continue;
+            };
             let (lanes, tile_var) = row_lanes(kernel, stage);
             sc.env[dims.len()..].iter_mut().for_each(|v| *v = 0);
             let out = f32_output(stage, mem, &sc.env);
@@ -65,4 +71,30 @@ pub(super) fn run_rows(kernel: &KernelPlan, mem: &Memory, sc: &mut Scratch, item
         sc.env[row_var] += rows as i64 - 1;
         advance(&mut sc.env, 0, dims);
     }
+}
+
+/// An interpreted stage of a kernel run by rows, one row (a tile) at a time
+/// for `rows.1` rows of variable `rows.0` from the current point.
+fn interpret_rows(
+    kernel: &KernelPlan,
+    stage: &StagePlan,
+    s: usize,
+    rows: (usize, usize),
+    mem: &Memory,
+    sc: &mut Scratch,
+) {
+    let m = kernel.outer.len();
+    let (row_var, count) = rows;
+    let first = sc.env[row_var];
+    for r in 0..count {
+        sc.env[row_var] = first + r as i64;
+        match kernel.mode {
+            TileMode::Outer => {
+                sc.env[m - 1] = 0;
+                run_stage_outer(stage, s, m, kernel.outer[m - 1].max(0) as usize, mem, sc);
+            }
+            TileMode::Inner => run_stage_inner(stage, s, m, kernel.tile, mem, sc),
+        }
+    }
+    sc.env[row_var] = first;
 }

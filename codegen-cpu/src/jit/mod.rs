@@ -59,6 +59,7 @@ use cranelift_jit::{JITBuilder, JITModule};
 use rdyn_ir::loops::{BufId, ReduceOp, UnaryOp};
 use rdyn_ir::DType;
 
+pub(crate) use analysis::JitLoad;
 use analysis::Supported;
 use lower::RowSteps;
 
@@ -320,12 +321,18 @@ pub fn compile_program(steps: &mut [CpuStep], bufs: &[BufPlan]) {
             }
         }
     }
-    // A kernel runs stage by stage over several rows only when every stage
-    // can, and no stage reads what another writes at another point.
+    // A kernel runs stage by stage over several rows only when every
+    // compiled stage can, the others are ones the executor runs row by row
+    // in between (not scatters or accumulations: an embedding backward's
+    // int64 row ids, saved by BERT's forward beside its embedding + layer
+    // norm), and no stage reads what another writes at another point.
     for (k, step) in steps.iter().enumerate() {
         let CpuStep::Kernel(kernel) = step else { continue };
         let mine: Vec<_> = pending.iter_mut().filter(|p| p.kernel == k).collect();
-        let all_rows = mine.len() == kernel.stages.len() && mine.iter().all(|p| p.rows == Rows::Points);
+        let interpreted = (0..kernel.stages.len()).filter(|s| !mine.iter().any(|p| p.stage == *s));
+        let all_rows = !mine.is_empty()
+            && mine.iter().all(|p| p.rows == Rows::Points)
+            && interpreted.map(|s| &kernel.stages[s]).all(|st| st.store_indirect.is_empty() && st.accumulate.is_none());
         if !all_rows || !same_point_reads(kernel, bufs) {
             mine.into_iter().filter(|p| p.rows == Rows::Points).for_each(|p| p.rows = Rows::One);
         }

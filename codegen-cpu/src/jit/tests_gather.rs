@@ -119,3 +119,67 @@ fn gathered_rows_run_by_rows_in_inner_tiles() {
     kernel.stages.push(centre);
     check(kernel);
 }
+
+/// An embedding beside an int64 stage the JIT leaves to the executor (an
+/// embedding backward's ids, saved by a training forward): 40 rows of 8
+/// lanes, `table[ids[i0]] * 2` compiled with every row's addresses in
+/// tables filled 8 rows (a register) at a time, `ids[i0] * 3 + 1`
+/// interpreted row by row in between; the kernel still runs by rows.
+#[test]
+fn gathered_rows_run_by_rows_beside_an_interpreted_stage() {
+    if !super::enabled() {
+        return;
+    }
+    let (i0, i1) = (Expr::v(0), Expr::v(1));
+    let bufs = vec![
+        buf(&[6, 8], &[8, 1], DType::F32),
+        buf(&[40, 8], &[8, 1], DType::F32),
+        buf(&[40], &[1], DType::I64),
+        buf(&[40], &[1], DType::I64),
+    ];
+    let ids_load = |dst| Inst {
+        dst,
+        kind: Kind::I64,
+        narrow: None,
+        op: InstOp::Load { buf: BufId(3), dtype: DType::I64, index: IndexFn::new(&i0), indirect: vec![], mask: None },
+    };
+    let mut insts =
+        vec![ids_load(0), Inst { dst: 1, kind: Kind::I64, narrow: None, op: InstOp::Bounded { src: 0, size: 6 } }];
+    let row =
+        InstOp::Load { buf: BufId(0), dtype: DType::F32, index: IndexFn::new(&i1), indirect: vec![(1, 8)], mask: None };
+    insts.extend([f32_inst(2, row), f32_inst(3, InstOp::Binary(BinaryOp::Add, 2, 2))]);
+    let mut gather = f32_stage(1, None, insts, 3, &i0.scale(8).add(&i1), 4);
+    gather.inner = vec![8];
+    gather.regs[..2].fill(Kind::I64);
+    let int = |dst, op| Inst { dst, kind: Kind::I64, narrow: None, op };
+    let ints =
+        vec![ids_load(0), int(3, InstOp::Binary(BinaryOp::Mul, 0, 1)), int(0, InstOp::Binary(BinaryOp::Add, 3, 2))];
+    let mut ids = f32_stage(2, None, ints, 0, &i0, 4);
+    (ids.out_dtype, ids.value_kind, ids.regs) = (DType::I64, Kind::I64, vec![Kind::I64; 4]);
+    ids.consts = vec![(1, InstOp::ConstI(3)), (2, InstOp::ConstI(1))];
+    let mut kernel = one_stage(vec![40], TileMode::Inner, gather, 256);
+    kernel.stages.push(ids);
+    let compiled = compile(&kernel, &bufs);
+    let gather = compiled.stages[0].jit.as_ref();
+    assert!(gather.is_some_and(|j| j.rows == Rows::Points && j.table()), "the gather does not run by rows");
+    assert!(compiled.stages[1].jit.is_none(), "the int64 stage compiled");
+    let table: Vec<f32> = (0..48).map(|k| ((k * 7919) % 1000) as f32 / 100.0 - 5.0).collect();
+    let run = |kernel: &KernelPlan, ids: &[i64]| {
+        let (mut out, mut out_ids) = (vec![0f32; 320], vec![0i64; 40]);
+        let ptrs =
+            [table.as_ptr() as usize, out.as_mut_ptr() as usize, out_ids.as_mut_ptr() as usize, ids.as_ptr() as usize];
+        let ok = run_kernel(kernel, &Memory { ptrs: &ptrs, bufs: &bufs });
+        ok.then(|| (out.iter().map(|x| x.to_bits()).collect::<Vec<_>>(), out_ids))
+    };
+    let mut ids: Vec<i64> = (0..40).map(|k| (k * 5 + k / 7) % 6).collect();
+    let (got, got_ids) = run(&compiled, &ids).expect("ids in range");
+    assert_eq!(Some((got.clone(), got_ids.clone())), run(&kernel, &ids));
+    assert_eq!(got_ids, ids.iter().map(|x| x * 3 + 1).collect::<Vec<_>>());
+    for r in 0..40 {
+        let want: Vec<u32> = (0..8).map(|l| (table[ids[r] as usize * 8 + l] * 2.0).to_bits()).collect();
+        assert_eq!(got[r * 8..r * 8 + 8], want[..], "row {r}");
+    }
+    // An id out of range in the last register's worth of rows fails both.
+    ids[37] = 6;
+    assert!(run(&compiled, &ids).is_none() && run(&kernel, &ids).is_none());
+}
