@@ -95,6 +95,7 @@ pub fn run(program: &mut Program) {
 /// temporary, directly, by an extern call or through a view, reads the
 /// output.
 fn promote(program: &mut Program, promoted: &HashMap<BufId, BufId>, repeats: &HashSet<(usize, usize)>) {
+    drop_stages(program, repeats);
     let mut memo = HashMap::new();
     for s in 0..program.steps.len() {
         let stages = match &mut program.steps[s] {
@@ -104,20 +105,18 @@ fn promote(program: &mut Program, promoted: &HashMap<BufId, BufId>, repeats: &Ha
             }
             Step::Kernel(kernel) => kernel.stages.clone(),
         };
-        let mut kept = Vec::with_capacity(stages.len());
-        for (k, mut stage) in stages.into_iter().enumerate() {
-            if repeats.contains(&(s, k)) {
-                continue;
-            }
-            stage.out = *promoted.get(&stage.out).unwrap_or(&stage.out);
-            redirect_stage(program, &mut stage, promoted, &mut memo);
-            kept.push(stage);
-        }
+        let stages: Vec<Stage> = stages
+            .into_iter()
+            .map(|mut stage| {
+                stage.out = *promoted.get(&stage.out).unwrap_or(&stage.out);
+                redirect_stage(program, &mut stage, promoted, &mut memo);
+                stage
+            })
+            .collect();
         if let Step::Kernel(kernel) = &mut program.steps[s] {
-            kernel.stages = kept;
+            kernel.stages = stages;
         }
     }
-    program.steps.retain(|step| !matches!(step, Step::Kernel(kernel) if kernel.stages.is_empty()));
     move_views(program, promoted);
 }
 
@@ -146,20 +145,38 @@ fn move_views(program: &mut Program, to: &HashMap<BufId, BufId>) {
 /// Temporaries exactly one stage writes (and nothing writes through a view):
 /// their values, once stored, stay.
 fn written_once(program: &Program) -> HashSet<BufId> {
-    let mut writes: HashMap<BufId, usize> = HashMap::new();
-    for kernel in program.kernels() {
-        for stage in &kernel.stages {
-            *writes.entry(program.storage_of(stage.out)).or_default() += 1;
-        }
-    }
-    for step in &program.steps {
-        if let Step::Extern(ext) = step {
-            for b in &ext.outputs {
-                *writes.entry(program.storage_of(*b)).or_default() += 1;
-            }
-        }
-    }
+    let writes = write_counts(program);
     writes.into_iter().filter(|(b, n)| *n == 1 && program.buffer(*b).role == BufRole::Temp).map(|(b, _)| b).collect()
+}
+
+/// How many kernel stages and extern calls write each storage.
+pub(crate) fn write_counts(program: &Program) -> HashMap<BufId, usize> {
+    let mut writes: HashMap<BufId, usize> = HashMap::new();
+    for step in &program.steps {
+        let outs: Vec<BufId> = match step {
+            Step::Kernel(kernel) => kernel.stages.iter().map(|s| s.out).collect(),
+            Step::Extern(ext) => ext.outputs.clone(),
+        };
+        for b in outs {
+            *writes.entry(program.storage_of(b)).or_default() += 1;
+        }
+    }
+    writes
+}
+
+/// Remove the stages at `positions` (step, stage), then the kernels left
+/// without a stage.
+pub(crate) fn drop_stages(program: &mut Program, positions: &HashSet<(usize, usize)>) {
+    for (s, step) in program.steps.iter_mut().enumerate() {
+        if let Step::Kernel(kernel) = step {
+            let mut k = 0;
+            kernel.stages.retain(|_| {
+                k += 1;
+                !positions.contains(&(s, k - 1))
+            });
+        }
+    }
+    program.steps.retain(|step| !matches!(step, Step::Kernel(kernel) if kernel.stages.is_empty()));
 }
 
 /// `root` with its loads of duplicate buffers reading the originals.

@@ -16,6 +16,7 @@
 
 use std::collections::{HashMap, HashSet};
 
+use crate::cse::{drop_stages, write_counts};
 use crate::ir::loops::{BufId, BufRole, Program, ScalarOp, Stage, Step};
 use crate::ir::{Ctx, DType, Expr};
 
@@ -69,16 +70,7 @@ pub fn run(program: &mut Program) {
             }
         }
     }
-    for (s, step) in program.steps.iter_mut().enumerate() {
-        if let Step::Kernel(kernel) = step {
-            let mut k = 0;
-            kernel.stages.retain(|_| {
-                k += 1;
-                !dropped.contains(&(s, k - 1))
-            });
-        }
-    }
-    program.steps.retain(|step| !matches!(step, Step::Kernel(kernel) if kernel.stages.is_empty()));
+    drop_stages(program, &dropped);
 }
 
 /// A stage that copies one plain load, over all of a temporary written once
@@ -137,21 +129,6 @@ fn permutations(n: usize) -> Vec<Vec<usize>> {
     let mut out: Vec<Vec<usize>> = tuples.filter(|t| (0..n).all(|v| t.contains(&v))).collect();
     out.sort_by_key(|p| p.iter().enumerate().filter(|(i, v)| i != *v).count());
     out
-}
-
-/// How many stages and extern calls write each storage.
-fn write_counts(program: &Program) -> HashMap<BufId, usize> {
-    let mut writes: HashMap<BufId, usize> = HashMap::new();
-    for step in &program.steps {
-        let outs: Vec<BufId> = match step {
-            Step::Kernel(kernel) => kernel.stages.iter().map(|s| s.out).collect(),
-            Step::Extern(ext) => ext.outputs.clone(),
-        };
-        for b in outs {
-            *writes.entry(program.storage_of(b)).or_default() += 1;
-        }
-    }
-    writes
 }
 
 /// Buffers a kernel stage loads (directly; views are buffers of their own).

@@ -99,13 +99,7 @@ fn fill_table(
             ran = load.pre_before;
             for r in 0..n {
                 sc.env[row_var] = first + (start + r) as i64;
-                let mut index = load.index.eval(&sc.env);
-                for (reg, stride) in &load.indirect {
-                    if let Tile::I64(v) = &sc.regs[s][*reg as usize] {
-                        index += v[r] * stride;
-                    }
-                }
-                sc.addrs[(start + r) * loads + k] = address(load, index, mem);
+                sc.addrs[(start + r) * loads + k] = address(load, s, r, mem, sc);
             }
             sc.env[row_var] = first + start as i64;
         }
@@ -147,20 +141,23 @@ fn push_addrs(jit: &JitStage, at: (&StagePlan, usize, usize), mem: &Memory, sc: 
             indirect::exec_pre(&stage.insts[k], s, tile_var, mem, sc);
         }
         ran = load.pre_before;
-        let mut at = load.index.eval(&sc.env);
-        for (reg, stride) in &load.indirect {
-            if let Tile::I64(v) = &sc.regs[s][*reg as usize] {
-                at += v[0] * stride;
-            }
-        }
-        sc.addrs.push(address(load, at, mem));
+        let addr = address(load, s, 0, mem, sc);
+        sc.addrs.push(addr);
     }
     ran
 }
 
-/// A load's byte address at element `index` (or the index itself, for a
-/// load whose buffer the function does not read through a pointer).
-fn address(load: &JitLoad, index: i64, mem: &Memory) -> i64 {
+/// A load's byte address at the current point, its indirect parts read
+/// from lane `lane` of the executor's registers of stage `s` (or the
+/// element index itself, for a load whose buffer the function does not
+/// read through a pointer).
+fn address(load: &JitLoad, s: usize, lane: usize, mem: &Memory, sc: &Scratch) -> i64 {
+    let mut index = load.index.eval(&sc.env);
+    for (reg, stride) in &load.indirect {
+        if let Tile::I64(v) = &sc.regs[s][*reg as usize] {
+            index += v[lane] * stride;
+        }
+    }
     match load.buf {
         Some(buf) => mem.ptrs[buf.0 as usize] as i64 + index * load.size,
         None => index,
