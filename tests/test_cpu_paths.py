@@ -1,6 +1,7 @@
 """The CPU backend's execution paths, each against eager float64:
 torch's BLAS and the gemm crate for matrix products, ATen's OpenMP team and
-rayon for kernels, split dimensions for reshaped heads, `x ** 2`/`x ** 3`
+rayon for kernels, split dimensions for reshaped heads (outer and
+reduction ones), `x ** 2`/`x ** 3`
 as products, and the per-step profile (`RDYN_PROFILE=1`)."""
 
 from __future__ import annotations
@@ -117,6 +118,26 @@ def test_head_merge_is_split_into_affine_loads() -> None:
     assert_same(compile_aten(merge, [x.float()])(x.float()), merge(x.float()), merge(x))
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_head_gradient_sums_split_their_token_dim(dtype) -> None:
+    """Bias gradients of q, k and v summed over the tokens of (B, H, T, D)
+    gradients: the token dim `B·T` reaches the index as `// T` and `% T`,
+    and splits into two reduction dims (B, then T: the same elements in the
+    same order), so the loads are affine and the JIT runs the inner one as
+    one call per lane tile."""
+
+    def bias_grads(a, b, c):
+        return tuple(t.transpose(1, 2).reshape(-1, t.shape[1] * t.shape[3]).sum(0) for t in (a, b, c))
+
+    g = torch.Generator().manual_seed(5)
+    xs = [torch.randn(3, 2, 40, 32, generator=g, dtype=torch.float64) for _ in range(3)]
+    low = [x.to(dtype) for x in xs]
+    kernels = _kernels(bias_grads, *low)
+    assert len(kernels) == 1, kernels
+    assert "sum over [3, 40]" in kernels[0].source and "//" not in kernels[0].source, kernels[0].source
+    assert_same(compile_aten(bias_grads, low)(*low), bias_grads(*low), bias_grads(*xs))
+
+
 def test_square_and_cube_are_products() -> None:
     fn = lambda x: x**2 + x**3 + x**2.5  # noqa: E731
     x = torch.rand(64, 48, dtype=torch.float64) * 2 + 0.1
@@ -150,6 +171,29 @@ def test_gelu_is_one_op_and_matches_float64(approximate, dtype) -> None:
     assert_same(got[finite], fn(x)[finite], want[finite])
     # At ±inf and NaN, float64 eager's values (float32 eager's gelu(+inf)
     # is NaN): +inf at +inf, NaN at -inf and NaN.
+    torch.testing.assert_close(got[~finite].double(), want[~finite], equal_nan=True)
+
+
+@pytest.mark.parametrize("approximate", ["none", "tanh"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16, torch.bfloat16])
+def test_gelu_backward_is_one_op_and_matches_float64(approximate, dtype) -> None:
+    """aten.gelu_backward of the exact GELU is lowered whole: the gradient
+    times one `gelu_grad` instruction (Φ(x) + x·φ(x)); the tanh form is
+    decomposed. Both within tolerance of eager and of float64 over [-8, 8],
+    and NaN where float64 eager gives NaN (±inf, NaN)."""
+    fn = lambda g, x: torch.ops.aten.gelu_backward(g, x, approximate=approximate)  # noqa: E731
+    x64 = torch.cat([torch.linspace(-8, 8, 4001, dtype=torch.float64), torch.tensor(_SPECIAL, dtype=torch.float64)])
+    g64 = torch.linspace(-2, 3, x64.numel(), dtype=torch.float64)
+    x, g = x64.to(dtype), g64.to(dtype)
+    source = "\n".join(k.source for k in _kernels(fn, g, x))
+    if approximate == "none":
+        assert "gelu_grad r" in source and "erf" not in source and "exp" not in source, source
+    else:
+        assert "tanh r" in source and "gelu_grad" not in source, source
+    (got,) = compile_aten(fn, [g, x])(g, x)
+    want = fn(g.to(torch.float64), x.to(torch.float64))
+    finite = torch.isfinite(x)
+    assert_same(got[finite], fn(g, x)[finite], want[finite])
     torch.testing.assert_close(got[~finite].double(), want[~finite], equal_nan=True)
 
 

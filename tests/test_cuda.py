@@ -390,6 +390,25 @@ def test_bessel_jyk_on_cuda_sim(name: str) -> None:
         assert bool((got.abs() <= (2 / (torch.pi * huge.double())).sqrt() * 1.001).all()), got
 
 
+@pytest.mark.parametrize("device", ["cuda-sim", "wgpu"])
+def test_gelu_backward_factor_on_gpu_codegens(device: str) -> None:
+    """Exact GELU's backward, lowered whole as the gradient times one
+    `gelu_grad` op, as PTX (through the simulator) and as WGSL (on
+    lavapipe): within float32 tolerance of float64 eager over [-8, 8]."""
+    from helpers import assert_same, wgpu_available
+
+    if device == "wgpu" and not wgpu_available():
+        pytest.skip("no wgpu adapter")
+    rdyn.reset_stats()
+    fn = lambda g, x: torch.ops.aten.gelu_backward(g, x)  # noqa: E731
+    x = torch.linspace(-8, 8, 4001)
+    g = torch.linspace(-2, 3, 4001)
+    with no_rust_panic():
+        got = torch.compile(fn, backend="rdyn", options={"device": device})(g, x)
+    assert rdyn.stats()["nodes_fallback"] == 0, rdyn.stats()["fallback_ops"]
+    assert_same(got, fn(g, x), fn(g.double(), x.double()))
+
+
 @pytest.mark.parametrize("device", ["cpu", "cuda-sim"])
 def test_airy_ai_matches_mpmath(device: str) -> None:
     """Airy Ai on the CPU backend and as PTX (the same algorithm) against

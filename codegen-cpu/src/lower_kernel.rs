@@ -135,6 +135,17 @@ pub(crate) fn kernel_plan(
             *e = split.apply(e, syms, &tail);
         }
     }
+    // Then each stage's reduction dimensions, as its own indices divide them.
+    let red_splits: Vec<Split> = shapes
+        .iter_mut()
+        .map(|(inner, red, exprs)| {
+            let prefix: Vec<i64> = split.sizes.iter().chain(inner.iter()).copied().collect();
+            let by: &[Expr] = if serial { &[] } else { exprs };
+            let red_split = Split::find_after(&prefix, red, by, syms, true);
+            exprs.iter_mut().for_each(|e| *e = red_split.apply(e, syms, &[]));
+            red_split
+        })
+        .collect();
     let all_exprs: Vec<Expr> = shapes.iter().flat_map(|(_, _, e)| e.iter().cloned()).collect();
     let outer = split.sizes.clone();
     let m = outer.len();
@@ -142,10 +153,12 @@ pub(crate) fn kernel_plan(
     let new_outer: Vec<i64> = groups.iter().map(|g| g.iter().map(|k| outer[*k]).product()).collect();
     let m_new = new_outer.len();
     let mut stages = Vec::new();
-    for (stage, (inner, red, own)) in kernel.stages.iter().zip(shapes) {
+    for ((stage, (inner, red, own)), red_split) in kernel.stages.iter().zip(shapes).zip(red_splits) {
+        // The outer split reads the original ranges; the rest, the split ones.
+        let tail: Vec<i64> = inner.iter().chain(red.iter()).copied().collect();
+        let red = red_split.sizes.clone();
         let total_vars = m + inner.len() + red.len();
         // The stage's own dims collapse by its own indices.
-        let tail: Vec<i64> = inner.iter().chain(red.iter()).copied().collect();
         let single = |n: usize| (0..n).map(|k| vec![k]).collect::<Vec<_>>();
         let inner_groups = if serial { single(inner.len()) } else { collapse_groups(&inner, m, &own) };
         let red_groups = if serial { single(red.len()) } else { collapse_groups(&red, m + inner.len(), &own) };
@@ -179,7 +192,10 @@ pub(crate) fn kernel_plan(
         }
         let mut ctx = Ctx::with_extents(&extents);
         ctx.sym_values = syms.sym_values.clone();
-        let index = |e: &Expr| IndexFn::new(&split.apply(&e.simplify(syms), syms, &tail).substitute_vars(&remap, &ctx));
+        let index = |e: &Expr| {
+            let e = red_split.apply(&split.apply(&e.simplify(syms), syms, &tail), syms, &[]);
+            IndexFn::new(&e.substitute_vars(&remap, &ctx))
+        };
         let (stage, accumulate) = match scatter_combine(program, stage) {
             Some((op, rest)) => (Stage { value: rest, ..stage.clone() }, Some(op)),
             None => (stage.clone(), None),

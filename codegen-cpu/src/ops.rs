@@ -43,6 +43,12 @@ macro_rules! float_ops {
                 UnaryOp::Sigmoid => map!(|v: $t| 1.0 / (1.0 + (-v).exp())),
                 UnaryOp::Erf => map!(|v: $t| $libm_erf(v)),
                 UnaryOp::Gelu => map!(|v: $t| 0.5 * v * (1.0 + $libm_erf(v * std::f64::consts::FRAC_1_SQRT_2 as $t))),
+                UnaryOp::GeluGrad => map!(|v: $t| {
+                    let cdf = 0.5 * (1.0 + $libm_erf(v * std::f64::consts::FRAC_1_SQRT_2 as $t));
+                    cdf + v
+                        * (-0.5 * v * v).exp()
+                        * (0.5 * std::f64::consts::FRAC_2_SQRT_PI * std::f64::consts::FRAC_1_SQRT_2) as $t
+                }),
                 UnaryOp::Erfc => map!(|v: $t| $libm_erfc(v)),
                 UnaryOp::Erfinv => map!(|v: $t| $erfinv(v)),
                 UnaryOp::Floor => map!(|v: $t| v.floor()),
@@ -363,6 +369,7 @@ fn unary_f32_body<const FMA: bool>(op: UnaryOp, x: &[f32], out: &mut [f32]) {
         UnaryOp::Log => map!(fm::ln::<FMA>),
         UnaryOp::Erf => map!(fm::erf::<FMA>),
         UnaryOp::Gelu => map!(fm::gelu::<FMA>),
+        UnaryOp::GeluGrad => map!(fm::gelu_grad::<FMA>),
         other => unary_f32_generic(other, x, out),
     }
 }

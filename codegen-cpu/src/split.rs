@@ -1,29 +1,35 @@
-//! Splitting outer dimensions that indices divide.
+//! Splitting dimensions that indices divide.
 //!
 //! A reshape that splits or merges dimensions (attention heads, pixel
 //! shuffles, channel groups) leaves `i // k` and `i % k` in an index. Along
 //! the tile such an index is not affine, so the executor would evaluate it
 //! lane by lane. When `k` divides the dimension, splitting `i` into
 //! `(n / k, k)` with `i = k·a + b` turns both atoms into plain variables
-//! (`a` and `b`) and the index affine again.
+//! (`a` and `b`) and the index affine again. The kernel's outer dimensions
+//! split so, and so does a stage's reduction (a bias gradient summed over
+//! the tokens of a `[batch, heads, seq, dim]` gradient): `a` then `b` walk
+//! the same elements in the same order as `i` did.
 
 use rdyn_ir::{Atom, Ctx, Expr, Var};
 
-/// The outer dimensions after splitting, and each original outer variable
-/// as an expression over the new ones.
+/// A range of consecutive variables after splitting (the outer ones, or a
+/// stage's reduction ones after the outer and inner ones), and each
+/// original variable of the range as an expression over the new ones.
 #[derive(Clone, Debug)]
 pub(crate) struct Split {
     pub sizes: Vec<i64>,
+    /// The extents of the variables before the range, which stay.
+    prefix: Vec<i64>,
     map: Vec<Expr>,
     original: usize,
-    /// Whether the last outer dimension may carry the tile (see `find`).
+    /// Whether the range's last dimension may carry the tile (see `find`).
     last_is_tile: bool,
 }
 
 /// The narrowest tile a split of the last dimension may leave.
 const MIN_TILE: i64 = 16;
 
-/// At most this many splits per kernel (each adds a dimension).
+/// At most this many splits per range (each adds a dimension).
 const MAX_SPLITS: usize = 8;
 
 impl Split {
@@ -33,10 +39,19 @@ impl Split {
     /// last outer dimension may be the tile's, and splitting it must leave
     /// it wide; when every stage has its own range the tile runs along that.
     pub fn find(outer: &[i64], exprs: &[Expr], syms: &Ctx, last_is_tile: bool) -> Split {
+        Split::find_after(&[], outer, exprs, syms, last_is_tile)
+    }
+
+    /// Split the dimensions `dims` of the variables that follow the ones of
+    /// extents `prefix`, as `exprs` (over all of them, then any later
+    /// variables) divide them.
+    pub fn find_after(prefix: &[i64], dims: &[i64], exprs: &[Expr], syms: &Ctx, last_is_tile: bool) -> Split {
+        let first = prefix.len();
         let mut split = Split {
-            sizes: outer.to_vec(),
-            map: (0..outer.len()).map(|k| Expr::v(k as u32)).collect(),
-            original: outer.len(),
+            sizes: dims.to_vec(),
+            prefix: prefix.to_vec(),
+            map: (first..first + dims.len()).map(|k| Expr::v(k as u32)).collect(),
+            original: dims.len(),
             last_is_tile,
         };
         let mut current: Vec<Expr> = exprs.to_vec();
@@ -44,19 +59,19 @@ impl Split {
             let Some((dim, k)) = current.iter().find_map(|e| split.candidate(e)) else {
                 break;
             };
-            let before = split.sizes.len();
-            // Variable `dim` becomes `k·dim + (dim + 1)`; later ones shift up.
-            let mut vars: Vec<Expr> =
-                (0..before as u32).map(|v| Expr::v(if v > dim as u32 { v + 1 } else { v })).collect();
-            vars[dim] = Expr::v(dim as u32).scale(k).add(&Expr::v(dim as u32 + 1));
+            let before = first + split.sizes.len();
+            let v = (first + dim) as u32;
+            // Variable `v` becomes `k·v + (v + 1)`; later ones shift up.
+            let mut vars: Vec<Expr> = (0..before as u32).map(|u| Expr::v(if u > v { u + 1 } else { u })).collect();
+            vars[v as usize] = Expr::v(v).scale(k).add(&Expr::v(v + 1));
             let n = split.sizes[dim];
             split.sizes[dim] = n / k;
             split.sizes.insert(dim + 1, k);
             let ctx = split.ctx(syms, &[]);
             split.map = split.map.iter().map(|e| e.substitute_vars(&vars, &ctx)).collect();
-            // Stage variables (after the outer ones) shift by one.
-            let extra = current.iter().filter_map(|e| e.max_var()).max().map_or(0, |v| v as usize + 1);
-            vars.extend((before..extra.max(before)).map(|v| Expr::v(v as u32 + 1)));
+            // Later variables (a stage's, after the outer ones) shift by one.
+            let extra = current.iter().filter_map(|e| e.max_var()).max().map_or(0, |u| u as usize + 1);
+            vars.extend((before..extra.max(before)).map(|u| Expr::v(u as u32 + 1)));
             current = current.iter().map(|e| e.substitute_vars(&vars, &ctx)).collect();
         }
         split
@@ -72,12 +87,15 @@ impl Split {
         match atom {
             Atom::FloorDiv(x, d) | Atom::Mod(x, d) => {
                 if let (Some(k), [(Atom::Var(Var(v)), 1)], 0) = (d.as_const(), x.terms(), x.constant()) {
-                    let dim = *v as usize;
-                    // Splitting the last dimension shortens the tile to
-                    // `k` lanes: worth it only when that stays wide.
-                    let wide = dim + 1 < self.sizes.len() || k >= MIN_TILE || !self.last_is_tile;
-                    if dim < self.sizes.len() && k > 1 && k < self.sizes[dim] && self.sizes[dim] % k == 0 && wide {
-                        return Some((dim, k));
+                    // Only the range's variables split.
+                    let dim = (*v as usize).checked_sub(self.prefix.len()).filter(|d| *d < self.sizes.len());
+                    if let Some(dim) = dim {
+                        // Splitting the last dimension shortens the tile to
+                        // `k` lanes: worth it only when that stays wide.
+                        let wide = dim + 1 < self.sizes.len() || k >= MIN_TILE || !self.last_is_tile;
+                        if k > 1 && k < self.sizes[dim] && self.sizes[dim] % k == 0 && wide {
+                            return Some((dim, k));
+                        }
                     }
                 }
                 self.candidate(x)
@@ -92,23 +110,27 @@ impl Split {
         self.sizes.len() == self.original
     }
 
-    /// Ranges of the split outer variables followed by `extra` ones.
+    /// Ranges of the variables before the range, the split ones, then
+    /// `extra` ones.
     fn ctx(&self, syms: &Ctx, extra: &[i64]) -> Ctx {
-        let mut extents = self.sizes.clone();
+        let mut extents = self.prefix.clone();
+        extents.extend_from_slice(&self.sizes);
         extents.extend_from_slice(extra);
         let mut ctx = Ctx::with_extents(&extents);
         ctx.sym_values = syms.sym_values.clone();
         ctx
     }
 
-    /// `e` (over the original outer variables, then `extra.len()` stage
-    /// variables) over the split variables.
+    /// `e` (over the variables before the range, the original ones of the
+    /// range, then `extra.len()` later ones) over the split variables.
     pub fn apply(&self, e: &Expr, syms: &Ctx, extra: &[i64]) -> Expr {
         if self.is_identity() {
             return e.clone();
         }
-        let mut vars = self.map.clone();
-        vars.extend((0..extra.len() as u32).map(|j| Expr::v(self.sizes.len() as u32 + j)));
+        let first = self.prefix.len();
+        let mut vars: Vec<Expr> = (0..first as u32).map(Expr::v).collect();
+        vars.extend(self.map.iter().cloned());
+        vars.extend((0..extra.len() as u32).map(|j| Expr::v((first + self.sizes.len()) as u32 + j)));
         e.substitute_vars(&vars, &self.ctx(syms, extra))
     }
 }
@@ -165,6 +187,29 @@ mod tests {
                 assert_eq!(e.eval(&[i0, r], &[]), e2.eval(&[i0 / 16, i0 % 16, r], &[]));
             }
         }
+    }
+
+    #[test]
+    fn reduction_dims_split_behind_their_prefix() {
+        // A bias gradient: out[i0] = sum over r of in[4096·(r // 64) + 32·(r % 64) + i0],
+        // with an outer [32] before the reduction [256].
+        let ctx = Ctx::with_extents(&[32, 256]);
+        let r = Expr::v(1);
+        let load =
+            r.floordiv(&Expr::c(64), &ctx).scale(4096).add(&r.modulo(&Expr::c(64), &ctx).scale(32)).add(&Expr::v(0));
+        let split = Split::find_after(&[32], &[256], std::slice::from_ref(&load), &Ctx::default(), true);
+        assert_eq!(split.sizes, vec![4, 64]);
+        let load2 = split.apply(&load, &Ctx::default(), &[]);
+        assert!(load2.terms().iter().all(|(a, _)| matches!(a, Atom::Var(_))), "{load2} is not affine");
+        // The outer variable stays, and (a, b) walk r's elements in r's order.
+        for i0 in 0..32 {
+            for r in 0..256 {
+                assert_eq!(load.eval(&[i0, r], &[]), load2.eval(&[i0, r / 64, r % 64], &[]));
+            }
+        }
+        // A division of a prefix variable splits nothing.
+        let prefix_only = Expr::v(0).floordiv(&Expr::c(4), &ctx).add(&Expr::v(1));
+        assert!(Split::find_after(&[32], &[256], &[prefix_only], &Ctx::default(), true).is_identity());
     }
 
     #[test]

@@ -277,8 +277,8 @@ fn float32_unary(f: &mut Func, op: UnaryOp, x: &str) -> Result<String, PtxError>
             };
             keep_nan(f, x, &r)
         }
-        UnaryOp::Gelu => {
-            // x·Φ(x), Φ's tail erfc(|z|)/2 at z = x/√2 taken directly for
+        UnaryOp::Gelu | UnaryOp::GeluGrad => {
+            // Φ(x), its tail erfc(|z|)/2 at z = x/√2 taken directly for
             // x < 0 (no 1 − (1 − tail)): Φ(−inf) = 0, so gelu(−inf) is NaN.
             let z = mul(f, x, &k(std::f64::consts::FRAC_1_SQRT_2));
             let c = crate::special::erfc_abs(f, &z);
@@ -286,7 +286,17 @@ fn float32_unary(f: &mut Func, op: UnaryOp, x: &str) -> Result<String, PtxError>
             let upper = sub(f, &k(1.0), &tail);
             let neg = f.setp("lt", "f32", x, &k(0.0));
             let phi = f.selp(Class::F32, &tail, &upper, &neg);
-            let r = mul(f, x, &phi);
+            let r = if op == UnaryOp::Gelu {
+                // x·Φ(x)
+                mul(f, x, &phi)
+            } else {
+                // Φ(x) + x·e^(−x²/2)/√(2π)
+                let xx = mul(f, x, x);
+                let arg = mul(f, &xx, &k(-0.5));
+                let e = exp(f, &arg);
+                let density = mul(f, &e, &k(0.5 * std::f64::consts::FRAC_2_SQRT_PI * std::f64::consts::FRAC_1_SQRT_2));
+                fma(f, x, &density, &phi)
+            };
             keep_nan(f, x, &r)
         }
         UnaryOp::Lgamma => crate::special::lgamma(f, x),

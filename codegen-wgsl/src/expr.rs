@@ -118,6 +118,10 @@ fn geluf(x: f32) -> f32 {
     let tail = 0.5f * erfc_abs(abs(x) * 0.70710678f);
     return x * select(1.0f - tail, tail, x < 0.0f);
 }
+fn gelugradf(x: f32) -> f32 {
+    let tail = 0.5f * erfc_abs(abs(x) * 0.70710678f);
+    return select(1.0f - tail, tail, x < 0.0f) + x * exp(-0.5f * x * x) * 0.39894228f;
+}
 fn expm1f(x: f32) -> f32 { return select(exp(x) - 1.0f, x + 0.5f * x * x + x * x * x / 6.0f, abs(x) < 1e-3f); }
 fn log1pf(x: f32) -> f32 { return select(log(1.0f + x), x - 0.5f * x * x + x * x * x / 3.0f, abs(x) < 1e-3f); }
 fn floordivi(a: i32, b: i32) -> i32 { return fdiv(a, b); }
@@ -414,6 +418,7 @@ impl BodyWriter<'_> {
             UnaryOp::Sigmoid => format!("(1.0f / (1.0f + exp(-{x})))"),
             UnaryOp::Erf => format!("erff({x})"),
             UnaryOp::Gelu => format!("geluf({x})"),
+            UnaryOp::GeluGrad => format!("gelugradf({x})"),
             UnaryOp::Erfc => format!("(1.0f - erff({x}))"),
             UnaryOp::Floor => format!("floor({x})"),
             UnaryOp::Ceil => format!("ceil({x})"),

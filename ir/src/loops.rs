@@ -111,6 +111,8 @@ simple_enum! {
         Sigmoid => "sigmoid", Erf => "erf", Erfc => "erfc", Erfinv => "erfinv",
         // Exact GELU, x·Φ(x) = x·(1 + erf(x/√2))/2: one op, not its five.
         Gelu => "gelu",
+        // Its derivative Φ(x) + x·φ(x) (gelu_backward's factor), one op.
+        GeluGrad => "gelu_grad",
         Floor => "floor", Ceil => "ceil", Round => "round", Trunc => "trunc",
         Sign => "sign", Reciprocal => "reciprocal", Not => "not", BitNot => "bitnot",
         IsNan => "isnan", IsInf => "isinf", Signbit => "signbit", Lgamma => "lgamma",

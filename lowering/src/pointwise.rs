@@ -34,6 +34,7 @@ impl Lowerer<'_> {
             Where => self.where_(node),
             Clamp | ClampMin | ClampMax | HardTanh => self.clamp(node),
             Lerp => self.lerp(node),
+            GeluBackward => self.gelu_backward(node),
             Addcmul | Addcdiv => self.addc(node),
             Clone | ToCopy | ConvertElementType | Alias | LiftFreshCopy | Contiguous | Detach | Copy => {
                 self.copy_like(node)
@@ -129,7 +130,7 @@ impl Lowerer<'_> {
         let compute =
             if matches!(node.op, IsNan | IsInf | IsFinite | IsPosInf | IsNegInf | Signbit) { x_dtype } else { out };
         let x = self.operand(node.arg(0, "self"), &sizes, compute, &node.target)?;
-        let gelu_tanh = node.op == Gelu && gelu_is_tanh(node)?;
+        let gelu_tanh = node.op == Gelu && gelu_is_tanh(node, 1)?;
         let s = &mut self.prog.scalars;
         let simple = |op| Some(op);
         let op = match node.op {
@@ -496,6 +497,22 @@ impl Lowerer<'_> {
         self.native(sizes, v, out)
     }
 
+    /// Exact GELU's backward, `grad · (Φ(x) + x·φ(x))` with the factor one
+    /// op ([`UnaryOp::GeluGrad`]); the tanh form is decomposed before it
+    /// gets here (`python/rdyn/backend.py`).
+    fn gelu_backward(&mut self, node: &Node) -> Res {
+        if gelu_is_tanh(node, 2)? {
+            return Err(crate::unsupported(&node.target, "approximate='tanh' (decomposed before lowering)"));
+        }
+        let (sizes, out) = self.out_meta(node)?;
+        let grad = self.operand(node.arg(0, "grad_output"), &sizes, out, &node.target)?;
+        let x = self.operand(node.arg(1, "self"), &sizes, out, &node.target)?;
+        let s = &mut self.prog.scalars;
+        let factor = s.unary(UnaryOp::GeluGrad, x, out);
+        let v = s.binary(BinaryOp::Mul, grad, factor, out);
+        self.native(sizes, v, out)
+    }
+
     fn addc(&mut self, node: &Node) -> Res {
         let (sizes, out) = self.out_meta(node)?;
         let x = self.operand(node.arg(0, "self"), &sizes, out, &node.target)?;
@@ -589,9 +606,10 @@ fn bool_or(dtype: DType, logical: BinaryOp, bitwise: BinaryOp) -> BinaryOp {
     }
 }
 
-/// Whether a GELU node asks for the tanh approximation (else the exact one).
-fn gelu_is_tanh(node: &Node) -> Result<bool, LowerError> {
-    match node.arg(1, "approximate") {
+/// Whether a GELU node (or its backward) asks for the tanh approximation
+/// (else the exact one), `approximate` being argument `pos`.
+fn gelu_is_tanh(node: &Node, pos: usize) -> Result<bool, LowerError> {
+    match node.arg(pos, "approximate") {
         Arg::None => Ok(false),
         Arg::Str(mode) if mode == "none" => Ok(false),
         Arg::Str(mode) if mode == "tanh" => Ok(true),

@@ -13,7 +13,7 @@ GPT-2's, built by comparing position ids (int64), is recomputed per head
 there, which costs little now that such comparisons compile
 (`codegen-cpu/src/jit/long.rs`; interpreted, the decomposition took 155 µs
 per call against ATen's 99). The backward recomputes the probabilities
-from the forward's log-sum-exp, the mask included.
+from the scores as the forward does, the mask included.
 
 Results are laid out as ATen's kernels lay them out: the forward's output
 follows the query's order of dimensions, the log-sum-exp is float32
@@ -119,16 +119,8 @@ def flash_attention_cpu(query, key, value, dropout_p=0.0, is_causal=False, *, at
     work = _work(dtype)
     q, k, v = (_flat(t, work) for t in (query, key, value))
     scores = _scores(q, k, (b, h, l, s), _scale(query, scale), is_causal, attn_mask)
-    top = torch.amax(scores, dim=-1, keepdim=True)
-    masked = top == float("-inf")
-    top = torch.where(masked, 0.0, top)
-    exps = torch.exp(scores - top)
-    total = torch.sum(exps, dim=-1, keepdim=True)
+    masked, top, total, probs = _softmax(scores)
     lse = _swapped_storage(torch.where(masked, 0.0, top + torch.log(total)).view(b, h, l))
-    if torch.is_grad_enabled():
-        probs = _probs(scores, lse, work)
-    else:
-        probs = torch.where(masked, 0.0, exps * torch.reciprocal(total)).view(b * h, l, s)
     out = torch.bmm(probs, v).view(b, h, l, e).to(dtype)
     # The output follows the query's order of dimensions (a query viewed
     # from [batch, tokens, heads, dim] gives its output the same strides).
@@ -137,31 +129,34 @@ def flash_attention_cpu(query, key, value, dropout_p=0.0, is_causal=False, *, at
     return out, lse
 
 
-def _probs(scores, logsumexp, work):
-    """The probabilities ``exp(scores - lse)`` [batch * head, query, key], 0
-    where a score is -inf, as the backward recomputes them.
+def _softmax(scores):
+    """The row max (0 for a row of -inf), whether the row is all -inf, the
+    sum of ``exp(scores - max)``, and the probabilities ``exps / sum``
+    [batch * head, query, key] (0 in a row of -inf): one exp per score.
 
-    A forward traced with gradients enabled (AOTAutograd's joint graph;
-    the tensors there carry no ``requires_grad`` of their own) builds them
-    the same way, from the same values, so that AOTAutograd's
-    common-subexpression pass makes the two one computation (saved for
-    the backward, or recomputed there). Its own ``exps / sum`` beside the
-    backward's had been a second pass over the scores in BERT's training
-    forward (the softmax kernel 55 to 42 µs a layer). Under ``no_grad``
-    ``exps / sum`` stays: it reuses the sum's exponentials where this
-    takes a second exp per score (25 against 44 µs). An inference graph
-    traced with gradients enabled but nothing requiring them gets this
-    form too."""
+    The backward builds its probabilities here too, from the scores it
+    recomputes, rather than as ``exp(scores - lse)`` from the forward's
+    log-sum-exp: in AOTAutograd's joint graph the two constructions are
+    then the same nodes, which its common-subexpression pass makes one
+    computation (saved for the backward, or recomputed there), and the
+    forward keeps its single exp per score. Built from the log-sum-exp,
+    the backward's probabilities had needed a second exp per score in
+    the forward (or a second pass beside it)."""
     b, h, l, s = scores.shape
-    lse = logsumexp.to(work).view(b, h, l, 1)
-    return torch.where(scores == float("-inf"), 0.0, torch.exp(scores - lse)).view(b * h, l, s)
+    top = torch.amax(scores, dim=-1, keepdim=True)
+    masked = top == float("-inf")
+    top = torch.where(masked, 0.0, top)
+    exps = torch.exp(scores - top)
+    total = torch.sum(exps, dim=-1, keepdim=True)
+    probs = torch.where(masked, 0.0, exps * torch.reciprocal(total)).view(b * h, l, s)
+    return masked, top, total, probs
 
 
 def flash_attention_cpu_backward(
     grad_out, query, key, value, out, logsumexp, dropout_p, is_causal, *, attn_mask=None, scale=None
 ):
-    """The backward from the forward's log-sum-exp: the probabilities
-    recomputed as ``exp(scores - lse)`` (0 where a score is -inf), then
+    """The backward: the probabilities recomputed from the scores as the
+    forward computes them (``_softmax``; the log-sum-exp is not read), then
 
     - ``dV = P^T dO``,
     - ``dS = P (dO V^T - rowsum(dO * O)) * scale``,
@@ -179,7 +174,7 @@ def flash_attention_cpu_backward(
     scale = _scale(query, scale)
     q, k, v, do, o = (_flat(t, work) for t in (query, key, value, grad_out, out))
     scores = _scores(q, k, (b, h, l, s), scale, is_causal, attn_mask)
-    probs = _probs(scores, logsumexp, work)
+    probs = _softmax(scores)[3]
     grad_v = torch.bmm(probs.transpose(1, 2), do)
     grad_p = torch.bmm(do, v.transpose(1, 2))
     row = torch.sum(do * o, dim=-1, keepdim=True)

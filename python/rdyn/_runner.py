@@ -49,7 +49,8 @@ class GraphRunner:
         elif node.target in _TENSOR_METADATA:
             value = self._metadata(node)
         else:
-            args = [self._scalar_value(a) if isinstance(a, fx.Node) else a for a in node.args]
+            # Nested too: `sym_sum` takes its terms as one list.
+            args = fx.node.map_arg(node.args, self._scalar_value)
             value = node.target(*args)
         val = node.meta.get("val")
         convert = float if isinstance(val, (torch.SymFloat, float)) else bool if isinstance(val, (torch.SymBool, bool)) else int

@@ -115,6 +115,20 @@ KEPT_WHOLE = (
 for _op in KEPT_WHOLE:
     DECOMPOSITIONS.pop(_op, None)
 
+_GELU_BACKWARD = DECOMPOSITIONS[aten.gelu_backward.default]
+
+
+def _gelu_backward(grad_output, self, approximate="none"):
+    """Exact GELU's backward stays whole (rdyn lowers its factor as one op,
+    which took erf, exp and eight more ops decomposed); the tanh form is
+    decomposed."""
+    if approximate != "tanh":
+        return NotImplemented
+    return _GELU_BACKWARD(grad_output, self, approximate=approximate)
+
+
+DECOMPOSITIONS[aten.gelu_backward.default] = _gelu_backward
+
 
 class CompileError(RuntimeError):
     """A graph could not be compiled (raised under ``RDYN_STRICT=1``)."""

@@ -330,11 +330,15 @@ fn run_stage_outer(stage: &StagePlan, s: usize, m: usize, len: usize, mem: &Memo
                 let empty = red.contains(&0);
                 sc.env[r0..r0 + red.len()].iter_mut().for_each(|v| *v = 0);
                 let mut more = !empty;
-                // A compiled stage may run the whole reduction in one call.
-                if let (true, [n]) = (more, &red[..]) {
-                    more = !jit_accumulate(stage, s, tile_var, len, *n as usize, mem, sc);
-                }
+                // A compiled stage may run the last reduction dimension in
+                // one call, once per point of the others.
+                let (whole, others) = red.split_last().map_or((0, &red[..]), |(n, rest)| (*n as usize, rest));
+                let by_rows = whole > 1 && stage.jit.as_ref().is_some_and(|j| j.rows == Rows::Reduction);
                 while more {
+                    if by_rows && jit_accumulate(stage, s, tile_var, len, whole, mem, sc) {
+                        more = advance(&mut sc.env, r0, others);
+                        continue;
+                    }
                     if !jit_accumulate(stage, s, tile_var, len, 1, mem, sc) {
                         eval(stage, s, tile_var, len, mem, sc);
                         let ri = red_linear(&sc.env, r0, red);

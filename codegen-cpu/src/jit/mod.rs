@@ -200,7 +200,7 @@ pub(crate) const UNARY_TILE: &str = "rdyn_unary_tile";
 
 /// The float32 unary ops compiled stages run through [`unary_tile`]; an
 /// op's code is its position here.
-const TILE_OPS: [UnaryOp; 26] = [
+const TILE_OPS: [UnaryOp; 27] = [
     UnaryOp::Exp,
     UnaryOp::Exp2,
     UnaryOp::Expm1,
@@ -223,6 +223,7 @@ const TILE_OPS: [UnaryOp; 26] = [
     UnaryOp::Sigmoid,
     UnaryOp::Erf,
     UnaryOp::Gelu,
+    UnaryOp::GeluGrad,
     UnaryOp::Erfc,
     UnaryOp::Erfinv,
     UnaryOp::Lgamma,
@@ -386,8 +387,9 @@ struct Pending {
 /// along the next-to-last outer dimension. Inner tiles: rows along the last
 /// outer dimension, for a pointwise stage over one inner dimension that
 /// fits a tile, or a reduction that is one call ([`Output::FoldStore`]).
-/// Either: an outer-tiled reduction over one dimension, one step per row
-/// ([`Rows::Reduction`]).
+/// Either: an outer-tiled reduction's last dimension, one step per row
+/// ([`Rows::Reduction`]; the executor calls it once per point of the
+/// others).
 fn row_steps(kernel: &KernelPlan, stage: &StagePlan, supported: &Supported, output: Output) -> Option<RowSteps> {
     let m = kernel.outer.len();
     // Rows picked by the executor's instructions (a gather's row ids): every
@@ -409,10 +411,8 @@ fn row_steps(kernel: &KernelPlan, stage: &StagePlan, supported: &Supported, outp
             m - 1
         }
         (TileMode::Inner, Output::FoldStore(_)) if m >= 1 && stage.inner.iter().all(|&n| n == 1) => m - 1,
-        (TileMode::Outer, Output::Accumulate(_))
-            if stage.inner.is_empty() && matches!(&stage.reduce, Some((_, red)) if red.len() == 1) =>
-        {
-            m
+        (TileMode::Outer, Output::Accumulate(_)) if stage.inner.is_empty() => {
+            m + stage.reduce.as_ref().map_or(0, |(_, red)| red.len()).checked_sub(1)?
         }
         _ => return None,
     } as u32;

@@ -203,20 +203,19 @@ fn reduction_prologue_matches_interpreter_bitwise() {
 
 /// Lanes across the columns, reducing down the 4 rows of a - b into a
 /// 37-wide output (the accumulator combines lane by lane), all four steps
-/// in one call.
+/// in one call; or down rows `r0 + 2·r1` over two reduction dims, the last
+/// one in one call per point of the first.
 #[test]
 fn column_reduction_matches_interpreter_bitwise() {
     if !super::enabled() {
         return;
     }
-    for op in ACCUMULATED {
-        let (i0, i1) = (Expr::v(0), Expr::v(1));
-        let insts = vec![
-            load(0, 0, i1.scale(37).add(&i0)),
-            load(1, 1, i0.clone()),
-            f32_inst(2, InstOp::Binary(BinaryOp::Sub, 0, 1)),
-        ];
-        let stage = f32_stage(2, Some((op, vec![4])), insts, 2, &i0, 3);
+    let (i0, i1, i2) = (Expr::v(0), Expr::v(1), Expr::v(2));
+    let one_dim = (vec![4], i1.scale(37).add(&i0));
+    let two_dims = (vec![2, 2], i1.scale(37).add(&i2.scale(74)).add(&i0));
+    for (op, (red, rows)) in ACCUMULATED.into_iter().flat_map(|op| [(op, one_dim.clone()), (op, two_dims.clone())]) {
+        let insts = vec![load(0, 0, rows), load(1, 1, i0.clone()), f32_inst(2, InstOp::Binary(BinaryOp::Sub, 0, 1))];
+        let stage = f32_stage(2, Some((op, red)), insts, 2, &i0, 3);
         let kernel = one_stage(vec![37], TileMode::Outer, stage, 16);
         let bufs = [buf(&[4, 37], &[37, 1], DType::F32), buf(&[37], &[1], DType::F32), buf(&[37], &[1], DType::F32)];
         let whole = compile(&kernel, &bufs).stages[0].jit.as_ref().is_some_and(|j| j.rows == super::Rows::Reduction);
