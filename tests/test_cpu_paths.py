@@ -7,6 +7,7 @@ as products, and the per-step profile (`RDYN_PROFILE=1`)."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -287,6 +288,28 @@ def test_layer_norm_gelu_residual_is_one_kernel() -> None:
     block(*ref).square().sum().backward()
     for g, r in zip(grads, ref):
         torch.testing.assert_close(g.grad, r.grad.float(), rtol=1e-4, atol=1e-4)
+
+
+def test_layer_norm_reads_its_stored_residual_sum_back() -> None:
+    """A residual sum that is both returned and layer-normed: its kernel
+    stores the sum first and the mean, variance and normalisation load it
+    (`lowering/src/reuse.rs`) rather than each adding the three inputs
+    again; values against float64."""
+
+    def block(x, bias, r, w, b):
+        h = x + bias + r
+        return torch.nn.functional.layer_norm(h, (64,), w, b), h
+
+    g = torch.Generator().manual_seed(7)
+    args64 = [torch.randn(*shape, generator=g, dtype=torch.float64) for shape in ((96, 64), (64,), (96, 64), (64,), (64,))]
+    args32 = [v.float() for v in args64]
+    (kernel,) = _kernels(block, *args32)
+    stages = kernel.source.split("  stage -> ")[1:]
+    stored = re.match(r"buf\d+", stages[0]).group(0)
+    assert len(stages) == 4 and "sum over" not in stages[0].splitlines()[0], kernel.source
+    for stage in stages[1:]:
+        assert f"load {stored}:" in stage and "load buf0:" not in stage and "load buf2:" not in stage, kernel.source
+    assert_same(compile_aten(block, args32)(*args32), block(*args32), block(*args64))
 
 
 def test_moments_of_an_expanded_input_are_exact() -> None:

@@ -407,6 +407,11 @@ def test_gelu_backward_factor_on_gpu_codegens(device: str) -> None:
         got = torch.compile(fn, backend="rdyn", options={"device": device})(g, x)
     assert rdyn.stats()["nodes_fallback"] == 0, rdyn.stats()["fallback_ops"]
     assert_same(got, fn(g, x), fn(g.double(), x.double()))
+    if device == "cuda-sim" and PTXAS is not None:
+        report = rdyn.explain(fn, g, x, device="cuda")
+        sources = [k.source for k in report.kernels if k.device == "cuda" and k.source.startswith(".version")]
+        assert sources, report
+        assemble(one_module(sources))
 
 
 @pytest.mark.parametrize("device", ["cpu", "cuda-sim"])

@@ -26,6 +26,7 @@ mod piecewise;
 mod pointwise;
 mod pool;
 mod reduce;
+mod reuse;
 pub mod schedule;
 mod shape;
 mod sort;

@@ -184,6 +184,8 @@ pub fn lower_with(
     check(&program, "schedule")?;
     crate::forward::run(&mut program);
     check(&program, "forward")?;
+    crate::reuse::run(&mut program);
+    check(&program, "reuse")?;
     Ok(Lowered { program, counts: lw.counts })
 }
 
