@@ -115,14 +115,14 @@ KEPT_WHOLE = (
 for _op in KEPT_WHOLE:
     DECOMPOSITIONS.pop(_op, None)
 
-_GELU_BACKWARD = DECOMPOSITIONS[aten.gelu_backward.default]
+_GELU_BACKWARD = DECOMPOSITIONS.get(aten.gelu_backward.default)
 
 
 def _gelu_backward(grad_output, self, approximate="none"):
     """Exact GELU's backward stays whole (rdyn lowers its factor as one op,
     which took erf, exp and eight more ops decomposed); the tanh form is
     decomposed."""
-    if approximate != "tanh":
+    if approximate != "tanh" or _GELU_BACKWARD is None:
         return NotImplemented
     return _GELU_BACKWARD(grad_output, self, approximate=approximate)
 
