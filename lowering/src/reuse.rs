@@ -22,27 +22,29 @@ use crate::schedule::renaming;
 pub fn run(program: &mut Program) {
     for g in 0..program.steps.len() {
         let Step::Kernel(kernel) = &program.steps[g] else { continue };
-        let count = kernel.stages.len();
-        for p in 0..count {
-            if reuse(program, g, p) {
+        let (mut stages, outer_len) = (kernel.stages.clone(), kernel.outer.len());
+        // What the kernel writes does not change as stages move or read back.
+        let written: HashSet<BufId> = stages.iter().map(|s| program.storage_of(s.out)).collect();
+        for p in 0..stages.len() {
+            if movable(program, &stages, &written, p) && reuse(program, &mut stages, outer_len, p) {
                 // The producer runs first.
-                if let Step::Kernel(kernel) = &mut program.steps[g] {
-                    let producer = kernel.stages.remove(p);
-                    kernel.stages.insert(0, producer);
-                }
+                let producer = stages.remove(p);
+                stages.insert(0, producer);
             }
+        }
+        if let Step::Kernel(kernel) = &mut program.steps[g] {
+            kernel.stages = stages;
         }
     }
 }
 
-/// Whether stage `p` of step `g` may be read back: pointwise, stored as
-/// computed by it alone, more than a load, and reading nothing its kernel
-/// writes (so it may run first). Stored as computed: in the value's dtype,
-/// and not half precision, which every backend computes in float32 and
-/// rounds only at the store (a reader would see the rounded value).
-fn movable(program: &Program, stages: &[Stage], p: usize) -> bool {
+/// Whether stage `p` may be read back: pointwise, stored as computed by it
+/// alone, more than a load, and reading nothing its kernel writes
+/// (`written`; so it may run first). Stored as computed: in the value's
+/// dtype, and not half precision, which every backend computes in float32
+/// and rounds only at the store (a reader would see the rounded value).
+fn movable(program: &Program, stages: &[Stage], written: &HashSet<BufId>, p: usize) -> bool {
     let producer = &stages[p];
-    let written: HashSet<BufId> = stages.iter().map(|s| program.storage_of(s.out)).collect();
     let storage = program.storage_of(producer.out);
     let dtype = program.buffer(producer.out).dtype;
     producer.reduce.is_none()
@@ -59,15 +61,11 @@ fn movable(program: &Program, stages: &[Stage], p: usize) -> bool {
 
 /// Replace stage `p`'s value in the kernel's other stages by a load of
 /// what `p` stores; whether any stage changed.
-fn reuse(program: &mut Program, g: usize, p: usize) -> bool {
-    let Step::Kernel(kernel) = &program.steps[g] else { return false };
-    if !movable(program, &kernel.stages, p) {
-        return false;
-    }
-    let (producer, stages, outer_len) = (kernel.stages[p].clone(), kernel.stages.clone(), kernel.outer.len());
+fn reuse(program: &mut Program, stages: &mut [Stage], outer_len: usize, p: usize) -> bool {
+    let producer = stages[p].clone();
     let dtype = program.buffer(producer.out).dtype;
     let mut changed = false;
-    for (r, reader) in stages.iter().enumerate() {
+    for (r, reader) in stages.iter_mut().enumerate() {
         if r == p || !reader.store_indirect.is_empty() {
             continue;
         }
@@ -79,11 +77,8 @@ fn reuse(program: &mut Program, g: usize, p: usize) -> bool {
         let index = producer.store.substitute_vars(&vars, &Ctx::default());
         let load =
             program.scalars.add(ScalarOp::Load { buf: producer.out, index, indirect: vec![], mask: None }, dtype);
-        let read = program.scalars.replace(reader.value, &HashMap::from([(value, load)]));
-        if let Step::Kernel(kernel) = &mut program.steps[g] {
-            kernel.stages[r].value = read;
-            changed = true;
-        }
+        reader.value = program.scalars.replace(reader.value, &HashMap::from([(value, load)]));
+        changed = true;
     }
     changed
 }
