@@ -19,7 +19,7 @@ import pytest
 import torch
 
 import rdyn
-from helpers import assert_same, compile_aten
+from helpers import assert_same, compile_aten, wgpu_available
 
 aten = torch.ops.aten
 
@@ -192,6 +192,67 @@ def test_adaptive_avg_pool3d_as_matrix_products(shape, out, layout) -> None:
     loss(x2).backward()
     torch.testing.assert_close(x1.grad, x2.grad)
     assert x1.grad.stride() == x2.grad.stride()
+    assert rdyn.stats()["nodes_fallback"] == 0, rdyn.stats()["fallback_ops"]
+
+
+AVG_POOLS = [
+    # kernel, stride, padding, ceil_mode, count_include_pad, divisor_override
+    (2, 2, 0, False, True, None),
+    (3, 2, 1, False, True, None),
+    (3, 2, 1, True, False, None),
+    ((3, 2), (1, 2), (1, 0), True, True, None),
+    (4, 3, 2, True, False, 5),
+    (3, 1, 0, False, True, None),
+]
+
+
+@pytest.mark.parametrize("config", AVG_POOLS, ids=str)
+@pytest.mark.parametrize("device", ["cpu", "cuda-sim", "wgpu"])
+def test_avg_pool_gradient_lowers(config, device) -> None:
+    """``avg_pool2d_backward`` (DenseNet's transitions in training) is a
+    reduction over the windows covering each input element: every padding,
+    ceil mode, count and divisor as ATen computes them, against float64
+    eager (float32 on wgpu), the input's layout (channels-last too), no
+    eager node. It used to run eagerly."""
+    if device == "wgpu" and not wgpu_available():
+        pytest.skip("no wgpu adapter")
+    kernel, stride, padding, ceil_mode, count_include_pad, divisor = config
+    dtype = torch.float32 if device == "wgpu" else torch.float64
+    g = torch.Generator().manual_seed(3)
+    for x in (torch.randn(2, 3, 9, 8, generator=g), torch.randn(2, 5, 7, 7, generator=g).to(memory_format=torch.channels_last)):
+        x = x.to(dtype)
+        y = torch.nn.functional.avg_pool2d(x, kernel, stride, padding, ceil_mode, count_include_pad, divisor)
+        grad = torch.randn(y.shape, generator=g, dtype=dtype)
+        pair = lambda v: [v, v] if isinstance(v, int) else list(v)  # noqa: E731
+        args = (pair(kernel), pair(stride), pair(padding), ceil_mode, count_include_pad, divisor)
+        fn = lambda gr, t: aten.avg_pool2d_backward(gr, t, *args)  # noqa: E731
+        torch._dynamo.reset()
+        got, want = torch.compile(fn, backend="rdyn", options={"device": device})(grad, x), fn(grad, x)
+        assert_same(got, want, fn(grad.double(), x.double()), what=f"gradient of {config}")
+        assert got.stride() == want.stride()
+    assert rdyn.stats()["nodes_fallback"] == 0, rdyn.stats()["fallback_ops"]
+
+
+def test_avg_pool3d_gradient_and_adaptive_pool2d_gradient_lower() -> None:
+    """``avg_pool3d_backward`` lowers as the 2-D one does; 2-D adaptive
+    pooling's gradient (GoogLeNet's global pool in training) is average
+    pooling's gradient where the windows tile the input, else the
+    transposed averaging products: all against float64 eager, no eager node."""
+    g = torch.Generator().manual_seed(5)
+    x = torch.randn(2, 3, 5, 7, 6, generator=g, dtype=torch.float64)
+    grad = torch.randn(2, 3, 6, 4, 3, generator=g, dtype=torch.float64)
+    fn = lambda gr, t: aten.avg_pool3d_backward(gr, t, [2, 3, 2], [1, 2, 2], [1, 1, 0], True, False, None)  # noqa: E731
+    torch.testing.assert_close(torch.compile(fn, backend="rdyn")(grad, x), fn(grad, x))
+    for shape, out in (((2, 16, 7, 7), (1, 1)), ((2, 3, 8, 6), (4, 3)), ((2, 3, 7, 9), (3, 4))):
+        pool = torch.nn.AdaptiveAvgPool2d(out)
+        x = torch.randn(*shape, generator=g, dtype=torch.float64).contiguous(memory_format=torch.channels_last)
+        x1, x2 = x.clone().requires_grad_(), x.clone().requires_grad_()
+        loss = lambda t: (pool(t * 2) ** 2).sum()  # noqa: E731
+        torch._dynamo.reset()
+        torch.compile(loss, backend="rdyn")(x1).backward()
+        loss(x2).backward()
+        torch.testing.assert_close(x1.grad, x2.grad)
+        assert x1.grad.stride() == x2.grad.stride()
     assert rdyn.stats()["nodes_fallback"] == 0, rdyn.stats()["fallback_ops"]
 
 

@@ -297,3 +297,34 @@ def test_dynamic_eager_nodes_get_float_scalars_and_computed_strides() -> None:
             x = torch.randn(n, 3, n + 2, dtype=torch.float64)
             assert_same(compiled(x), fn(x), what=f"outputs for {n}")
     assert rdyn.stats()["graphs"] == 1
+
+
+def test_dynamic_convolution_sizes_lower() -> None:
+    """A convolution without padding over a dynamic size has the output
+    length `Max(1, s - 2)`, and a ceil-mode max pool pads its input by a
+    size expression: the first is a symbol rdyn computes from its
+    definition at each call, the second a trailing pad that only sets the
+    output size. Both used to send the whole graph (or the pad) to eager.
+    Training too, past the specialization limit, in float64 against eager."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(
+        torch.nn.Conv2d(3, 4, 3), torch.nn.ReLU(), torch.nn.Conv2d(4, 4, 3, stride=2),
+        torch.nn.MaxPool2d(2, ceil_mode=True), torch.nn.Flatten(),
+    ).double()
+    torch._dynamo.reset()
+    compiled = torch.compile(model, backend="rdyn", dynamic=True)
+    rdyn.reset_stats()
+    with no_rust_panic():
+        for n in range(9, 9 + SPECIALIZATION_LIMIT + 2):
+            x = torch.randn(2, 3, n, n + 3, dtype=torch.float64, requires_grad=True)
+            out, ref = compiled(x), model(x)
+            assert_same(out, ref, what=f"output for {n}")
+            grad = torch.randn_like(ref)
+            params = [x, *model.parameters()]
+            got = torch.autograd.grad(out, params, grad)
+            want = torch.autograd.grad(ref, params, grad)
+            assert_same(list(got), list(want), what=f"gradients for {n}")
+    stats = rdyn.stats()
+    assert stats["graphs"] == 2, stats  # forward and backward, one each for every size
+    assert stats["generic_programs"] == 2, stats
+    assert stats["nodes_fallback"] == 0 and stats["nodes_native"] > 0, stats["fallback_ops"]

@@ -8,7 +8,7 @@
 use pyo3::prelude::*;
 use pyo3::types::{PyList, PyTuple};
 
-use rdyn_ir::graph::{Arg, Graph, Input, Node, TensorMeta, ValueId};
+use rdyn_ir::graph::{Arg, DerivedSym, Graph, Input, Node, SymFn, TensorMeta, ValueId};
 use rdyn_ir::op::parse_target;
 use rdyn_ir::{Ctx, DType, Device, Expr, Sym};
 
@@ -76,6 +76,16 @@ pub fn arg(obj: &Bound<'_, PyAny>) -> PyResult<Arg> {
 /// Build the graph IR from the dict `_import.py` produces.
 pub fn graph(data: &Bound<'_, PyAny>) -> PyResult<Graph> {
     let mut graph = Graph { sym_names: data.get_item("sym_names")?.extract()?, ..Graph::default() };
+    for derived in data.get_item("derived_syms")?.try_iter()? {
+        let derived = derived?;
+        let t = derived.cast::<PyTuple>()?;
+        let name: String = t.get_item(1)?.extract()?;
+        graph.derived_syms.push(DerivedSym {
+            sym: Sym(t.get_item(0)?.extract()?),
+            func: SymFn::parse(&name).ok_or_else(|| err(format!("unknown size function {name}")))?,
+            args: exprs(&t.get_item(2)?)?,
+        });
+    }
     for value in data.get_item("values")?.try_iter()? {
         let value = value?;
         let t = value.cast::<PyTuple>()?;

@@ -81,7 +81,9 @@ ops! {
     Var => "var", Std => "std", VarMean => "var_mean", Max => "max", Min => "min",
     Logsumexp => "logsumexp", Cumsum => "cumsum", Cumprod => "cumprod",
     Cummax => "cummax", Cummin => "cummin", Logcumsumexp => "logcumsumexp",
-    AvgPool2d => "avg_pool2d", AvgPool3d => "avg_pool3d", DiagonalScatter => "diagonal_scatter",
+    AvgPool2d => "avg_pool2d", AvgPool3d => "avg_pool3d",
+    AvgPool2dBackward => "avg_pool2d_backward", AvgPool3dBackward => "avg_pool3d_backward",
+    DiagonalScatter => "diagonal_scatter",
     // sorting
     Sort => "sort", Topk => "topk", Kthvalue => "kthvalue", Median => "median", Nanmedian => "nanmedian",
     Searchsorted => "searchsorted", Bucketize => "bucketize",

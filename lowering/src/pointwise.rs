@@ -45,6 +45,7 @@ impl Lowerer<'_> {
             Sort | Topk | Kthvalue | Median | Nanmedian => self.sort(node),
             Searchsorted | Bucketize => self.search_sorted(node),
             AvgPool2d | AvgPool3d => self.avg_pool(node),
+            AvgPool2dBackward | AvgPool3dBackward => self.avg_pool_backward(node),
             DiagonalScatter => self.diagonal_scatter(node),
             View | UnsafeView | Reshape | Permute | Expand | Squeeze | Unsqueeze | Slice | Select | AsStrided
             | Unfold | T | Transpose | Diagonal | Flip | Repeat => self.view_op(node),

@@ -1,7 +1,8 @@
-//! Average pooling (2-D and 3-D) as a reduction over the window.
+//! Average pooling (2-D and 3-D) as a reduction over the window, and its
+//! gradient as a reduction over the windows that cover each input element.
 
 use crate::ir::graph::Node;
-use crate::ir::loops::{BinaryOp, ReduceOp};
+use crate::ir::loops::{BinaryOp, ReduceOp, ScalarId};
 use crate::ir::op::Op;
 use crate::ir::{DType, Expr};
 use crate::lazy::Lazy;
@@ -30,21 +31,8 @@ impl Lowerer<'_> {
             return Err(crate::invalid(op, "input has too few dims"));
         }
         let lead = n - sp;
-        let spread = |v: Vec<i64>, default: &[i64]| -> Vec<i64> {
-            match v.len() {
-                0 => default.to_vec(),
-                1 => vec![v[0]; sp],
-                _ => v,
-            }
-        };
-        let kernel = spread(int_list(node.arg(1, "kernel_size"), op)?, &[]);
-        let stride = spread(int_list(node.arg(2, "stride"), op).unwrap_or_default(), &kernel);
-        let pad = spread(int_list(node.arg(3, "padding"), op).unwrap_or_else(|_| vec![0]), &[0]);
-        let count_include_pad = node.arg(5, "count_include_pad").as_bool().unwrap_or(true);
-        let divisor = node.arg(6, "divisor_override").as_int();
-        if kernel.len() != sp || stride.len() != sp || pad.len() != sp {
-            return Err(crate::invalid(op, "kernel_size, stride and padding need one value per spatial dim"));
-        }
+        let w = Window::parse(node, 1, sp)?;
+        let (kernel, stride, pad) = (&w.kernel, &w.stride, &w.pad);
         // Window position k_m of output o_m reads input o_m·s_m − p_m + k_m.
         let mut ext = sizes.clone();
         ext.extend(kernel.iter().map(|k| Expr::c(*k)));
@@ -65,25 +53,85 @@ impl Lowerer<'_> {
         let dtype = xw.dtype;
         let red: Vec<usize> = (n..n + sp).collect();
         let sum = self.reduce(&Lazy { sizes: ext, value, dtype }, &red, false, ReduceOp::Sum, dtype);
-        // The divisor, from the output index alone.
+        let count = self.window_count(&w, &starts, &x.sizes[lead..], dtype);
+        let v = self.prog.scalars.binary(BinaryOp::Div, sum.value, count, dtype);
+        let result = self.cast_lazy(Lazy { sizes: sum.sizes, value: v, dtype }, out);
+        Ok(Handled::Native(vec![result]))
+    }
+
+    /// `avg_pool2d_backward` / `avg_pool3d_backward`: each input element
+    /// sums `grad / count` over the windows that cover it. Along a spatial
+    /// dim, input `h` lies in the windows `o = (h + p) // s - j` for
+    /// `j < ceil(k / s)` that exist (`0 <= o < O`) and reach it
+    /// (`h < o·s − p + k`): a reduction of `ceil(k / s)` steps per dim, one
+    /// for the usual `k = s`.
+    pub(crate) fn avg_pool_backward(&mut self, node: &Node) -> Res {
+        let op = node.target.as_str();
+        let sp = if node.op == Op::AvgPool3dBackward { 3 } else { 2 };
+        let (sizes, out) = self.out_meta(node)?;
+        if !out.is_float() {
+            return Err(crate::unsupported(op, format!("average pooling gradient of {out}")));
+        }
+        let g = self.tensor_arg(node, 0, "grad_output")?;
+        let g = self.cast_lazy(g, if matches!(out, DType::F16 | DType::BF16) { DType::F32 } else { out });
+        let n = sizes.len();
+        if n < sp || g.ndim() != n {
+            return Err(crate::invalid(op, "grad_output and self need the same dims, at least one per spatial dim"));
+        }
+        let lead = n - sp;
+        let w = Window::parse(node, 2, sp)?;
+        let mut ext = sizes.clone();
+        ext.extend((0..sp).map(|m| Expr::c((w.kernel[m] + w.stride[m] - 1) / w.stride[m])));
+        let ctx = self.ctx_for(&ext);
+        let mut map: Vec<Expr> = (0..n as u32).map(Expr::v).collect();
+        let mut starts = Vec::new();
+        let mut bounds = Vec::new();
+        for m in 0..sp {
+            let h = Expr::v((lead + m) as u32);
+            let o = h.add_c(w.pad[m]).floordiv(&Expr::c(w.stride[m]), &ctx).sub(&Expr::v((n + m) as u32));
+            let start = o.scale(w.stride[m]).add_c(-w.pad[m]);
+            bounds.push((o.clone(), g.sizes[lead + m].clone()));
+            bounds.push((h.sub(&start), Expr::c(w.kernel[m])));
+            map[lead + m] = o;
+            starts.push(start);
+        }
+        let gw = self.view(&g, ext.clone(), &map);
+        let dtype = gw.dtype;
+        let count = self.window_count(&w, &starts, &sizes[lead..], dtype);
         let s = &mut self.prog.scalars;
-        let count = match divisor {
+        let inside = s.in_range(&bounds).ok_or_else(|| crate::invalid(op, "no spatial dims"))?;
+        let masked = s.add_mask(gw.value, inside);
+        let share = s.binary(BinaryOp::Div, masked, count, dtype);
+        let zero = s.constant(0.0, dtype);
+        let value = s.select(inside, share, zero, dtype);
+        let red: Vec<usize> = (n..n + sp).collect();
+        let sum = self.reduce(&Lazy { sizes: ext, value, dtype }, &red, false, ReduceOp::Sum, dtype);
+        let result = self.cast_lazy(sum, out);
+        Ok(Handled::Native(vec![result]))
+    }
+
+    /// PyTorch's divisor of the window starting at `starts` (one index
+    /// expression per spatial dim, over an input of spatial `sizes`): the
+    /// override, or the window clipped to the padded input
+    /// (`count_include_pad`) or to the input itself.
+    fn window_count(&mut self, w: &Window, starts: &[Expr], sizes: &[Expr], dtype: DType) -> ScalarId {
+        let s = &mut self.prog.scalars;
+        let count = match w.divisor {
             Some(d) => s.int_constant(d, DType::I64),
             None => {
                 let mut count = s.int_constant(1, DType::I64);
-                for m in 0..sp {
-                    let size = x.sizes[lead + m].clone();
-                    let start = s.index(starts[m].clone());
-                    let k = s.int_constant(kernel[m], DType::I64);
+                for (m, (start, size)) in starts.iter().zip(sizes).enumerate() {
+                    let start = s.index(start.clone());
+                    let k = s.int_constant(w.kernel[m], DType::I64);
                     let end = s.binary(BinaryOp::Add, start, k, DType::I64);
-                    let padded_end = s.index(size.add_c(pad[m]));
+                    let padded_end = s.index(size.add_c(w.pad[m]));
                     let end = s.binary(BinaryOp::Min, end, padded_end, DType::I64);
-                    let extent = if count_include_pad {
+                    let extent = if w.count_include_pad {
                         s.binary(BinaryOp::Sub, end, start, DType::I64)
                     } else {
                         let zero = s.int_constant(0, DType::I64);
                         let lo = s.binary(BinaryOp::Max, start, zero, DType::I64);
-                        let n_c = s.index(size);
+                        let n_c = s.index(size.clone());
                         let hi = s.binary(BinaryOp::Min, end, n_c, DType::I64);
                         s.binary(BinaryOp::Sub, hi, lo, DType::I64)
                     };
@@ -92,9 +140,46 @@ impl Lowerer<'_> {
                 count
             }
         };
-        let count = s.cast(count, dtype);
-        let v = s.binary(BinaryOp::Div, sum.value, count, dtype);
-        let result = self.cast_lazy(Lazy { sizes: sum.sizes, value: v, dtype }, out);
-        Ok(Handled::Native(vec![result]))
+        s.cast(count, dtype)
+    }
+}
+
+/// An average pooling's window arguments, one value per spatial dim.
+struct Window {
+    kernel: Vec<i64>,
+    stride: Vec<i64>,
+    pad: Vec<i64>,
+    count_include_pad: bool,
+    divisor: Option<i64>,
+}
+
+impl Window {
+    /// The arguments from `kernel_size` (at position `first`) on: kernel,
+    /// stride, padding, ceil_mode, count_include_pad, divisor_override.
+    fn parse(node: &Node, first: usize, sp: usize) -> Result<Window, LowerError> {
+        let op = node.target.as_str();
+        let spread = |v: Vec<i64>, default: &[i64]| -> Vec<i64> {
+            match v.len() {
+                0 => default.to_vec(),
+                1 => vec![v[0]; sp],
+                _ => v,
+            }
+        };
+        let kernel = spread(int_list(node.arg(first, "kernel_size"), op)?, &[]);
+        let stride = spread(int_list(node.arg(first + 1, "stride"), op).unwrap_or_default(), &kernel);
+        let pad = spread(int_list(node.arg(first + 2, "padding"), op).unwrap_or_else(|_| vec![0]), &[0]);
+        if kernel.len() != sp || stride.len() != sp || pad.len() != sp {
+            return Err(crate::invalid(op, "kernel_size, stride and padding need one value per spatial dim"));
+        }
+        if kernel.iter().chain(&stride).any(|&v| v <= 0) {
+            return Err(crate::invalid(op, "kernel_size and stride must be positive"));
+        }
+        Ok(Window {
+            kernel,
+            stride,
+            pad,
+            count_include_pad: node.arg(first + 4, "count_include_pad").as_bool().unwrap_or(true),
+            divisor: node.arg(first + 5, "divisor_override").as_int(),
+        })
     }
 }

@@ -348,15 +348,18 @@ impl Lowerer<'_> {
             }
             Op::ConstantPadNd => {
                 let x = self.tensor_arg(node, 0, "self")?;
-                let pad = int_list(node.arg(1, "pad"), op)?;
+                // Only the leading pads move elements; the trailing ones
+                // are in the output sizes already, so either may be a size
+                // expression (a pooling window's ceil-mode pad).
+                let pad = node.arg(1, "pad").as_list().ok_or_else(|| crate::unsupported(op, "pad is not a list"))?;
                 let fill = node.arg(2, "value").as_float().unwrap_or(0.0);
                 let n = x.ndim();
                 let mut map = vars(n);
                 let mut conds = Vec::new();
-                for (k, pair) in pad.chunks(2).enumerate() {
+                for (k, pair) in pad.chunks(2).enumerate().take(n) {
                     let d = n - 1 - k;
-                    let left = pair[0];
-                    map[d] = Expr::v(d as u32).add_c(-left);
+                    let left = pair[0].as_expr().ok_or_else(|| crate::unsupported(op, "pad"))?;
+                    map[d] = Expr::v(d as u32).sub(&left);
                     conds.push((map[d].clone(), x.sizes[d].clone()));
                 }
                 let ctx = self.ctx_for(&sizes);

@@ -24,8 +24,10 @@ contracted dim). ``cdist`` (``_cdist_forward``, ``_euclidean_dist``,
 ``_cdist_backward``) is computed from coordinate differences, so a point's
 distance to itself is 0 (ATen's GEMM form for p = 2 cancels), up to
 ``CDIST_DIFFERENCES`` for the GEMM path. 3-D adaptive average pooling is one
-averaging matrix product per dim. ``as_strided_scatter`` into a contiguous
-tensor is an ``index_put`` at the storage positions its view reaches.
+averaging matrix product per dim; 2-D adaptive pooling's gradient is average
+pooling's where the windows tile the input, else such products.
+``as_strided_scatter`` into a contiguous tensor is an ``index_put`` at the
+storage positions its view reaches.
 ``masked_scatter`` counts the selected positions with a cumulative sum and
 gathers from the source behind one padding element.
 
@@ -305,6 +307,24 @@ def adaptive_avg_pool3d_backward(grad, x):
     return y.contiguous(memory_format=suggest_memory_format(x))
 
 
+def adaptive_avg_pool2d_backward(grad, x):
+    """``_adaptive_avg_pool2d``'s gradient, in the input's layout. Where
+    the windows tile the input (each size a multiple of the output's, a
+    global pool for one), it is average pooling's gradient with kernel =
+    stride = size / output, which rdyn lowers; else the transposed
+    averaging products, as in 3-D."""
+    (oh, ow), (h, w) = grad.shape[-2:], x.shape[-2:]
+    if not _sizes_known(h, w, oh, ow) or x.numel() == 0:
+        return _as_is(aten._adaptive_avg_pool2d_backward.default)(grad, x)
+    if h % oh == 0 and w % ow == 0:
+        kernel = [h // oh, w // ow]
+        out = aten.avg_pool2d_backward(grad, x, kernel, kernel, [0, 0], False, True, None)
+    else:
+        ah, aw = _pool3d_mats((h, h, w), (h, oh, ow), grad.dtype, grad.device)[1:]
+        out = torch.matmul(ah.t(), torch.matmul(grad, aw))
+    return out.contiguous(memory_format=suggest_memory_format(x))
+
+
 def as_strided_scatter(self, src, size, stride, storage_offset=None):
     """``as_strided_scatter`` into a contiguous ``self`` (what autograd's
     gradients of views build): ``src`` put at the storage positions the
@@ -469,4 +489,5 @@ DECOMPOSITIONS = {
     aten.as_strided_scatter.default: as_strided_scatter,
     aten._adaptive_avg_pool3d.default: adaptive_avg_pool3d,
     aten._adaptive_avg_pool3d_backward.default: adaptive_avg_pool3d_backward,
+    aten._adaptive_avg_pool2d_backward.default: adaptive_avg_pool2d_backward,
 }

@@ -24,20 +24,39 @@ SUPPORTED_DTYPES = {
 }
 
 
-def _sym_expr(expr, syms):
-    import sympy
+class _Symbols:
+    """The graph's size symbols by name, numbered in order of appearance,
+    and the definitions of those PyTorch derives from others."""
 
+    def __init__(self):
+        self.index: dict[str, int] = {}
+        # (symbol, "max" | "min", argument expressions): `Max(1, s0 - 2)`,
+        # a convolution's output length, is a symbol of its own whose
+        # value the runtime computes from its arguments' symbols.
+        self.derived: list[tuple[int, str, list]] = []
+
+    def get(self, name: str) -> int:
+        if name not in self.index:
+            self.index[name] = len(self.index)
+        return self.index[name]
+
+
+def _sym_expr(expr, syms: _Symbols):
     if isinstance(expr, int):
         return expr
     if expr.is_Integer:
         return int(expr)
     if expr.is_Symbol:
-        name = str(expr)
-        if name not in syms:
-            syms[name] = len(syms)
-        return ("sym", syms[name])
+        return ("sym", syms.get(str(expr)))
     args = [_sym_expr(a, syms) for a in expr.args]
     kind = type(expr).__name__
+    if kind in ("Max", "Min") and len(args) >= 2:
+        name = str(expr)
+        known = name in syms.index
+        sym = syms.get(name)
+        if not known:
+            syms.derived.append((sym, kind.lower(), args))
+        return ("sym", sym)
     if expr.is_Add or expr.is_Mul:
         tag = "add" if expr.is_Add else "mul"
         out = args[0]
@@ -92,7 +111,7 @@ def on_device(data: dict, device: str) -> dict:
 def import_graph(gm: fx.GraphModule):
     """Return (data, info): `data` for the Rust importer and `info` for the
     runner (nodes by index, tensor/int node maps, output positions)."""
-    syms: dict[str, int] = {}
+    syms = _Symbols()
     values = []
     tensor_of: dict[tuple[fx.Node, tuple], int] = {}
     int_nodes: dict[fx.Node, object] = {}
@@ -213,7 +232,8 @@ def import_graph(gm: fx.GraphModule):
     outs = output_node.args[0]
     outs = list(outs) if isinstance(outs, (list, tuple)) else [outs]
     data = {
-        "sym_names": list(syms),
+        "sym_names": list(syms.index),
+        "derived_syms": syms.derived,
         "values": values,
         "inputs": inputs,
         "nodes": nodes,

@@ -197,6 +197,19 @@ impl CompiledGraph {
                 (_, _) => return Err(RuntimeError::Input(format!("input {k} has the wrong kind"))),
             }
         }
+        // Symbols PyTorch defines from others (`Max(1, s0 - 2)`): computed
+        // from their arguments, or checked where an input's size bound them.
+        for derived in &self.graph.derived_syms {
+            let Some(value) = derived.eval(&ctx) else { continue };
+            let bound = *ctx.sym_values.entry(derived.sym).or_insert(value);
+            if bound != value {
+                return Err(RuntimeError::Input(format!(
+                    "the inputs' sizes disagree: {} is {bound} by an input's size but {value} by its definition \
+                     ({derived}); call torch.compile again with inputs of consistent shapes",
+                    self.graph.sym_names.get(derived.sym.0 as usize).map_or("a size", String::as_str),
+                )));
+            }
+        }
         // Check every size now that all symbols are bound.
         for (k, (input, arg)) in self.graph.inputs.iter().zip(args).enumerate() {
             if let (Input::Tensor(v), CallArg::Tensor(t)) = (input, arg) {
@@ -520,4 +533,63 @@ fn piecewise_min() -> i64 {
         .and_then(|v| v.parse().ok())
         .filter(|&n: &i64| n >= 0)
         .unwrap_or(rdyn_lowering::PIECEWISE_MIN_ELEMENTS)
+}
+
+#[cfg(test)]
+mod tests {
+    use rdyn_ir::graph::{Arg, DerivedSym, SymFn, TensorMeta, ValueId};
+    use rdyn_ir::{DType, Device};
+
+    use super::*;
+    use crate::guard::TensorArg;
+
+    /// Inputs `x: [s0]` and `y: [s1]` with `s1 = max(1, s0 - 2)`, as a
+    /// backward graph of a valid convolution over a dynamic size reads them.
+    fn graph() -> CompiledGraph {
+        let meta = |s: u32| TensorMeta {
+            sizes: vec![Expr::sym(Sym(s))],
+            strides: vec![Expr::c(1)],
+            offset: Expr::zero(),
+            dtype: DType::F32,
+            device: Device::Cpu,
+        };
+        let graph = Graph {
+            values: vec![meta(0), meta(1)],
+            inputs: vec![Input::Tensor(ValueId(0)), Input::Tensor(ValueId(1))],
+            outputs: vec![Arg::Tensor(ValueId(1))],
+            sym_names: vec!["s0".into(), "Max(1, s0 - 2)".into()],
+            derived_syms: vec![DerivedSym {
+                sym: Sym(1),
+                func: SymFn::Max,
+                args: vec![Expr::c(1), Expr::sym(Sym(0)).add_c(-2)],
+            }],
+            ..Graph::default()
+        };
+        CompiledGraph::new(graph, Backend::Cpu)
+    }
+
+    fn tensor(n: i64) -> CallArg {
+        CallArg::Tensor(TensorArg {
+            ptr: 0,
+            dtype: DType::F32,
+            device: Device::Cpu,
+            sizes: vec![n],
+            strides: vec![1],
+            storage_offset: 0,
+            version: 0,
+            identity: 0,
+        })
+    }
+
+    #[test]
+    fn bind_computes_derived_symbols_and_checks_them_against_input_sizes() {
+        let g = graph();
+        for (x, y) in [(9, 7), (2, 1), (1, 1)] {
+            let ctx = g.bind(&[tensor(x), tensor(y)]).expect("consistent sizes bind");
+            assert_eq!(ctx.sym_values.get(&Sym(1)), Some(&y), "x = {x}");
+        }
+        let err = g.bind(&[tensor(9), tensor(6)]).expect_err("y disagrees with max(1, 9 - 2)");
+        let text = err.to_string();
+        assert!(text.contains("Max(1, s0 - 2) is 6") && text.contains("7 by its definition"), "{text}");
+    }
 }
