@@ -65,6 +65,23 @@ def test_second_compile_hits_and_matches(cache_dir) -> None:
         assert_same(second, model(x), model64(x.double()))
 
 
+def test_a_cached_graph_rdyn_runs_eagerly_still_runs(cache_dir) -> None:
+    """A graph rdyn cannot represent (complex tensors) runs eagerly: loaded
+    from the cache it must too. An unpickled graph module had no `forward`
+    and raised NotImplementedError instead."""
+
+    def fn(x):
+        return torch.view_as_real(torch.view_as_complex(x) * 2).sum(-1) + 1
+
+    x = torch.randn(3, 4, 2)
+    first, stats = _compile_and_run(fn, x)
+    assert stats["cache_misses"] == 1 and stats["nodes_fallback"] > 0
+    second, stats = _compile_and_run(fn, x)
+    assert stats["cache_hits"] == 1
+    assert_same(second, fn(x), fn(x.double()))
+    assert torch.equal(first, second)
+
+
 def test_shape_dtype_and_constants_miss(cache_dir) -> None:
     fn = lambda x: torch.softmax(x * 2, -1)  # noqa: E731
     _compile_and_run(fn, torch.randn(4, 8))

@@ -328,3 +328,61 @@ def test_dynamic_convolution_sizes_lower() -> None:
     assert stats["graphs"] == 2, stats  # forward and backward, one each for every size
     assert stats["generic_programs"] == 2, stats
     assert stats["nodes_fallback"] == 0 and stats["nodes_native"] > 0, stats["fallback_ops"]
+
+
+@torch._dynamo.config.patch(capture_scalar_outputs=True, capture_dynamic_output_shape_ops=True)
+def test_data_dependent_sizes_run_eagerly_with_eagers_numbers() -> None:
+    """A value read from data (`.item()` captured as a scalar, `nonzero`, a
+    boolean mask) is a symbol no input's size binds: the graph runs
+    eagerly, counted, with eager's numbers for every call. `.item()` had
+    been taken as an unbound size symbol and gave wrong numbers silently."""
+    def scaled(x, n):
+        k = n.item()
+        return x * (k / 3.0) + x.sum() * k
+
+    def masked(x):
+        return torch.nonzero(x > 0).sum() * 2 + x.sum(), x[x > 0.5] * 3
+
+    torch._dynamo.reset()
+    rdyn.reset_stats()
+    c_scaled = torch.compile(scaled, backend="rdyn", fullgraph=True)
+    c_masked = torch.compile(masked, backend="rdyn", fullgraph=True)
+    g = torch.Generator().manual_seed(4)
+    for v in (3, 5, 8):
+        x = torch.randn(6, generator=g, dtype=torch.float64)
+        n = torch.tensor(v)
+        torch.testing.assert_close(c_scaled(x, n), scaled(x, n))
+        assert_same(c_masked(x), masked(x), what=f"masked outputs for {v}")
+    stats = rdyn.stats()
+    assert stats["nodes_fallback"] > 0 and "aten._local_scalar_dense.default" in stats["fallback_ops"], stats
+
+
+def test_dynamic_batch_norm_training_computes_its_size_factor() -> None:
+    """Training batch norm under dynamic sizes updates the running variance
+    with `n / (n - 1)`, a float PyTorch computes from sizes: a constant in
+    each specialization, float64 arithmetic on the sizes in the generic
+    program. It had been an eager `mul` per batch norm (and its gradient
+    reads `1 / n`). Running statistics, outputs and gradients against
+    float64 eager, past the specialization limit."""
+    import copy
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4), torch.nn.ReLU()).double()
+    reference = copy.deepcopy(model)
+    torch._dynamo.reset()
+    compiled = torch.compile(model, backend="rdyn", dynamic=True)
+    rdyn.reset_stats()
+    g = torch.Generator().manual_seed(6)
+    with no_rust_panic():
+        for n in range(6, 6 + SPECIALIZATION_LIMIT + 2):
+            x = torch.randn(2, 3, n, n + 1, generator=g, dtype=torch.float64, requires_grad=True)
+            out, want = compiled(x), reference(x)
+            assert_same(out, want, what=f"output for {n}")
+            got_grad, = torch.autograd.grad(out.square().sum(), x)
+            want_grad, = torch.autograd.grad(want.square().sum(), x)
+            assert_same(got_grad, want_grad, what=f"input gradient for {n}")
+            for name in ("running_mean", "running_var"):
+                assert_same(getattr(model[1], name), getattr(reference[1], name), what=f"{name} after {n}")
+    stats = rdyn.stats()
+    assert stats["generic_programs"] >= 1, stats
+    assert stats["nodes_fallback"] == 0 and stats["nodes_native"] > 0, stats["fallback_ops"]

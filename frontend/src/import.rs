@@ -8,7 +8,7 @@
 use pyo3::prelude::*;
 use pyo3::types::{PyList, PyTuple};
 
-use rdyn_ir::graph::{Arg, DerivedSym, Graph, Input, Node, SymFn, TensorMeta, ValueId};
+use rdyn_ir::graph::{Arg, DerivedSym, Graph, Input, Node, SymFloat, SymFn, TensorMeta, ValueId};
 use rdyn_ir::op::parse_target;
 use rdyn_ir::{Ctx, DType, Device, Expr, Sym};
 
@@ -39,6 +39,27 @@ pub fn expr(obj: &Bound<'_, PyAny>) -> PyResult<Expr> {
     }
 }
 
+/// A float computed from sizes: a float, `("int", expr)`, or `(op, a, b)`
+/// with op in add, mul, div.
+fn sym_float(obj: &Bound<'_, PyAny>) -> PyResult<SymFloat> {
+    if let Ok(v) = obj.extract::<f64>() {
+        return Ok(SymFloat::Const(v));
+    }
+    let tuple = obj.cast::<PyTuple>().map_err(|_| err(format!("bad float expression {obj}")))?;
+    let tag: String = tuple.get_item(0)?.extract()?;
+    if tag == "int" {
+        return Ok(SymFloat::Int(expr(&tuple.get_item(1)?)?));
+    }
+    let a = Box::new(sym_float(&tuple.get_item(1)?)?);
+    let b = Box::new(sym_float(&tuple.get_item(2)?)?);
+    match tag.as_str() {
+        "add" => Ok(SymFloat::Add(a, b)),
+        "mul" => Ok(SymFloat::Mul(a, b)),
+        "div" => Ok(SymFloat::Div(a, b)),
+        other => Err(err(format!("unknown float expression tag {other}"))),
+    }
+}
+
 fn exprs(obj: &Bound<'_, PyAny>) -> PyResult<Vec<Expr>> {
     obj.try_iter()?.map(|item| expr(&item?)).collect()
 }
@@ -52,6 +73,7 @@ pub fn arg(obj: &Bound<'_, PyAny>) -> PyResult<Arg> {
         "bool" => Arg::Bool(item()?.extract()?),
         "int" => Arg::Int(expr(&item()?)?),
         "float" => Arg::Float(item()?.extract()?),
+        "symfloat" => Arg::SymFloat(sym_float(&item()?)?),
         "str" => Arg::Str(item()?.extract()?),
         "dtype" => {
             let name: String = item()?.extract()?;

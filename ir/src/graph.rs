@@ -8,8 +8,9 @@
 use std::fmt;
 
 use crate::dtype::{DType, Device};
-use crate::expr::{Ctx, Expr, Sym};
+use crate::expr::{Expr, Sym};
 use crate::op::Op;
+pub use crate::sym::{DerivedSym, SymFloat, SymFn};
 
 /// A tensor value in the graph (`%3`).
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -49,6 +50,8 @@ pub enum Arg {
     /// An integer, possibly symbolic (a SymInt).
     Int(Expr),
     Float(f64),
+    /// A float computed from sizes (a SymFloat).
+    SymFloat(SymFloat),
     Str(String),
     DType(DType),
     Device(Device),
@@ -125,6 +128,7 @@ impl fmt::Display for Arg {
             Arg::Bool(b) => write!(f, "{b}"),
             Arg::Int(e) => write!(f, "{e}"),
             Arg::Float(x) => write!(f, "{x:?}"),
+            Arg::SymFloat(x) => write!(f, "{x}"),
             Arg::Str(s) => write!(f, "{s:?}"),
             Arg::DType(d) => write!(f, "{d}"),
             Arg::Device(d) => write!(f, "{d}"),
@@ -192,58 +196,6 @@ pub enum Input {
     Opaque,
 }
 
-/// How a derived size symbol combines its arguments.
-#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
-pub enum SymFn {
-    Max,
-    Min,
-}
-
-impl SymFn {
-    pub fn name(self) -> &'static str {
-        match self {
-            SymFn::Max => "max",
-            SymFn::Min => "min",
-        }
-    }
-
-    pub fn parse(name: &str) -> Option<SymFn> {
-        match name {
-            "max" => Some(SymFn::Max),
-            "min" => Some(SymFn::Min),
-            _ => None,
-        }
-    }
-}
-
-/// A size symbol PyTorch defines from others, `Max(1, s0 - 2)` (the
-/// output length of a convolution over a dynamic size): an ordinary symbol
-/// everywhere, whose value a call computes from its arguments.
-#[derive(Clone, Debug, PartialEq)]
-pub struct DerivedSym {
-    pub sym: Sym,
-    pub func: SymFn,
-    pub args: Vec<Expr>,
-}
-
-impl DerivedSym {
-    /// The value under `ctx`, when every argument's symbols are bound there.
-    pub fn eval(&self, ctx: &Ctx) -> Option<i64> {
-        let values = self.args.iter().map(|a| a.simplify(ctx).as_const()).collect::<Option<Vec<i64>>>()?;
-        match self.func {
-            SymFn::Max => values.into_iter().max(),
-            SymFn::Min => values.into_iter().min(),
-        }
-    }
-}
-
-impl fmt::Display for DerivedSym {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let args: Vec<String> = self.args.iter().map(|a| a.to_string()).collect();
-        write!(f, "{} = {}({})", self.sym, self.func.name(), args.join(", "))
-    }
-}
-
 /// A whole ATen graph.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Graph {
@@ -308,27 +260,5 @@ impl fmt::Display for Graph {
         }
         let outs: Vec<String> = self.outputs.iter().map(|a| a.to_string()).collect();
         writeln!(f, "return ({})", outs.join(", "))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn derived(func: SymFn) -> DerivedSym {
-        // s1 = func(1, s0 - 2): a valid convolution's output length.
-        DerivedSym { sym: Sym(1), func, args: vec![Expr::c(1), Expr::sym(Sym(0)).add_c(-2)] }
-    }
-
-    #[test]
-    fn derived_symbols_evaluate_once_their_arguments_are_bound() {
-        let mut ctx = Ctx::default();
-        assert_eq!(derived(SymFn::Max).eval(&ctx), None);
-        for (s0, max, min) in [(9, 7, 1), (3, 1, 1), (1, 1, -1)] {
-            ctx.sym_values.insert(Sym(0), s0);
-            assert_eq!(derived(SymFn::Max).eval(&ctx), Some(max), "s0 = {s0}");
-            assert_eq!(derived(SymFn::Min).eval(&ctx), Some(min), "s0 = {s0}");
-        }
-        assert_eq!(derived(SymFn::Max).to_string(), "s1 = max(1, s0 - 2)");
     }
 }

@@ -20,6 +20,7 @@ pub mod loops;
 pub mod op;
 mod print;
 pub mod random;
+pub mod sym;
 pub mod verify;
 
 pub use dtype::{DType, Device, Kind};

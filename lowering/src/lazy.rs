@@ -1,7 +1,7 @@
 //! Lazy tensors: a value defined by a scalar expression over its index.
 
-use crate::ir::graph::Arg;
-use crate::ir::loops::{contiguous_strides, BufId, BufRole, Buffer, Kernel, ScalarId, ScalarOp, Stage, Step};
+use crate::ir::graph::{Arg, SymFloat};
+use crate::ir::loops::{contiguous_strides, BinaryOp, BufId, BufRole, Buffer, Kernel, ScalarId, ScalarOp, Stage, Step};
 use crate::ir::{DType, Expr, Var};
 use crate::lower::Lowerer;
 use crate::LowerError;
@@ -78,6 +78,10 @@ impl Lowerer<'_> {
                 self.broadcast_to(&lazy, sizes).value
             }
             Arg::Float(x) => self.prog.scalars.constant(*x, DType::F64),
+            Arg::SymFloat(x) => match x.eval(&self.syms) {
+                Some(v) => self.prog.scalars.constant(v, DType::F64),
+                None => self.sym_float(x),
+            },
             Arg::Int(e) => match e.as_const() {
                 Some(n) => self.prog.scalars.int_constant(n, DType::I64),
                 None => self.prog.scalars.index(e.clone()),
@@ -86,6 +90,28 @@ impl Lowerer<'_> {
             other => return Err(crate::unsupported(op, format!("operand {other} is not a tensor or number"))),
         };
         Ok(self.prog.scalars.cast(value, dtype))
+    }
+
+    /// A float computed from sizes the program does not fix (a generic
+    /// program's): float64 arithmetic on its index values.
+    fn sym_float(&mut self, x: &SymFloat) -> ScalarId {
+        let s = &mut self.prog.scalars;
+        match x {
+            SymFloat::Const(v) => s.constant(*v, DType::F64),
+            SymFloat::Int(e) => {
+                let i = s.index(e.clone());
+                s.cast(i, DType::F64)
+            }
+            SymFloat::Add(a, b) | SymFloat::Mul(a, b) | SymFloat::Div(a, b) => {
+                let op = match x {
+                    SymFloat::Add(..) => BinaryOp::Add,
+                    SymFloat::Mul(..) => BinaryOp::Mul,
+                    _ => BinaryOp::Div,
+                };
+                let (a, b) = (self.sym_float(a), self.sym_float(b));
+                self.prog.scalars.binary(op, a, b, DType::F64)
+            }
+        }
     }
 
     /// Store `lazy` into a new temporary buffer (contiguous unless `strides`

@@ -97,7 +97,7 @@ impl Lowerer<'_> {
                         (&mut dims, meta.dtype)
                     }
                 }
-                Arg::Float(_) => (&mut number, DType::F32),
+                Arg::Float(_) | Arg::SymFloat(_) => (&mut number, DType::F32),
                 Arg::Int(_) => (&mut number, DType::I64),
                 Arg::Bool(_) => (&mut number, DType::Bool),
                 _ => continue,

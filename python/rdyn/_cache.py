@@ -170,6 +170,11 @@ def load(cache_key: str, example_inputs) -> torch.fx.GraphModule | None:
     try:
         fake_mode = detect_fake_mode(example_inputs) or FakeTensorMode()
         graph = GraphPickler.loads(data, fake_mode)
+        if not isinstance(graph, torch.fx.GraphModule):
+            return None
+        # An unpickled graph module has no `forward` until recompiled, and a
+        # graph (or a node) rdyn runs eagerly calls it.
+        graph.recompile()
     except Exception:  # noqa: BLE001 - a corrupt entry is a miss
         return None
-    return graph if isinstance(graph, torch.fx.GraphModule) else None
+    return graph

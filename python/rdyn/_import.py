@@ -12,6 +12,7 @@ import operator
 
 import torch
 import torch.fx as fx
+from torch.utils._sympy.symbol import SymT, symbol_is_type
 
 
 class Unsupported(Exception):
@@ -47,6 +48,10 @@ def _sym_expr(expr, syms: _Symbols):
     if expr.is_Integer:
         return int(expr)
     if expr.is_Symbol:
+        if symbol_is_type(expr, (SymT.UNBACKED_INT, SymT.UNBACKED_FLOAT)):
+            # A value read from data (`.item()`, `nonzero`, a boolean mask):
+            # no input's size binds it, so the graph runs eagerly.
+            raise Unsupported(f"data-dependent size {expr}")
         return ("sym", syms.get(str(expr)))
     args = [_sym_expr(a, syms) for a in expr.args]
     kind = type(expr).__name__
@@ -76,6 +81,31 @@ def _sym_expr(expr, syms: _Symbols):
     if kind == "ModularIndexing" and len(args) == 3:
         return ("mod", ("floordiv", args[0], args[1]), args[2])
     raise Unsupported(f"symbolic size {expr} ({kind})")
+
+
+def _float_expr(expr, syms: _Symbols):
+    """A float PyTorch computes from sizes (batch norm's `n / (n - 1)` under
+    dynamic sizes) as a tree over integer size expressions: a float,
+    ``("int", expr)``, or ``(op, a, b)`` with op in add, mul, div."""
+    kind = type(expr).__name__
+    if expr.is_Number and not expr.is_Integer:
+        return float(expr)
+    if kind in ("IntTrueDiv", "FloatTrueDiv") and len(expr.args) == 2:
+        return ("div", _float_expr(expr.args[0], syms), _float_expr(expr.args[1], syms))
+    if kind == "ToFloat" and len(expr.args) == 1:
+        return ("int", _sym_expr(expr.args[0], syms))
+    if expr.is_integer:
+        return ("int", _sym_expr(expr, syms))
+    if expr.is_Add or expr.is_Mul:
+        tag = "add" if expr.is_Add else "mul"
+        args = [_float_expr(a, syms) for a in expr.args]
+        out = args[0]
+        for a in args[1:]:
+            out = (tag, out, a)
+        return out
+    if expr.is_Pow and expr.exp.is_Integer and int(expr.exp) == -1:
+        return ("div", 1.0, _float_expr(expr.base, syms))
+    raise Unsupported(f"symbolic float {expr} ({kind})")
 
 
 def _int_expr(value, syms):
@@ -157,13 +187,17 @@ def import_graph(gm: fx.GraphModule):
             return ("str", str(a))
         if isinstance(a, torch.SymInt):
             return ("int", _int_expr(a, syms))
-        if isinstance(a, (torch.SymFloat, torch.SymBool)):
-            raise Unsupported("symbolic float/bool argument")
+        if isinstance(a, torch.SymFloat):
+            return ("symfloat", _float_expr(a.node.expr, syms))
+        if isinstance(a, torch.SymBool):
+            raise Unsupported("symbolic bool argument")
         if isinstance(a, fx.Node):
             if (a, ()) in tensor_of:
                 return ("tensor", tensor_of[(a, ())])
             if a in int_nodes:
                 return ("int", int_nodes[a])
+            if a in scalar_nodes and isinstance(a.meta.get("val"), torch.SymFloat):
+                return ("symfloat", _float_expr(a.meta["val"].node.expr, syms))
             raise Unsupported(f"argument {a.name}")
         if isinstance(a, (list, tuple)):
             return ("list", [conv(x) for x in a])
