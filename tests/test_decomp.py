@@ -257,12 +257,16 @@ def test_avg_pool3d_gradient_and_adaptive_pool2d_gradient_lower() -> None:
 
 
 @pytest.mark.parametrize(
-    "size,stride,offset", [((2, 3), (1, 2), 0), ((3,), (4,), 1), ((2, 2), (5, 1), 2), ((4, 2), (2, 1), None)], ids=str
+    "size,stride,offset",
+    [((2, 3), (1, 2), 0), ((3,), (4,), 1), ((2, 2), (5, 1), 2), ((4, 2), (2, 1), None), ((4, 1, 3), (3, 9, 1), 0)],
+    ids=str,
 )
 def test_as_strided_scatter_into_contiguous(size, stride, offset) -> None:
     """``as_strided_scatter`` into a contiguous tensor (what the gradients
     of views build) as an ``index_put`` at the view's storage positions,
-    against eager, with no eager node; a transposed tensor keeps the op."""
+    or the source itself where the view covers the tensor in order (the
+    last case), against eager, with no eager node; a transposed tensor
+    keeps the op."""
     g = torch.Generator().manual_seed(9)
     x, src = torch.randn(3, 4, generator=g), torch.randn(size, generator=g)
     fn = lambda x, s: torch.as_strided_scatter(x, s, size, stride, offset)  # noqa: E731

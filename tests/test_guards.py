@@ -386,3 +386,30 @@ def test_dynamic_batch_norm_training_computes_its_size_factor() -> None:
     stats = rdyn.stats()
     assert stats["generic_programs"] >= 1, stats
     assert stats["nodes_fallback"] == 0 and stats["nodes_native"] > 0, stats["fallback_ops"]
+
+
+@pytest.mark.parametrize("out", [1, (3, 2)], ids=str)
+def test_dynamic_adaptive_pool_gradient_of_a_channels_last_input_lowers(out) -> None:
+    """The gradient of a global average pool over a channels-last input
+    restrides through `as_strided` and fills a zero buffer with
+    `as_strided_scatter` covering all of it: under dynamic sizes the first
+    takes each specialization's sizes, the second is its source. Other
+    output sizes (AlexNet's 6x6) reach `_adaptive_avg_pool2d_backward`,
+    whose decomposition takes the averaging products over dynamic sizes.
+    All three ran eagerly. Gradients against float64 eager."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.AdaptiveAvgPool2d(out), torch.nn.Flatten()).double()
+    torch._dynamo.reset()
+    compiled = torch.compile(model, backend="rdyn", dynamic=True)
+    rdyn.reset_stats()
+    g = torch.Generator().manual_seed(2)
+    with no_rust_panic():
+        for n in (7, 9, 12):
+            x = torch.randn(2, 3, n, n + 2, generator=g, dtype=torch.float64).to(memory_format=torch.channels_last)
+            x.requires_grad_(True)
+            got, = torch.autograd.grad(compiled(x).square().sum(), x)
+            want, = torch.autograd.grad(model(x).square().sum(), x)
+            assert_same(got, want, what=f"gradient for {n}")
+            assert got.stride() == want.stride()
+    stats = rdyn.stats()
+    assert stats["nodes_fallback"] == 0 and stats["nodes_native"] > 0, stats["fallback_ops"]

@@ -190,8 +190,10 @@ impl Lowerer<'_> {
             Op::AsStrided => {
                 let size = node.arg(1, "size").as_list().ok_or_else(|| crate::unsupported(op, "size"))?;
                 let stride = node.arg(2, "stride").as_list().ok_or_else(|| crate::unsupported(op, "stride"))?;
-                let strides: Vec<Expr> = stride.iter().map(|s| s.as_expr().unwrap_or_else(Expr::zero)).collect();
-                let sizes_e: Vec<Expr> = size.iter().map(|s| s.as_expr().unwrap_or_else(Expr::zero)).collect();
+                // In the call's sizes where a specialization fixes them.
+                let known = |a: &Arg| a.as_expr().unwrap_or_else(Expr::zero).simplify(&self.syms);
+                let strides: Vec<Expr> = stride.iter().map(known).collect();
+                let sizes_e: Vec<Expr> = size.iter().map(known).collect();
                 let asked = match node.arg(3, "storage_offset") {
                     Arg::None => None,
                     a => Some(a.as_expr().ok_or_else(|| crate::unsupported(op, "storage_offset"))?),

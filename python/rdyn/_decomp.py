@@ -26,8 +26,9 @@ distance to itself is 0 (ATen's GEMM form for p = 2 cancels), up to
 ``CDIST_DIFFERENCES`` for the GEMM path. 3-D adaptive average pooling is one
 averaging matrix product per dim; 2-D adaptive pooling's gradient is average
 pooling's where the windows tile the input, else such products.
-``as_strided_scatter`` into a contiguous tensor is an ``index_put`` at the
-storage positions its view reaches.
+``as_strided_scatter`` into a contiguous tensor is its source where the view
+covers the tensor in order, else an ``index_put`` at the storage positions
+its view reaches.
 ``masked_scatter`` counts the selected positions with a cumulative sum and
 gathers from the source behind one padding element.
 
@@ -271,9 +272,10 @@ def _mean_matrix(size, out, dtype, device):
     return torch.where(inside, 1.0 / lengths[:, None].to(dtype), torch.zeros((), dtype=dtype, device=device))
 
 
-def _pool3d_mats(shape, output_size, dtype, device):
+def _pool_mats(sizes, output_size, dtype, device):
+    """One averaging matrix per pooled dim (built in float32 at least)."""
     dt = dtype if dtype in (torch.float32, torch.float64) else torch.float32
-    return [_mean_matrix(n, o, dt, device).to(dtype) for n, o in zip(shape[-3:], output_size)]
+    return [_mean_matrix(n, o, dt, device).to(dtype) for n, o in zip(sizes, output_size)]
 
 
 def _sizes_known(*sizes):
@@ -288,7 +290,7 @@ def adaptive_avg_pool3d(x, output_size):
         return x.new_zeros((*x.shape[:-3], *output_size))
     if not _sizes_known(*x.shape[-3:], *output_size):
         return _as_is(aten._adaptive_avg_pool3d.default)(x, output_size)
-    ad, ah, aw = _pool3d_mats(x.shape, output_size, x.dtype, x.device)
+    ad, ah, aw = _pool_mats(x.shape[-3:], output_size, x.dtype, x.device)
     y = torch.matmul(ah, torch.matmul(x, aw.t()))  # [..., D, oh, ow]
     lead, (oh, ow) = y.shape[:-3], y.shape[-2:]
     y = torch.matmul(ad, y.reshape(*lead, y.shape[-3], oh * ow)).view(*lead, output_size[0], oh, ow)
@@ -300,7 +302,7 @@ def adaptive_avg_pool3d_backward(grad, x):
     output_size = grad.shape[-3:]
     if not _sizes_known(*x.shape[-3:], *output_size) or x.numel() == 0:
         return _as_is(aten._adaptive_avg_pool3d_backward.default)(grad, x)
-    ad, ah, aw = _pool3d_mats(x.shape, output_size, grad.dtype, grad.device)
+    ad, ah, aw = _pool_mats(x.shape[-3:], output_size, grad.dtype, grad.device)
     y = torch.matmul(ah.t(), torch.matmul(grad, aw))  # [..., od, H, W]
     lead, (h, w) = y.shape[:-3], y.shape[-2:]
     y = torch.matmul(ad.t(), y.reshape(*lead, y.shape[-3], h * w)).view(*lead, x.shape[-3], h, w)
@@ -312,17 +314,38 @@ def adaptive_avg_pool2d_backward(grad, x):
     the windows tile the input (each size a multiple of the output's, a
     global pool for one), it is average pooling's gradient with kernel =
     stride = size / output, which rdyn lowers; else the transposed
-    averaging products, as in 3-D."""
+    averaging products, as in 3-D. A global pool over dynamic sizes
+    spreads each gradient over its channel's elements."""
     (oh, ow), (h, w) = grad.shape[-2:], x.shape[-2:]
-    if not _sizes_known(h, w, oh, ow) or x.numel() == 0:
+    if not _sizes_known(oh, ow):
         return _as_is(aten._adaptive_avg_pool2d_backward.default)(grad, x)
-    if h % oh == 0 and w % ow == 0:
+    if _sizes_known(h, w) and h % oh == 0 and w % ow == 0:
         kernel = [h // oh, w // ow]
         out = aten.avg_pool2d_backward(grad, x, kernel, kernel, [0, 0], False, True, None)
+    elif (oh, ow) == (1, 1):
+        # A global pool under dynamic sizes: the window is the whole input.
+        out = (grad / (h * w)).expand(x.shape)
     else:
-        ah, aw = _pool3d_mats((h, h, w), (h, oh, ow), grad.dtype, grad.device)[1:]
+        ah, aw = _pool_mats((h, w), (oh, ow), grad.dtype, grad.device)
         out = torch.matmul(ah.t(), torch.matmul(grad, aw))
     return out.contiguous(memory_format=suggest_memory_format(x))
+
+
+def _covers(self, size, stride, storage_offset) -> bool:
+    """Whether the strided view is all of contiguous ``self``, element for
+    element in order; decided without guarding on sizes."""
+    from torch.fx.experimental.symbolic_shapes import statically_known_true as known
+
+    if storage_offset is not None and not known(storage_offset == self.storage_offset()):
+        return False
+    if len(size) != len(stride) or not known(math.prod(size) == self.numel()):
+        return False
+    expected = 1
+    for n, st in reversed(list(zip(size, stride))):
+        if not (known(n == 1) or known(st == expected)):
+            return False
+        expected = expected * n
+    return True
 
 
 def as_strided_scatter(self, src, size, stride, storage_offset=None):
@@ -330,8 +353,14 @@ def as_strided_scatter(self, src, size, stride, storage_offset=None):
     gradients of views build): ``src`` put at the storage positions the
     strided view reaches, relative to ``self``'s first element. Other
     inputs keep the op (it runs eagerly)."""
+    if not self.is_contiguous():
+        return NotImplemented
+    if _covers(self, size, stride, storage_offset):
+        # All of `self`, in its order (the gradient of a global mean over a
+        # channels-last input): `src` itself, under dynamic sizes too.
+        return src.expand(tuple(size)).to(self.dtype).reshape(self.shape).clone()
     sizes = (*size, *stride, self.storage_offset(), storage_offset or 0)
-    if not self.is_contiguous() or not all(isinstance(v, int) for v in sizes):
+    if not all(isinstance(v, int) for v in sizes):
         return NotImplemented
     start = (self.storage_offset() if storage_offset is None else storage_offset) - self.storage_offset()
     index = torch.full((), start, dtype=torch.int64, device=self.device)
