@@ -119,6 +119,48 @@ def test_head_merge_is_split_into_affine_loads() -> None:
     assert_same(compile_aten(merge, [x.float()])(x.float()), merge(x.float()), merge(x))
 
 
+def test_pooled_windows_read_through_a_flat_view_split_into_affine_loads() -> None:
+    """A max pool whose output a matrix product reads as `[n, c, h·w]`
+    (SqueezeNet's 1x1 convolutions after its pools): the windows' loads
+    reach the flat index as `// w` and `% w`. Compiled float32 stages split
+    it into rows of `w` lanes however narrow (6 here), so the loads are
+    affine and the JIT runs them, rows at a time; the flat dim had been
+    computed lane by lane (the model ran at 0.66x eager, now 1.5x)."""
+
+    def pool(x, w):
+        return w @ torch.nn.functional.max_pool2d(x, 3, 2, ceil_mode=True).flatten(2)
+
+    g = torch.Generator().manual_seed(8)
+    x, w = torch.randn(2, 8, 13, 13, generator=g), torch.randn(4, 8, generator=g)
+    windows = [k for k in _kernels(pool, x, w) if "max" in k.source]
+    assert windows, "no window kernel"
+    for k in windows:
+        assert "//" not in k.source and "jit" in k.source, k.source
+    assert_same(compile_aten(pool, [x, w])(x, w), pool(x, w), pool(x.double(), w.double()))
+
+
+def test_cat_chains_store_their_long_pieces() -> None:
+    """ShuffleNet passes half of each block's output on untouched through
+    the next block's `cat` and channel shuffle. Fused, every block's kernel
+    evaluated all earlier blocks per element (224 ops in the model's last
+    one, 0.74x eager); a `cat` piece past `CAT_PIECE_LIMIT` is stored first,
+    so no kernel grows with the chain (the model 2.7x eager)."""
+
+    def chain(x, w):
+        for _ in range(8):
+            a, b = x.chunk(2, dim=1)
+            x = torch.cat([a, torch.relu(b * w + 1).sqrt()], 1)
+            n, c, h, ww = x.shape
+            x = x.view(n, 2, c // 2, h, ww).transpose(1, 2).reshape(n, c, h, ww)
+        return x
+
+    g = torch.Generator().manual_seed(9)
+    x, w = torch.randn(2, 16, 4, 4, generator=g), torch.randn(1, 8, 1, 1, generator=g)
+    lines = [len(k.source.splitlines()) for k in _kernels(chain, x, w)]
+    assert max(lines) < 150, lines
+    assert_same(compile_aten(chain, [x, w])(x, w), chain(x, w), chain(x.double(), w.double()))
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_head_gradient_sums_split_their_token_dim(dtype) -> None:
     """Bias gradients of q, k and v summed over the tokens of (B, H, T, D)

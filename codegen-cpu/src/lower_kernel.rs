@@ -6,7 +6,7 @@ use rdyn_ir::loops::{BinaryOp, Kernel, Program, ScalarId, ScalarOp, Stage};
 use rdyn_ir::{Ctx, DType, Expr, Kind, Var};
 
 use crate::plan::{operand_kind, IndexFn, Inst, InstOp, KernelPlan, Reg, StagePlan, TileMode};
-use crate::split::Split;
+use crate::split::{Split, Tile};
 use crate::CodegenError;
 
 fn concrete(e: &Expr, ctx: &Ctx) -> Result<i64, CodegenError> {
@@ -122,11 +122,19 @@ pub(crate) fn kernel_plan(
     }
     let serial = kernel.stages.iter().any(|s| !s.store_indirect.is_empty());
     let last_is_tile = shapes.iter().any(|(inner, red, _)| !inner.iter().chain(red).any(|&n| n > 1));
+    // Float32 stages compile (`jit`), and compiled code runs narrow rows at
+    // full speed; anything else is interpreted tile by tile.
+    let compiled = kernel.stages.iter().all(|s| program.buffer(s.out).dtype == DType::F32);
+    let tile = match (last_is_tile, compiled) {
+        (false, _) => Tile::Own,
+        (true, true) => Tile::Compiled,
+        (true, false) => Tile::Interpreted,
+    };
     let split = if serial {
-        Split::find(&outer, &[], syms, true)
+        Split::find(&outer, &[], syms, Tile::Interpreted)
     } else {
         let exprs: Vec<Expr> = shapes.iter().flat_map(|(_, _, e)| e.iter().cloned()).collect();
-        Split::find(&outer, &exprs, syms, last_is_tile)
+        Split::find(&outer, &exprs, syms, tile)
     };
     // The expressions over the split outer variables.
     for (inner, red, exprs) in &mut shapes {
@@ -141,7 +149,7 @@ pub(crate) fn kernel_plan(
         .map(|(inner, red, exprs)| {
             let prefix: Vec<i64> = split.sizes.iter().chain(inner.iter()).copied().collect();
             let by: &[Expr] = if serial { &[] } else { exprs };
-            let red_split = Split::find_after(&prefix, red, by, syms, true);
+            let red_split = Split::find_after(&prefix, red, by, syms, Tile::Interpreted);
             exprs.iter_mut().for_each(|e| *e = red_split.apply(e, syms, &[]));
             red_split
         })

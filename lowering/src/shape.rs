@@ -317,6 +317,12 @@ impl Lowerer<'_> {
                     if lazy.ndim() == 1 && lazy.sizes[0].is_const(0) && n != 1 {
                         continue; // legacy empty tensors are skipped
                     }
+                    let lazy = if self.body_size(&lazy) > crate::lower::CAT_PIECE_LIMIT {
+                        let buf = self.realize(&lazy, None);
+                        self.load_buffer(buf)
+                    } else {
+                        lazy
+                    };
                     parts.push(lazy);
                 }
                 let mut start = Expr::zero();
