@@ -396,6 +396,31 @@ def test_nearest_upsampling_needs_no_float64(mode) -> None:
     assert torch.equal(got, fn(x))
 
 
+@pytest.mark.parametrize(
+    "kwargs", [dict(scale_factor=2.0), dict(scale_factor=3.0), dict(scale_factor=1.5), dict(size=(13, 9))], ids=str
+)
+def test_nearest_upsampling_reads_its_source_as_a_view(kwargs) -> None:
+    """Nearest upsampling's source index `trunc(float(i) * c)` is the index
+    `(p * i) // q` wherever that gives the same value for every `i` of the
+    kernel (checked one by one): the kernel reads a view of its source, no
+    bounds-checked gather, and for an integer factor no division either
+    (the split makes rows of `factor` lanes). A 2x upsampling of
+    `[2, 64, 32, 32]` took 2.4 ms (eager 1.2), now 0.22. Eager's values bit
+    for bit."""
+    x = torch.randn(2, 3, 9, 7, generator=torch.Generator().manual_seed(12))
+
+    def fn(t):
+        return torch.nn.functional.interpolate(t, mode="nearest", **kwargs) * 2
+
+    kernels = [k for k in rdyn.explain(fn, x).kernels if k.name.startswith("k")]
+    source = "\n".join(k.source for k in kernels)
+    assert len(kernels) == 1 and "bounded" not in source, source
+    if "scale_factor" in kwargs and kwargs["scale_factor"] == int(kwargs["scale_factor"]):
+        assert "//" not in source and "jit" in source, source
+    (got,) = compile_aten(fn, [x])(x)
+    assert torch.equal(got, fn(x))
+
+
 def test_adding_zero_keeps_the_sign_of_zero() -> None:
     """`x + 0.0` is `x` only where `x` cannot be -0.0 (-0.0 + 0.0 is +0.0);
     `x * 1.0` and `x + -0.0` are always `x`."""

@@ -2,9 +2,9 @@
 //! into libraries.
 
 use crate::ir::graph::{Arg, Node};
-use crate::ir::loops::{contiguous_strides, BinaryOp, BufId, BufRole, Buffer, ExternKind, ScalarId, ScalarOp};
+use crate::ir::loops::{contiguous_strides, BinaryOp, BufId, BufRole, Buffer, ExternKind, ScalarId, ScalarOp, Scalars};
 use crate::ir::op::Op;
-use crate::ir::{DType, Expr};
+use crate::ir::{Ctx, DType, Expr};
 use crate::lazy::{vars, Lazy};
 use crate::lower::{Handled, Lowerer};
 use crate::LowerError;
@@ -268,11 +268,11 @@ impl Lowerer<'_> {
         let mut all_direct = true;
         for (d, value) in indirect {
             let as_i64 = self.prog.scalars.cast(*value, DType::I64);
-            let folded =
-                self.prog.scalars.as_index(as_i64).filter(|e| match (e.bounds(&ctx), src.sizes[*d].as_const()) {
-                    (Some((lo, hi)), Some(n)) => lo >= 0 && hi < n,
-                    _ => false,
-                });
+            let folded = self.prog.scalars.as_index(as_i64).or_else(|| scaled_index(&self.prog.scalars, as_i64, &ctx));
+            let folded = folded.filter(|e| match (e.bounds(&ctx), src.sizes[*d].as_const()) {
+                (Some((lo, hi)), Some(n)) => lo >= 0 && hi < n,
+                _ => false,
+            });
             match folded {
                 Some(e) => direct[*d] = Some(e),
                 None => all_direct = false,
@@ -542,6 +542,43 @@ impl Lowerer<'_> {
 
 /// The lowest and highest element offsets a view of `sizes` and `strides`
 /// reaches from its start ((0, -1) when it is empty), if they are constants.
+/// The most index values [`scaled_index`] checks one by one.
+const SCALED_INDEX_CHECKS: i64 = 1 << 16;
+
+/// `trunc(float(e) · c)`, the source index of nearest upsampling as
+/// PyTorch's decomposition computes it, as the index `(p·e) // q` for the
+/// first `q <= 64` (with `p = round(c·q)`) that gives the same value for
+/// every value `e` takes under `ctx`, each checked in `c`'s float type. A
+/// view of the source then (the split makes `e // 2` rows of 2 lanes),
+/// where the float index had been a bounds-checked gather computed lane by
+/// lane (a 2x upsampling of `[2, 64, 32, 32]`: 2.4 ms, eager 1.2 ms).
+fn scaled_index(scalars: &Scalars, value: ScalarId, ctx: &Ctx) -> Option<Expr> {
+    let ScalarOp::Cast(product) = scalars.get(value).op else { return None };
+    let float = scalars.dtype(product);
+    let ScalarOp::Binary(BinaryOp::Mul, a, b) = scalars.get(product).op else { return None };
+    let (index, c) = match (&scalars.get(a).op, &scalars.get(b).op) {
+        (_, ScalarOp::Const { bits }) => (a, f64::from_bits(*bits)),
+        (ScalarOp::Const { bits }, _) => (b, f64::from_bits(*bits)),
+        _ => return None,
+    };
+    let ScalarOp::Cast(inner) = scalars.get(index).op else { return None };
+    let e = scalars.as_index(inner)?;
+    let (lo, hi) = e.bounds(ctx)?;
+    if lo < 0 || hi - lo >= SCALED_INDEX_CHECKS || c.is_nan() || c <= 0.0 || scalars.dtype(index) != float {
+        return None;
+    }
+    let scaled = |v: i64| match float {
+        DType::F32 => Some(((v as f32) * (c as f32)).trunc() as i64),
+        DType::F64 => Some(((v as f64) * c).trunc() as i64),
+        _ => None,
+    };
+    (1..=64).find_map(|q| {
+        let p = (c * q as f64).round() as i64;
+        let same = p > 0 && (lo..=hi).all(|v| scaled(v) == Some((p * v).div_euclid(q)));
+        same.then(|| e.scale(p).floordiv(&Expr::c(q), ctx))
+    })
+}
+
 fn reach(sizes: &[Expr], strides: &[Expr]) -> Option<(i64, i64)> {
     let (mut lo, mut hi) = (0, 0);
     for (n, s) in sizes.iter().zip(strides) {
