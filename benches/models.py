@@ -34,6 +34,8 @@ class ModelSpec:
     # Rough size class used to pick the `--quick` models (smaller is cheaper).
     cost: int
     tags: tuple[str, ...] = field(default_factory=tuple)
+    # Opt-in: not in the default suite; `--models extra` runs all of them.
+    extra: bool = False
 
     def build(self, seed: int = 0) -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
         torch.manual_seed(seed)
@@ -118,6 +120,21 @@ class ReductionBlock(nn.Module):
         lse = torch.logsumexp(x, dim=-1, keepdim=True)
         col = x.mean(dim=0, keepdim=True)
         return p * lp + (peak - lse) + col, var.squeeze(-1)
+
+
+class UpsampleDecoder(nn.Module):
+    """A feature-pyramid / U-Net decoder step, twice: 2x nearest
+    upsampling, a skip connection concatenated, conv + relu."""
+
+    def __init__(self, channels: int = 32):
+        super().__init__()
+        self.convs = nn.ModuleList(nn.Conv2d(2 * channels, channels, 3, padding=1) for _ in range(2))
+
+    def forward(self, x, skip1, skip2):
+        for conv, skip in zip(self.convs, (skip1, skip2)):
+            x = F.interpolate(x, scale_factor=2.0, mode="nearest")
+            x = F.relu(conv(torch.cat([x, skip], 1)))
+        return x
 
 
 class ConvBnRelu(nn.Module):
@@ -253,6 +270,23 @@ def _efficientnet_b0():
     return model, (torch.randn(1, 3, 96, 96),)
 
 
+def _squeezenet():
+    import torchvision
+
+    return torchvision.models.squeezenet1_1(num_classes=100), (torch.randn(2, 3, 64, 64),)
+
+
+def _shufflenet():
+    import torchvision
+
+    model = _randomise_batchnorm(torchvision.models.shufflenet_v2_x1_0(num_classes=100))
+    return model, (torch.randn(2, 3, 64, 64),)
+
+
+def _upsample_decoder():
+    return UpsampleDecoder(), (torch.randn(2, 32, 16, 16), torch.randn(2, 32, 32, 32), torch.randn(2, 32, 64, 64))
+
+
 _SPECS = [
     ModelSpec("mlp", "3-layer MLP 256-512-512-64, batch 64", _mlp, cost=1, tags=("gemm",)),
     ModelSpec("layernorm_gelu", "4x (LayerNorm, GELU, scale/shift, residual) on 16x128x256", _layernorm_gelu, cost=1, tags=("memory-bound",)),
@@ -267,10 +301,19 @@ _SPECS = [
     ModelSpec("efficientnet_b0", "torchvision efficientnet_b0 (SiLU, squeeze-excite), 1x3x96x96", _efficientnet_b0, cost=6, tags=("cnn", "torchvision")),
 ]
 
+_SPECS += [
+    ModelSpec("squeezenet", "torchvision squeezenet1_1 (fire modules: cat, ceil-mode pools), 2x3x64x64", _squeezenet,
+              cost=3, tags=("cnn", "torchvision"), extra=True),
+    ModelSpec("shufflenet", "torchvision shufflenet_v2_x1_0 (channel shuffles), 2x3x64x64", _shufflenet,
+              cost=4, tags=("cnn", "torchvision"), extra=True),
+    ModelSpec("upsample_decoder", "2x (nearest 2x upsampling, skip cat, conv3x3, relu) from 2x32x16x16",
+              _upsample_decoder, cost=2, tags=("cnn", "memory-bound"), extra=True),
+]
+
 MODELS: dict[str, ModelSpec] = {spec.name: spec for spec in _SPECS}
 
 #: The three cheapest models, run by `--quick`.
-QUICK_MODELS: list[str] = [s.name for s in sorted(_SPECS, key=lambda s: s.cost)[:3]]
+QUICK_MODELS: list[str] = [s.name for s in sorted((s for s in _SPECS if not s.extra), key=lambda s: s.cost)[:3]]
 
 
 def tiny_graph():

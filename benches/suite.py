@@ -6,6 +6,7 @@
     python benches/suite.py --models mlp,bert --backends eager,rdyn --rounds 5
     python benches/suite.py --train --half       # add a training step; bfloat16 on CPU
     python benches/suite.py --devices cpu,wgpu,cuda
+    python benches/suite.py --models extra       # the opt-in models (squeezenet, shufflenet, a decoder)
     python benches/suite.py --list               # the models
 
 For every model x backend x device it measures correctness against eager,
@@ -63,7 +64,7 @@ def model_catalog() -> list[dict]:
     """The model list, read without importing torch in this process."""
     code = (
         "import json, models; print(json.dumps([{'name': s.name, 'description': s.description, "
-        "'cost': s.cost} for s in models.MODELS.values()] + [{'quick': models.QUICK_MODELS}]))"
+        "'cost': s.cost, 'extra': s.extra} for s in models.MODELS.values()] + [{'quick': models.QUICK_MODELS}]))"
     )
     out = subprocess.run([sys.executable, "-c", code], cwd=BENCH_DIR, capture_output=True, text=True, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -75,7 +76,8 @@ def parse_args(argv=None) -> argparse.Namespace:
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog=__doc__.split("\n\n")[1],
     )
-    p.add_argument("--models", help="comma-separated model names (default: all; see --list)")
+    p.add_argument("--models", help="comma-separated model names (default: all but the extra ones; 'extra' names "
+                   "those; see --list)")
     p.add_argument("--backends", help=f"comma-separated, from {','.join(ALL_BACKENDS)} (default: all; "
                    "--quick: eager,rdyn). eager is always run: it is the baseline")
     p.add_argument("--devices", default="cpu", help="comma-separated, from cpu,wgpu,cuda, or 'all' (default: cpu)")
@@ -106,14 +108,19 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def resolve_plan(args, catalog: list[dict]) -> dict:
     names = [m["name"] for m in catalog if "name" in m]
+    extra = [m["name"] for m in catalog if m.get("extra")]
     quick = next(m["quick"] for m in catalog if "quick" in m)
     if args.models:
-        models = [m.strip() for m in args.models.split(",") if m.strip()]
+        models = []
+        for m in (m.strip() for m in args.models.split(",")):
+            for name in extra if m == "extra" else [m] if m else []:
+                if name not in models:
+                    models.append(name)
         unknown = [m for m in models if m not in names]
         if unknown:
-            sys.exit(f"unknown model(s): {', '.join(unknown)}; known: {', '.join(names)}")
+            sys.exit(f"unknown model(s): {', '.join(unknown)}; known: {', '.join(names)}, or 'extra'")
     else:
-        models = quick if args.quick else names
+        models = quick if args.quick else [n for n in names if n not in extra]
     if args.backends:
         backends = [b.strip() for b in args.backends.split(",") if b.strip()]
     else:
@@ -647,7 +654,8 @@ def main(argv=None) -> int:
         quick = next(m["quick"] for m in catalog if "quick" in m)
         for m in catalog:
             if "name" in m:
-                print(f"{m['name']:<16} {'(quick) ' if m['name'] in quick else ''}{m['description']}")
+                tag = "(quick) " if m["name"] in quick else "(extra) " if m.get("extra") else ""
+                print(f"{m['name']:<16} {tag}{m['description']}")
         return 0
     plan = resolve_plan(args, catalog)
     out = Path(args.out).resolve()

@@ -165,3 +165,25 @@ def test_ops_benchmark_checks_and_times_each_case() -> None:
         "dropout 0.1 after relu 8x64x128",
     ]
     assert all(r["eager"] > 0 and r["rdyn"] > 0 for r in results), results
+
+
+def test_extra_models_are_opt_in() -> None:
+    """The opt-in models (SqueezeNet, ShuffleNet, an upsampling decoder)
+    stay out of the default suite and of `--quick`; `--models extra` names
+    them all, alongside others, each once."""
+    sys.path.insert(0, str(ROOT / "benches"))
+    try:
+        import suite
+    finally:
+        sys.path.pop(0)
+    catalog = suite.model_catalog()
+    extra = [m["name"] for m in catalog if m.get("extra")]
+    assert extra == ["squeezenet", "shufflenet", "upsample_decoder"], extra
+    default = suite.resolve_plan(suite.parse_args([]), catalog)["models"]
+    assert "mlp" in default and not set(extra) & set(default), default
+    quick = suite.resolve_plan(suite.parse_args(["--quick"]), catalog)["models"]
+    assert not set(extra) & set(quick), quick
+    chosen = suite.resolve_plan(suite.parse_args(["--models", "extra,mlp,shufflenet"]), catalog)["models"]
+    assert chosen == [*extra, "mlp"], chosen
+    with pytest.raises(SystemExit, match="unknown model"):
+        suite.resolve_plan(suite.parse_args(["--models", "nosuch"]), catalog)

@@ -62,6 +62,18 @@ def _mobilenet_v2() -> nn.Module:
     return torchvision.models.mobilenet_v2(weights=None, num_classes=10)
 
 
+def _squeezenet() -> nn.Module:
+    import torchvision
+
+    return torchvision.models.squeezenet1_1(weights=None, num_classes=10)
+
+
+def _shufflenet() -> nn.Module:
+    import torchvision
+
+    return torchvision.models.shufflenet_v2_x0_5(weights=None, num_classes=10)
+
+
 def _bert() -> nn.Module:
     import transformers
 
@@ -109,6 +121,9 @@ MODELS: dict[str, ModelCase] = {
     "mlp": ModelCase(MLP, lambda: (torch.randn(8, 32),)),
     "resnet18": ModelCase(_resnet18, _images),
     "mobilenet_v2": ModelCase(_mobilenet_v2, _images),
+    # Fire modules (`cat`, ceil-mode pools) and channel-shuffle chains.
+    "squeezenet": ModelCase(_squeezenet, _images),
+    "shufflenet": ModelCase(_shufflenet, _images),
     "bert": ModelCase(_bert, _tokens, lambda out: out.last_hidden_state),
     "gpt2": ModelCase(_gpt2, lambda: _tokens()[:1], lambda out: out.logits),
 }
