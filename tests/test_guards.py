@@ -388,7 +388,7 @@ def test_dynamic_batch_norm_training_computes_its_size_factor() -> None:
     assert stats["nodes_fallback"] == 0 and stats["nodes_native"] > 0, stats["fallback_ops"]
 
 
-@pytest.mark.parametrize("out", [1, (3, 2)], ids=str)
+@pytest.mark.parametrize("out", [1, (3, 2), "pooled_4x4"], ids=str)
 def test_dynamic_adaptive_pool_gradient_of_a_channels_last_input_lowers(out) -> None:
     """The gradient of a global average pool over a channels-last input
     restrides through `as_strided` and fills a zero buffer with
@@ -396,15 +396,23 @@ def test_dynamic_adaptive_pool_gradient_of_a_channels_last_input_lowers(out) -> 
     takes each specialization's sizes, the second is its source. Other
     output sizes (AlexNet's 6x6) reach `_adaptive_avg_pool2d_backward`,
     whose decomposition takes the averaging products over dynamic sizes.
-    All three ran eagerly. Gradients against float64 eager."""
+    All three ran eagerly. A 4x4 pool of a dynamic input that ceil-mode max
+    pools shrank (GoogLeNet's auxiliary heads) traces its output size as
+    `16 // (s // 4)`: the averaging products take that too. Gradients
+    against float64 eager."""
     torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.AdaptiveAvgPool2d(out), torch.nn.Flatten()).double()
+    if out == "pooled_4x4":
+        pools = [torch.nn.MaxPool2d(3, 2, ceil_mode=True), torch.nn.MaxPool2d(3, 2, ceil_mode=True)]
+        layers = [torch.nn.Conv2d(3, 4, 3, padding=1), *pools, torch.nn.AdaptiveAvgPool2d((4, 4))]
+    else:
+        layers = [torch.nn.Conv2d(3, 4, 3), torch.nn.AdaptiveAvgPool2d(out)]
+    model = torch.nn.Sequential(*layers, torch.nn.Flatten()).double()
     torch._dynamo.reset()
     compiled = torch.compile(model, backend="rdyn", dynamic=True)
     rdyn.reset_stats()
     g = torch.Generator().manual_seed(2)
     with no_rust_panic():
-        for n in (7, 9, 12):
+        for n in (16, 20, 25) if out == "pooled_4x4" else (7, 9, 12):
             x = torch.randn(2, 3, n, n + 2, generator=g, dtype=torch.float64).to(memory_format=torch.channels_last)
             x.requires_grad_(True)
             got, = torch.autograd.grad(compiled(x).square().sum(), x)

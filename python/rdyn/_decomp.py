@@ -316,16 +316,18 @@ def adaptive_avg_pool2d_backward(grad, x):
     stride = size / output, which rdyn lowers; else the transposed
     averaging products, as in 3-D. A global pool over dynamic sizes
     spreads each gradient over its channel's elements."""
+    from torch.fx.experimental.symbolic_shapes import statically_known_true as known
+
     (oh, ow), (h, w) = grad.shape[-2:], x.shape[-2:]
-    if not _sizes_known(oh, ow):
-        return _as_is(aten._adaptive_avg_pool2d_backward.default)(grad, x)
-    if _sizes_known(h, w) and h % oh == 0 and w % ow == 0:
+    if _sizes_known(h, w, oh, ow) and h % oh == 0 and w % ow == 0:
         kernel = [h // oh, w // ow]
         out = aten.avg_pool2d_backward(grad, x, kernel, kernel, [0, 0], False, True, None)
-    elif (oh, ow) == (1, 1):
+    elif known(oh == 1) and known(ow == 1):
         # A global pool under dynamic sizes: the window is the whole input.
         out = (grad / (h * w)).expand(x.shape)
     else:
+        # Over dynamic sizes too, the output's included (a 4x4 pool of a
+        # dynamic input traces its output size as `16 // (s // 4)`).
         ah, aw = _pool_mats((h, w), (oh, ow), grad.dtype, grad.device)
         out = torch.matmul(ah.t(), torch.matmul(grad, aw))
     return out.contiguous(memory_format=suggest_memory_format(x))
