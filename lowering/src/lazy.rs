@@ -95,23 +95,18 @@ impl Lowerer<'_> {
     /// A float computed from sizes the program does not fix (a generic
     /// program's): float64 arithmetic on its index values.
     fn sym_float(&mut self, x: &SymFloat) -> ScalarId {
-        let s = &mut self.prog.scalars;
-        match x {
-            SymFloat::Const(v) => s.constant(*v, DType::F64),
+        let (op, a, b) = match x {
+            SymFloat::Const(v) => return self.prog.scalars.constant(*v, DType::F64),
             SymFloat::Int(e) => {
-                let i = s.index(e.clone());
-                s.cast(i, DType::F64)
+                let i = self.prog.scalars.index(e.clone());
+                return self.prog.scalars.cast(i, DType::F64);
             }
-            SymFloat::Add(a, b) | SymFloat::Mul(a, b) | SymFloat::Div(a, b) => {
-                let op = match x {
-                    SymFloat::Add(..) => BinaryOp::Add,
-                    SymFloat::Mul(..) => BinaryOp::Mul,
-                    _ => BinaryOp::Div,
-                };
-                let (a, b) = (self.sym_float(a), self.sym_float(b));
-                self.prog.scalars.binary(op, a, b, DType::F64)
-            }
-        }
+            SymFloat::Add(a, b) => (BinaryOp::Add, a, b),
+            SymFloat::Mul(a, b) => (BinaryOp::Mul, a, b),
+            SymFloat::Div(a, b) => (BinaryOp::Div, a, b),
+        };
+        let (a, b) = (self.sym_float(a), self.sym_float(b));
+        self.prog.scalars.binary(op, a, b, DType::F64)
     }
 
     /// Store `lazy` into a new temporary buffer (contiguous unless `strides`

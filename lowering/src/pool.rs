@@ -19,13 +19,7 @@ impl Lowerer<'_> {
     /// `divisor_override` is given.
     pub(crate) fn avg_pool(&mut self, node: &Node) -> Res {
         let op = node.target.as_str();
-        let sp = if node.op == Op::AvgPool3d { 3 } else { 2 };
-        let (sizes, out) = self.out_meta(node)?;
-        if !out.is_float() {
-            return Err(crate::unsupported(op, format!("average pooling of {out}")));
-        }
-        let x = self.tensor_arg(node, 0, "self")?;
-        let x = self.cast_lazy(x, if matches!(out, DType::F16 | DType::BF16) { DType::F32 } else { out });
+        let (sp, sizes, out, x) = self.pool_operand(node, "self", "average pooling")?;
         let n = x.ndim();
         if n < sp || sizes.len() != n {
             return Err(crate::invalid(op, "input has too few dims"));
@@ -67,13 +61,7 @@ impl Lowerer<'_> {
     /// for the usual `k = s`.
     pub(crate) fn avg_pool_backward(&mut self, node: &Node) -> Res {
         let op = node.target.as_str();
-        let sp = if node.op == Op::AvgPool3dBackward { 3 } else { 2 };
-        let (sizes, out) = self.out_meta(node)?;
-        if !out.is_float() {
-            return Err(crate::unsupported(op, format!("average pooling gradient of {out}")));
-        }
-        let g = self.tensor_arg(node, 0, "grad_output")?;
-        let g = self.cast_lazy(g, if matches!(out, DType::F16 | DType::BF16) { DType::F32 } else { out });
+        let (sp, sizes, out, g) = self.pool_operand(node, "grad_output", "average pooling gradient")?;
         let n = sizes.len();
         if n < sp || g.ndim() != n {
             return Err(crate::invalid(op, "grad_output and self need the same dims, at least one per spatial dim"));
@@ -108,6 +96,26 @@ impl Lowerer<'_> {
         let sum = self.reduce(&Lazy { sizes: ext, value, dtype }, &red, false, ReduceOp::Sum, dtype);
         let result = self.cast_lazy(sum, out);
         Ok(Handled::Native(vec![result]))
+    }
+
+    /// An average pooling node's spatial rank (2 or 3), output sizes and
+    /// dtype, and its first argument `name` in the dtype it is computed in
+    /// (float32 for half precision). `what` names the op in the error for
+    /// a non-float output.
+    fn pool_operand(
+        &mut self,
+        node: &Node,
+        name: &str,
+        what: &str,
+    ) -> Result<(usize, Vec<Expr>, DType, Lazy), LowerError> {
+        let sp = if matches!(node.op, Op::AvgPool3d | Op::AvgPool3dBackward) { 3 } else { 2 };
+        let (sizes, out) = self.out_meta(node)?;
+        if !out.is_float() {
+            return Err(crate::unsupported(&node.target, format!("{what} of {out}")));
+        }
+        let x = self.tensor_arg(node, 0, name)?;
+        let x = self.cast_lazy(x, if matches!(out, DType::F16 | DType::BF16) { DType::F32 } else { out });
+        Ok((sp, sizes, out, x))
     }
 
     /// PyTorch's divisor of the window starting at `starts` (one index

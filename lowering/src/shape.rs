@@ -540,8 +540,6 @@ impl Lowerer<'_> {
     }
 }
 
-/// The lowest and highest element offsets a view of `sizes` and `strides`
-/// reaches from its start ((0, -1) when it is empty), if they are constants.
 /// The most index values [`scaled_index`] checks one by one.
 const SCALED_INDEX_CHECKS: i64 = 1 << 16;
 
@@ -564,21 +562,23 @@ fn scaled_index(scalars: &Scalars, value: ScalarId, ctx: &Ctx) -> Option<Expr> {
     let ScalarOp::Cast(inner) = scalars.get(index).op else { return None };
     let e = scalars.as_index(inner)?;
     let (lo, hi) = e.bounds(ctx)?;
-    if lo < 0 || hi - lo >= SCALED_INDEX_CHECKS || c.is_nan() || c <= 0.0 || scalars.dtype(index) != float {
+    let checkable = lo >= 0 && hi - lo < SCALED_INDEX_CHECKS && c > 0.0 && scalars.dtype(index) == float;
+    if !checkable || !matches!(float, DType::F32 | DType::F64) {
         return None;
     }
     let scaled = |v: i64| match float {
-        DType::F32 => Some(((v as f32) * (c as f32)).trunc() as i64),
-        DType::F64 => Some(((v as f64) * c).trunc() as i64),
-        _ => None,
+        DType::F32 => ((v as f32) * (c as f32)).trunc() as i64,
+        _ => ((v as f64) * c).trunc() as i64,
     };
     (1..=64).find_map(|q| {
         let p = (c * q as f64).round() as i64;
-        let same = p > 0 && (lo..=hi).all(|v| scaled(v) == Some((p * v).div_euclid(q)));
+        let same = p > 0 && (lo..=hi).all(|v| scaled(v) == (p * v).div_euclid(q));
         same.then(|| e.scale(p).floordiv(&Expr::c(q), ctx))
     })
 }
 
+/// The lowest and highest element offsets a view of `sizes` and `strides`
+/// reaches from its start ((0, -1) when it is empty), if they are constants.
 fn reach(sizes: &[Expr], strides: &[Expr]) -> Option<(i64, i64)> {
     let (mut lo, mut hi) = (0, 0);
     for (n, s) in sizes.iter().zip(strides) {

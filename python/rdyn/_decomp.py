@@ -45,6 +45,7 @@ import math
 import torch
 from torch._decomp import get_decompositions
 from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND, elementwise_dtypes, suggest_memory_format
+from torch.fx.experimental.symbolic_shapes import statically_known_true
 
 aten = torch.ops.aten
 _TORCH = get_decompositions(
@@ -316,13 +317,11 @@ def adaptive_avg_pool2d_backward(grad, x):
     stride = size / output, which rdyn lowers; else the transposed
     averaging products, as in 3-D. A global pool over dynamic sizes
     spreads each gradient over its channel's elements."""
-    from torch.fx.experimental.symbolic_shapes import statically_known_true as known
-
     (oh, ow), (h, w) = grad.shape[-2:], x.shape[-2:]
     if _sizes_known(h, w, oh, ow) and h % oh == 0 and w % ow == 0:
         kernel = [h // oh, w // ow]
         out = aten.avg_pool2d_backward(grad, x, kernel, kernel, [0, 0], False, True, None)
-    elif known(oh == 1) and known(ow == 1):
+    elif statically_known_true(oh == 1) and statically_known_true(ow == 1):
         # A global pool under dynamic sizes: the window is the whole input.
         out = (grad / (h * w)).expand(x.shape)
     else:
@@ -336,15 +335,13 @@ def adaptive_avg_pool2d_backward(grad, x):
 def _covers(self, size, stride, storage_offset) -> bool:
     """Whether the strided view is all of contiguous ``self``, element for
     element in order; decided without guarding on sizes."""
-    from torch.fx.experimental.symbolic_shapes import statically_known_true as known
-
-    if storage_offset is not None and not known(storage_offset == self.storage_offset()):
+    if storage_offset is not None and not statically_known_true(storage_offset == self.storage_offset()):
         return False
-    if len(size) != len(stride) or not known(math.prod(size) == self.numel()):
+    if len(size) != len(stride) or not statically_known_true(math.prod(size) == self.numel()):
         return False
     expected = 1
     for n, st in reversed(list(zip(size, stride))):
-        if not (known(n == 1) or known(st == expected)):
+        if not (statically_known_true(n == 1) or statically_known_true(st == expected)):
             return False
         expected = expected * n
     return True

@@ -41,6 +41,21 @@ class _Symbols:
             self.index[name] = len(self.index)
         return self.index[name]
 
+    def define(self, name: str, fn: str, args: list) -> int:
+        """The symbol named `name`, defined as `fn(*args)` when first seen."""
+        if name not in self.index:
+            self.derived.append((self.get(name), fn, args))
+        return self.index[name]
+
+
+def _chain(tag: str, args: list):
+    """`args` combined left to right by the binary `tag` (sums and products
+    of more than two terms)."""
+    out = args[0]
+    for a in args[1:]:
+        out = (tag, out, a)
+    return out
+
 
 def _sym_expr(expr, syms: _Symbols):
     if isinstance(expr, int):
@@ -56,18 +71,9 @@ def _sym_expr(expr, syms: _Symbols):
     args = [_sym_expr(a, syms) for a in expr.args]
     kind = type(expr).__name__
     if kind in ("Max", "Min") and len(args) >= 2:
-        name = str(expr)
-        known = name in syms.index
-        sym = syms.get(name)
-        if not known:
-            syms.derived.append((sym, kind.lower(), args))
-        return ("sym", sym)
+        return ("sym", syms.define(str(expr), kind.lower(), args))
     if expr.is_Add or expr.is_Mul:
-        tag = "add" if expr.is_Add else "mul"
-        out = args[0]
-        for a in args[1:]:
-            out = (tag, out, a)
-        return out
+        return _chain("add" if expr.is_Add else "mul", args)
     if expr.is_Pow and expr.exp.is_Integer and 1 <= int(expr.exp) <= 8:
         # s**2 (a square image's h*w): a product of the base.
         out = args[0]
@@ -97,12 +103,7 @@ def _float_expr(expr, syms: _Symbols):
     if expr.is_integer:
         return ("int", _sym_expr(expr, syms))
     if expr.is_Add or expr.is_Mul:
-        tag = "add" if expr.is_Add else "mul"
-        args = [_float_expr(a, syms) for a in expr.args]
-        out = args[0]
-        for a in args[1:]:
-            out = (tag, out, a)
-        return out
+        return _chain("add" if expr.is_Add else "mul", [_float_expr(a, syms) for a in expr.args])
     if expr.is_Pow and expr.exp.is_Integer and int(expr.exp) == -1:
         return ("div", 1.0, _float_expr(expr.base, syms))
     raise Unsupported(f"symbolic float {expr} ({kind})")
