@@ -116,7 +116,9 @@ def test_training_forward_computes_the_probabilities_once() -> None:
     without, and no log-sum-exp form ``exp(scores - lse)`` beside it."""
     q, k, v = (torch.randn(4, 2, 64, 32, requires_grad=True) for _ in range(3))
     for causal in (False, True):
-        (graph,) = rdyn.explain(lambda q, k, v: sdpa(q, k, v, is_causal=causal), q, k, v).graphs
+        report = rdyn.explain(lambda q, k, v: sdpa(q, k, v, is_causal=causal), q, k, v)
+        assert report.kinds == ["forward", "backward"], report.kinds
+        graph = report.graphs[0]
         assert graph.count("aten.exp.default") == 1 and "aten.reciprocal" in graph, graph
         with torch.no_grad():
             (graph,) = rdyn.explain(lambda q, k, v: sdpa(q, k, v, is_causal=causal), q, k, v).graphs

@@ -30,7 +30,10 @@ CONFIGS = [
 
 
 def _kernels(fn, *inputs) -> list[str]:
-    report = rdyn.explain(fn, *inputs)
+    """The kernels of the inference graph (`explain` shows a backward too
+    where parameters need gradients)."""
+    with torch.no_grad():
+        report = rdyn.explain(fn, *inputs)
     assert report.fallback_ops == {}
     return [k.name for k in report.kernels]
 

@@ -14,6 +14,7 @@ import pytest
 import torch
 
 import rdyn
+from helpers import assert_same
 
 NAN, INF = float("nan"), float("inf")
 
@@ -62,8 +63,11 @@ def _check(name, key, device):
             torch.testing.assert_close(got[0], want[0], equal_nan=True)
             torch.testing.assert_close(got[1], want[1], rtol=0, atol=0)
         else:
-            ref = fn(x.double()).to(x.dtype) if x.is_floating_point() else want
-            torch.testing.assert_close(got, ref, equal_nan=True)
+            # Half precision: eager's rounding of each op (its scalars
+            # included) is not rdyn's, so a result may instead be as close
+            # to float64 as eager's.
+            ref = fn(x.double()) if x.is_floating_point() else None
+            assert_same(got, want, ref, what=f"{name} dim {d}")
         assert rdyn.stats()["nodes_fallback"] == 0, rdyn.stats()["fallback_ops"]
 
 

@@ -470,8 +470,9 @@ fn compile_stage(
             ScalarOp::Binary(op, a, b) => InstOp::Binary(*op, reg(a)?, reg(b)?),
             ScalarOp::Where(c, a, b) => InstOp::Where(reg(c)?, reg(a)?, reg(b)?),
             ScalarOp::Cast(x) => InstOp::Cast { src: reg(x)?, from: scalars.dtype(*x).kind(), to: node.dtype },
-            ScalarOp::Bounded(x, size) => InstOp::Bounded {
+            ScalarOp::Bounded(x, size, negatives) => InstOp::Bounded {
                 src: reg(x)?,
+                negatives: *negatives,
                 size: size.simplify(syms).as_const().ok_or_else(|| CodegenError::Symbolic(format!("size {size}")))?,
             },
         };

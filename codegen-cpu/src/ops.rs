@@ -55,12 +55,13 @@ macro_rules! float_ops {
                 UnaryOp::Ceil => map!(|v: $t| v.ceil()),
                 UnaryOp::Round => map!(|v: $t| v.round_ties_even()),
                 UnaryOp::Trunc => map!(|v: $t| v.trunc()),
+                // ATen's `(0 < v) - (v < 0)`: NaN and -0.0 give +0.0.
                 UnaryOp::Sign => map!(|v: $t| if v > 0.0 {
                     1.0
                 } else if v < 0.0 {
                     -1.0
                 } else {
-                    v
+                    0.0
                 }),
                 UnaryOp::Reciprocal => map!(|v: $t| 1.0 / v),
                 UnaryOp::Not => map!(|v: $t| (v == 0.0) as u8 as $t),
@@ -437,6 +438,21 @@ fn polygamma(n: f64, x: f64) -> f64 {
     sign * factorial * hurwitz_zeta(n + 1.0, x)
 }
 
+/// `x` to the power `e` by squaring, wrapping as ATen's integer `pow`
+/// does, over the whole 64-bit exponent (`u32` exponents would cut
+/// `2**32 + 1` short).
+fn wrapping_pow(mut x: i64, mut e: u64) -> i64 {
+    let mut acc: i64 = 1;
+    while e > 0 {
+        if e & 1 == 1 {
+            acc = acc.wrapping_mul(x);
+        }
+        x = x.wrapping_mul(x);
+        e >>= 1;
+    }
+    acc
+}
+
 /// Integer (and bool, as 0/1) unary ops. Float-only ops never reach here:
 /// lowering rejects them for integer dtypes.
 pub fn unary_i64(op: UnaryOp, x: &[i64], out: &mut [i64]) {
@@ -522,7 +538,7 @@ fn binary_i64_body(op: BinaryOp, a: &[i64], b: &[i64], out: &mut [i64], error: &
                 0
             }
         } else {
-            x.wrapping_pow(y.min(u32::MAX as i64) as u32)
+            wrapping_pow(x, y as u64)
         }),
         BinaryOp::Max | BinaryOp::Fmax => zip!(|x: i64, y: i64| x.max(y)),
         BinaryOp::Min | BinaryOp::Fmin => zip!(|x: i64, y: i64| x.min(y)),

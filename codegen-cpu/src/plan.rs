@@ -9,8 +9,8 @@
 use std::fmt::Write;
 
 use rdyn_ir::loops::{
-    BinaryOp, BufId, BufRole, ExternKind, Program, ProgramOutput, ReduceOp, ScalarId, ScalarOp, ScanOp, SortSpec, Step,
-    UnaryOp,
+    BinaryOp, BufId, BufRole, ExternKind, Negatives, Program, ProgramOutput, ReduceOp, ScalarId, ScalarOp, ScanOp,
+    SortSpec, Step, UnaryOp,
 };
 use rdyn_ir::{Atom, Ctx, DType, Expr, Kind, Var};
 
@@ -152,6 +152,7 @@ pub enum InstOp {
     Bounded {
         src: Reg,
         size: i64,
+        negatives: Negatives,
     },
 }
 
@@ -639,7 +640,8 @@ fn fmt_inst(op: &InstOp) -> String {
         InstOp::Binary(op, a, b) => format!("{op} r{a}, r{b}"),
         InstOp::Where(c, a, b) => format!("where r{c}, r{a}, r{b}"),
         InstOp::Cast { src, to, .. } => format!("cast<{to}> r{src}"),
-        InstOp::Bounded { src, size } => format!("bounded r{src} < {size}"),
+        InstOp::Bounded { src, size, negatives: Negatives::Wrap } => format!("bounded r{src} < {size}"),
+        InstOp::Bounded { src, size, negatives: Negatives::Reject } => format!("bounded 0 <= r{src} < {size}"),
     }
 }
 

@@ -4,7 +4,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write;
 
-use rdyn_ir::loops::{BufId, Program, ScalarId, ScalarOp};
+use rdyn_ir::loops::{BufId, Negatives, Program, ScalarId, ScalarOp};
 use rdyn_ir::{Atom, Ctx, DType, Expr, Kind};
 
 use crate::PtxError;
@@ -345,13 +345,17 @@ impl Emitter<'_> {
                     f.selp(class, &get(a)?, &get(b)?, &p)
                 }
                 ScalarOp::Cast(x) => cast(f, &get(x)?, scalars.dtype(*x), node.dtype),
-                ScalarOp::Bounded(x, size) => {
+                ScalarOp::Bounded(x, size, negatives) => {
                     let n = self.index(f, size)?;
                     let x = get(x)?;
-                    let neg = f.setp("lt", "s64", &x, "0");
-                    let w = f.reg(Class::S64);
-                    f.ins(format!("add.s64 {w}, {x}, {n}"));
-                    let w = f.selp(Class::S64, &w, &x, &neg);
+                    let w = if *negatives == Negatives::Wrap {
+                        let neg = f.setp("lt", "s64", &x, "0");
+                        let w = f.reg(Class::S64);
+                        f.ins(format!("add.s64 {w}, {x}, {n}"));
+                        f.selp(Class::S64, &w, &x, &neg)
+                    } else {
+                        x
+                    };
                     let low = f.setp("lt", "s64", &w, "0");
                     let high = f.setp("ge", "s64", &w, &n);
                     let bad = f.pred("or", &low, &high);

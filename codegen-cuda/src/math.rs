@@ -370,7 +370,8 @@ fn float_common_unary(f: &mut Func, op: UnaryOp, x: &str, class: Class) -> Resul
         UnaryOp::Sign => {
             let pos = f.setp("gt", ty, x, &zero);
             let neg = f.setp("lt", ty, x, &zero);
-            let r = f.selp(class, &imm(class, -1.0), x, &neg);
+            // ATen's `(0 < x) - (x < 0)`: NaN and -0.0 give +0.0.
+            let r = f.selp(class, &imm(class, -1.0), &zero, &neg);
             f.selp(class, &imm(class, 1.0), &r, &pos)
         }
         UnaryOp::Not => {

@@ -6,7 +6,7 @@
 
 use std::fmt::Write;
 
-use rdyn_ir::loops::{BinaryOp, Program, ScalarId, ScalarOp, UnaryOp};
+use rdyn_ir::loops::{BinaryOp, Negatives, Program, ScalarId, ScalarOp, UnaryOp};
 use rdyn_ir::random::{FMIX, GOLDEN};
 use rdyn_ir::{Atom, DType, Expr, Kind};
 
@@ -363,9 +363,14 @@ impl BodyWriter<'_> {
                 ScalarOp::Binary(op, a, b) => self.binary(*op, &t(a), &t(b), scalars.dtype(*a), node.dtype)?,
                 ScalarOp::Where(c, a, b) => format!("select({}, {}, {} != 0i)", t(b), t(a), t(c)),
                 ScalarOp::Cast(x) => cast(&t(x), scalars.dtype(*x), node.dtype)?,
-                ScalarOp::Bounded(x, size) => {
+                ScalarOp::Bounded(x, size, negatives) => {
                     self.uses_error_flag = true;
-                    format!("bounded({}, {})", t(x), (self.index_of)(size)?)
+                    let n = (self.index_of)(size)?;
+                    match negatives {
+                        Negatives::Wrap => format!("bounded({}, {n})", t(x)),
+                        // Out of range below zero too: `bounded` then rejects it.
+                        Negatives::Reject => format!("bounded(select({x}, {n}, {x} < 0i), {n})", x = t(x)),
+                    }
                 }
             };
             let _ = writeln!(out, "{indent}let t{}: {ty} = {expr};", id.0);
@@ -424,7 +429,8 @@ impl BodyWriter<'_> {
             UnaryOp::Ceil => format!("ceil({x})"),
             UnaryOp::Round => format!("round({x})"),
             UnaryOp::Trunc => format!("trunc({x})"),
-            UnaryOp::Sign => format!("sign({x})"),
+            // ATen's `(0 < x) - (x < 0)`: NaN gives 0 (WGSL's `sign` leaves it open).
+            UnaryOp::Sign => format!("(f32({x} > 0.0f) - f32({x} < 0.0f))"),
             UnaryOp::Reciprocal => format!("(1.0f / {x})"),
             UnaryOp::Not => format!("b2i({x} == 0.0f)"),
             UnaryOp::IsNan => format!("b2i(is_nan({x}))"),

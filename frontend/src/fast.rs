@@ -134,6 +134,11 @@ impl LastCall {
         for (arg, item) in self.args.iter_mut().zip(&objects) {
             if let CallArg::Tensor(t) = arg {
                 t.ptr = item.call_method0(intern!(py, "data_ptr"))?.extract()?;
+                if t.ptr == 0 && t.sizes.iter().product::<i64>() > 0 {
+                    // A tensor without memory (a ZeroTensor): the full path
+                    // gives the kernels a materialized copy.
+                    return Ok(None);
+                }
                 t.identity = item.as_ptr() as usize;
                 t.version = if with_version { crate::host::version(item) } else { u64::MAX };
             }

@@ -87,7 +87,7 @@ pub fn call_args(
     let mut out = Vec::new();
     let mut objects = Vec::new();
     for item in args.try_iter()? {
-        let item = item?;
+        let mut item = item?;
         if item.is_instance(tensor_type)? {
             let dtype_obj = item.getattr(intern!(py, "dtype"))?;
             let dtype = torch.dtype_of(&dtype_obj).ok_or_else(|| {
@@ -114,7 +114,14 @@ pub fn call_args(
             let sizes: Vec<i64> = item.call_method0(intern!(py, "size"))?.extract()?;
             let strides: Vec<i64> = item.call_method0(intern!(py, "stride"))?.extract()?;
             let storage_offset: i64 = item.call_method0(intern!(py, "storage_offset"))?.extract()?;
-            let ptr: usize = if with_ptr { item.call_method0(intern!(py, "data_ptr"))?.extract()? } else { 0 };
+            let mut ptr: usize = if with_ptr { item.call_method0(intern!(py, "data_ptr"))?.extract()? } else { 0 };
+            if with_ptr && ptr == 0 && sizes.iter().product::<i64>() > 0 {
+                // A ZeroTensor (torch.func's forward-mode AD makes them) has
+                // no memory to read: the kernels read a materialized copy,
+                // which `objects` keeps alive for the call.
+                item = item.call_method0(intern!(py, "clone"))?;
+                ptr = item.call_method0(intern!(py, "data_ptr"))?.extract()?;
+            }
             let version = if with_version { version(&item) } else { u64::MAX };
             let identity = item.as_ptr() as usize;
             out.push(CallArg::Tensor(TensorArg {
@@ -411,7 +418,15 @@ impl Host for PyHost<'_, '_> {
                 let so: i64 = t.call_method0(intern!(self.py, "storage_offset"))?.extract()?;
                 Ok((ptr, so))
             })();
-            let (ptr, so) = read.map_err(|e| self.fail(e))?;
+            let (mut ptr, so) = read.map_err(|e| self.fail(e))?;
+            let mut t = t;
+            if ptr == 0 && bufs[b.0 as usize].sizes.iter().product::<i64>() > 0 {
+                // An eager node's ZeroTensor (`_efficientzerotensor`): its
+                // readers need memory holding its zeros.
+                t = t.call_method0(intern!(self.py, "clone")).map_err(|e| self.fail(e))?;
+                ptr =
+                    t.call_method0(intern!(self.py, "data_ptr")).and_then(|p| p.extract()).map_err(|e| self.fail(e))?;
+            }
             ptrs[b.0 as usize] = ptr;
             self.tensors[b.0 as usize] = Some((t, Some(so)));
             self.exact[b.0 as usize] = exact;

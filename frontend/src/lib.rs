@@ -55,10 +55,37 @@ fn guarded<T>(f: impl FnOnce() -> PyResult<T>) -> PyResult<T> {
 fn to_py(e: RuntimeError) -> PyErr {
     match e {
         RuntimeError::Input(msg) => PyValueError::new_err(format!("rdyn: {msg}")),
-        RuntimeError::Kernel(msg) | RuntimeError::DeviceCheck(msg) => PyIndexError::new_err(format!("rdyn: {msg}")),
+        RuntimeError::Kernel(msg) | RuntimeError::DeviceCheck(msg) => kernel_check(format!("rdyn: {msg}")),
         RuntimeError::Unsupported(msg) => PyNotImplementedError::new_err(format!("rdyn: {msg}")),
+        RuntimeError::OutOfMemory(msg) => out_of_memory(format!("rdyn: {msg}")),
         other => PyRuntimeError::new_err(format!("rdyn: {other}")),
     }
+}
+
+/// `rdyn._errors.KernelCheckError`: an `IndexError` and a `RuntimeError`,
+/// as eager raises one or the other for the checks a kernel makes.
+fn kernel_check(msg: String) -> PyErr {
+    Python::attach(|py| {
+        match py
+            .import("rdyn._errors")
+            .and_then(|m| m.getattr("KernelCheckError"))
+            .and_then(|c| c.call1((msg.clone(),)))
+        {
+            Ok(err) => PyErr::from_value(err),
+            Err(_) => PyIndexError::new_err(msg),
+        }
+    })
+}
+
+/// `torch.OutOfMemoryError` (a `RuntimeError`, as eager's allocator
+/// raises), or a plain `RuntimeError` where torch lacks it.
+fn out_of_memory(msg: String) -> PyErr {
+    Python::attach(|py| {
+        match py.import("torch").and_then(|t| t.getattr("OutOfMemoryError")).and_then(|c| c.call1((msg.clone(),))) {
+            Ok(err) => PyErr::from_value(err),
+            Err(_) => PyRuntimeError::new_err(msg),
+        }
+    })
 }
 
 fn log_enabled(topic: &str) -> bool {
@@ -67,9 +94,35 @@ fn log_enabled(topic: &str) -> bool {
     topics.split(',').any(|t| t.trim() == topic || t.trim() == "all")
 }
 
+/// The next graph's number: logs name graphs `g0`, `g1`, ...
+static NEXT_GRAPH: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// A call's inputs as the guards read them, labelled: `input 0: float32
+/// sizes [4, 8] strides [8, 1], input 1: int 5`.
+fn describe_call(call: &[CallArg]) -> String {
+    let parts: Vec<String> = call
+        .iter()
+        .enumerate()
+        .map(|(k, arg)| match arg {
+            CallArg::Tensor(t) => format!(
+                "input {k}: {} sizes {:?} strides {:?} offset {}",
+                t.dtype.name(),
+                t.sizes,
+                t.strides,
+                t.storage_offset
+            ),
+            CallArg::Int(v) => format!("input {k}: int {v}"),
+            CallArg::Other => format!("input {k}: other"),
+        })
+        .collect();
+    parts.join(", ")
+}
+
 /// A graph compiled by rdyn; calling it runs the graph.
 #[pyclass(module = "rdyn._rdyn")]
 struct CompiledGraph {
+    /// Its number, for logs (`g3`).
+    id: u64,
     inner: RtGraph,
     runner: Py<PyAny>,
     /// Library calls' input tensors kept between calls.
@@ -128,6 +181,7 @@ impl CompiledGraph {
             inner.index_checks = index_checks;
             inner.cublas = cublas;
             Ok(CompiledGraph {
+                id: NEXT_GRAPH.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
                 inner,
                 runner,
                 pool: host::Pool::default(),
@@ -150,7 +204,7 @@ impl CompiledGraph {
                 if let Some(objects) = record.repeat(torch, args, with_version)? {
                     STATS.guard_hits.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                     if log_enabled("guards") {
-                        eprintln!("[rdyn guards] hit (the previous call's metadata)");
+                        eprintln!("[rdyn guards] g{} hit: the previous call's dtypes, sizes and strides", self.id);
                     }
                     let selected = record.selected.clone();
                     return self.run(py, torch, &selected, record.args(), &objects);
@@ -163,7 +217,17 @@ impl CompiledGraph {
             let selected = self.inner.select(&call, &mut key).map_err(to_py)?;
             if log_enabled("guards") {
                 let missed = STATS.guard_misses.load(std::sync::atomic::Ordering::Relaxed) != misses;
-                eprintln!("[rdyn guards] {} key {:?}", if missed { "miss" } else { "hit" }, key);
+                let what = match (&selected, missed) {
+                    (Selected::Generic(_), _) => "the shape-generic program for",
+                    (_, true) => "miss, new specialization for",
+                    (_, false) => "hit, specialization for",
+                };
+                eprintln!(
+                    "[rdyn guards] g{} {what} {} ({} specializations)",
+                    self.id,
+                    describe_call(&call),
+                    self.inner.specializations().len()
+                );
             }
             if let Some(slot) = last.as_deref_mut() {
                 *slot = LastCall::record(py, torch, &selected, &call, self.inner.guard_offsets())?;
@@ -310,6 +374,12 @@ impl CompiledGraph {
     /// Number of cached specializations.
     fn specializations(&self) -> usize {
         self.inner.specializations().len()
+    }
+
+    /// The graph's name in logs (`g3`).
+    #[getter]
+    fn name(&self) -> String {
+        format!("g{}", self.id)
     }
 
     /// The ATen graph in rdyn's text form.

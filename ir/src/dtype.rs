@@ -85,6 +85,18 @@ impl DType {
         matches!(self, DType::U8 | DType::I8 | DType::I16 | DType::I32 | DType::I64)
     }
 
+    /// `v` converted to this float dtype and back, as ATen converts a
+    /// Python float (through float32, then to float16 or bfloat16 to
+    /// nearest, ties to even); other dtypes keep it.
+    pub fn round_float(self, v: f64) -> f64 {
+        match self {
+            DType::F32 => v as f32 as f64,
+            DType::F16 => half::f16::from_f32(v as f32).to_f64(),
+            DType::BF16 => half::bf16::from_f32(v as f32).to_f64(),
+            _ => v,
+        }
+    }
+
     /// `v` converted to this integer dtype as C converts it (wrapping
     /// around; nonzero is true for bool); other dtypes keep it.
     pub fn wrap_int(self, v: i64) -> i64 {

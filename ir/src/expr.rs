@@ -424,6 +424,31 @@ impl Expr {
         Some(coef)
     }
 
+    /// `Some(k)` when the expression is `k·var + (terms free of var)` for
+    /// an expression `k` free of variables: a symbolic stride (`var·s1`)
+    /// as well as a constant one.
+    pub fn linear_coef_expr(&self, var: Var) -> Option<Expr> {
+        let mut coef = Expr::zero();
+        for (atom, c) in &self.terms {
+            match atom {
+                Atom::Var(v) if *v == var => coef = coef.add(&Expr::c(*c)),
+                Atom::Prod(factors) if factors.iter().filter(|f| **f == Atom::Var(var)).count() == 1 => {
+                    let mut rest = Expr::c(*c);
+                    for f in factors.iter().filter(|f| **f != Atom::Var(var)) {
+                        if f.mentions_var(var) || f.max_var().is_some() {
+                            return None;
+                        }
+                        rest = rest.mul(&Expr::atom(f.clone()));
+                    }
+                    coef = coef.add(&rest);
+                }
+                other if other.mentions_var(var) => return None,
+                _ => {}
+            }
+        }
+        Some(coef)
+    }
+
     pub fn mentions_var(&self, var: Var) -> bool {
         self.terms.iter().any(|(a, _)| a.mentions_var(var))
     }

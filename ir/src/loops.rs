@@ -263,9 +263,20 @@ pub enum ScalarOp {
     /// Convert to the node's dtype (wrapping for integers, rounding for
     /// narrow floats).
     Cast(ScalarId),
-    /// An index read from data: negative values wrap once by `size`; a value
-    /// still outside `0..size` is an error the kernel reports (and reads 0).
-    Bounded(ScalarId, Expr),
+    /// An index read from data: a negative value wraps once by `size` or is
+    /// out of range (`Negatives`); a value still outside `0..size` is an
+    /// error the kernel reports (and reads 0).
+    Bounded(ScalarId, Expr, Negatives),
+}
+
+/// What a negative index read from data means, as the eager op has it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Negatives {
+    /// Counted from the end once: `aten.index`, `index_put`.
+    Wrap,
+    /// Out of range: gather, `index_select`, embedding and the scatters,
+    /// whose eager kernels reject it.
+    Reject,
 }
 
 /// A scalar node: operation plus the dtype of its value.
@@ -396,8 +407,8 @@ impl Scalars {
                 ScalarOp::Where(c, a, b)
             }
             ScalarOp::Cast(x) => ScalarOp::Cast(self.substitute_rec(x, vars, ctx, memo)),
-            ScalarOp::Bounded(x, size) => {
-                ScalarOp::Bounded(self.substitute_rec(x, vars, ctx, memo), size.simplify(ctx))
+            ScalarOp::Bounded(x, size, negatives) => {
+                ScalarOp::Bounded(self.substitute_rec(x, vars, ctx, memo), size.simplify(ctx), negatives)
             }
         };
         let out = self.add(op, node.dtype);
@@ -427,7 +438,7 @@ impl Scalars {
                 ScalarOp::Binary(op, a, b) => ScalarOp::Binary(op, get(&a), get(&b)),
                 ScalarOp::Where(c, a, b) => ScalarOp::Where(get(&c), get(&a), get(&b)),
                 ScalarOp::Cast(x) => ScalarOp::Cast(get(&x)),
-                ScalarOp::Bounded(x, size) => ScalarOp::Bounded(get(&x), size),
+                ScalarOp::Bounded(x, size, negatives) => ScalarOp::Bounded(get(&x), size, negatives),
             };
             let out = self.add(op, node.dtype);
             memo.insert(id, out);
@@ -492,7 +503,9 @@ impl Scalars {
                 ScalarOp::Where(c, a, b)
             }
             ScalarOp::Cast(x) => ScalarOp::Cast(self.add_mask_rec(x, mask, memo)),
-            ScalarOp::Bounded(x, size) => ScalarOp::Bounded(self.add_mask_rec(x, mask, memo), size),
+            ScalarOp::Bounded(x, size, negatives) => {
+                ScalarOp::Bounded(self.add_mask_rec(x, mask, memo), size, negatives)
+            }
         };
         let out = self.add(op, node.dtype);
         memo.insert(id, out);
@@ -505,7 +518,7 @@ impl Scalars {
             ScalarOp::Load { index, indirect, .. } => {
                 index.mentions_var(var) || indirect.iter().any(|(_, stride)| stride.mentions_var(var))
             }
-            ScalarOp::Index(e) | ScalarOp::Bounded(_, e) => e.mentions_var(var),
+            ScalarOp::Index(e) | ScalarOp::Bounded(_, e, _) => e.mentions_var(var),
             _ => false,
         })
     }
@@ -542,7 +555,7 @@ impl Scalars {
                 out
             }
             ScalarOp::Const { .. } | ScalarOp::Index(_) => Vec::new(),
-            ScalarOp::Unary(_, x) | ScalarOp::Cast(x) | ScalarOp::Bounded(x, _) => vec![*x],
+            ScalarOp::Unary(_, x) | ScalarOp::Cast(x) | ScalarOp::Bounded(x, _, _) => vec![*x],
             ScalarOp::Binary(_, a, b) => vec![*a, *b],
             ScalarOp::Where(c, a, b) => vec![*c, *a, *b],
         }
@@ -588,7 +601,8 @@ impl Scalars {
             ScalarOp::Binary(op, a, b) => format!("{op} {a}, {b}"),
             ScalarOp::Where(c, a, b) => format!("where {c}, {a}, {b}"),
             ScalarOp::Cast(x) => format!("cast {x}"),
-            ScalarOp::Bounded(x, size) => format!("bounded {x}, {size}"),
+            ScalarOp::Bounded(x, size, Negatives::Wrap) => format!("bounded {x}, {size}"),
+            ScalarOp::Bounded(x, size, Negatives::Reject) => format!("bounded {x}, {size}, nonnegative"),
         };
         format!("{id}: {} = {body}", node.dtype)
     }

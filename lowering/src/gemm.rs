@@ -81,6 +81,14 @@ impl Lowerer<'_> {
         Ok(Handled::Extern(vec![self.cast_lazy(result, out)]))
     }
 
+    /// `x` as eager's GEMM reads it: a half-precision operand computed in
+    /// float32 by a fused producer (an fp16 `y + 1`), rounded to its dtype
+    /// as eager's stored tensor is.
+    fn stored(&mut self, x: Lazy) -> Lazy {
+        let value = self.prog.scalars.rounded(x.value);
+        Lazy { value, ..x }
+    }
+
     /// `scale · (a @ b)` through the GEMM library (2-D, or 3-D batched),
     /// the operands cast to `acc`, into a new buffer of `sizes` and
     /// `strides`.
@@ -93,6 +101,7 @@ impl Lowerer<'_> {
         strides: Vec<Expr>,
         scale: f64,
     ) -> BufId {
+        let (a, b) = (self.stored(a), self.stored(b));
         let (a, b) = (self.cast_lazy(a, acc), self.cast_lazy(b, acc));
         let a_buf = self.gemm_operand(&a);
         let b_buf = self.gemm_operand(&b);

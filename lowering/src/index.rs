@@ -2,7 +2,7 @@
 //! data-dependent indices; scatter and index_put write through them.
 
 use crate::ir::graph::{Arg, Node};
-use crate::ir::loops::{BinaryOp, BufId, Kernel, ScalarId, ScalarOp, Stage, Step};
+use crate::ir::loops::{BinaryOp, BufId, Kernel, Negatives, ScalarId, ScalarOp, Stage, Step};
 use crate::ir::op::Op;
 use crate::ir::{DType, Expr};
 use crate::lazy::{vars, Lazy};
@@ -119,7 +119,7 @@ impl Lowerer<'_> {
         let b_sizes = sizes[place.b_start..place.b_start + b_ndim].to_vec();
         let index: Vec<Option<Expr>> = place.dims.iter().map(|p| p.map(|p| Expr::v(p as u32))).collect();
         let indirect = self.placed_indices(&indexed, &b_sizes, place.b_start, sizes);
-        Ok(self.gather_load(&x, &index, &indirect, sizes))
+        Ok(self.gather_load(&x, &index, &indirect, sizes, Negatives::Wrap))
     }
 
     /// scatter(self, dim, index, src|value), scatter_add, scatter_reduce,
@@ -196,7 +196,8 @@ impl Lowerer<'_> {
                 _ => (Expr::c(1), Expr::c(1)),
             };
             let v = self.prog.scalars.cast(v, DType::I64);
-            let bounded = self.prog.scalars.add(ScalarOp::Bounded(v, size), DType::I64);
+            let negatives = if node.op == Op::IndexPut { Negatives::Wrap } else { Negatives::Reject };
+            let bounded = self.prog.scalars.add(ScalarOp::Bounded(v, size, negatives), DType::I64);
             store_indirect.push((bounded, stride));
         }
         address = address.simplify(&self.ctx_for(&ranges));

@@ -149,9 +149,12 @@ impl Lowerer<'_> {
         let mut strides = Vec::with_capacity(lazy.ndim());
         for k in 0..lazy.ndim() {
             let var = Var(k as u32);
-            let coef = index.linear_coef(var)?;
+            // Symbolic in a shape-generic program, whose input strides are
+            // symbols: an output viewing an input must stay a view there
+            // too (AOTAutograd rebuilds an aliased output from its offset).
+            let coef = index.linear_coef_expr(var)?;
             // A size-1 dimension may have any stride; PyTorch's is fine.
-            strides.push(Expr::c(coef));
+            strides.push(coef);
         }
         let zero: Vec<Expr> = vec![Expr::zero(); lazy.ndim()];
         let offset = index.substitute_vars(&zero, &self.syms);

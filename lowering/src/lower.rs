@@ -135,6 +135,13 @@ pub struct LowerOptions {
     /// ([`crate::piecewise`], [`PIECEWISE_MIN_ELEMENTS`] by default); 0
     /// leaves such stages whole.
     pub piecewise_min: i64,
+    /// Binary ops read a Python float operand of a float16/bfloat16 tensor
+    /// in float32, as ATen's CUDA kernels do. Otherwise (the CPU's
+    /// convention, which wgpu's CPU tensors follow) the float is first
+    /// converted to the tensor's dtype, as TensorIterator converts a
+    /// wrapped scalar, except by mul and div, whose CPU kernels read it in
+    /// float32: bfloat16 `x == 3.14` compares with 3.140625.
+    pub opmath_scalars: bool,
 }
 
 /// [`lower`] with `options`.
@@ -437,6 +444,13 @@ impl Lowerer<'_> {
         }
         let (base, chain) = outs.chains.get(&v).cloned().unwrap_or((v, Vec::new()));
         let of_input = self.graph.inputs.contains(&Input::Tensor(base));
+        // A chain of views that keep the input's dtype: rdyn expresses it
+        // as a strided view (a reinterpreting view, `x.view(torch.int16)`,
+        // comes back as a copy, which AOTAutograd replays as such).
+        let dtype = self.graph.meta(base).dtype;
+        let input_view = of_input
+            && !chain.is_empty()
+            && chain.iter().all(|k| self.graph.nodes[*k].outputs.iter().all(|v| self.graph.meta(*v).dtype == dtype));
         if !of_input && !chain.is_empty() && outs.viewers.get(&base).is_some_and(|n| *n >= 2) {
             // Replay the views over the base's buffer, so that this output's
             // lazy reads that buffer.
@@ -457,9 +471,14 @@ impl Lowerer<'_> {
         let lazy = self.value(v, "output")?;
         let strides = self.meta_strides(v);
         // Only a view in the ATen graph may come back as an alias of an
-        // input; a clone of one must be a copy.
+        // input; a clone of one must be a copy. AOTAutograd rebuilds an
+        // aliasing output from the input and the output's own offset and
+        // strides, so one rdyn cannot express as a view must not be a copy.
         let buf = match of_input.then(|| self.as_input_view(&lazy)).flatten() {
             Some(view) => view,
+            None if input_view => {
+                return Err(crate::unsupported("output", "a view of an input that is not a strided view here"))
+            }
             None => self.own_buffer(&lazy, strides, base, outs),
         };
         outs.done.insert(v, buf);

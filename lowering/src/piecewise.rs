@@ -208,7 +208,9 @@ fn fold(scalars: &mut Scalars, root: ScalarId, ctx: &Ctx) -> ScalarId {
             ScalarOp::Where(c, a, b) => scalars.select(get(c), get(a), get(b), node.dtype),
             ScalarOp::Unary(op, x) => scalars.unary(op, get(x), node.dtype),
             ScalarOp::Cast(x) => scalars.cast(get(x), node.dtype),
-            ScalarOp::Bounded(x, size) => scalars.add(ScalarOp::Bounded(get(x), size), node.dtype),
+            ScalarOp::Bounded(x, size, negatives) => {
+                scalars.add(ScalarOp::Bounded(get(x), size, negatives), node.dtype)
+            }
             ScalarOp::Const { .. } | ScalarOp::Index(_) => id,
         };
         memo.insert(id, out);

@@ -314,18 +314,33 @@ impl Lowerer<'_> {
         // dtype, wrapping as ATen converts it: `x % -3` of a uint8 `x` is
         // `x % 253`, `x < 300` of an int8 `x` is `x < 44`. (clamp's bounds
         // are not converted: its lowering is not this one.)
+        // A Python number meets a float16/bfloat16 tensor converted to its
+        // dtype (the cast rounds it), except where ATen reads it in
+        // float32: mul and div on the CPU, every op on CUDA
+        // (`LowerOptions::opmath_scalars`).
+        let opmath = matches!(compute, DType::F16 | DType::BF16)
+            && (self.options.opmath_scalars || matches!(node.op, Mul | Div | TrueDivide | FloorDivide));
+        let number = if opmath { DType::F32 } else { compute };
         let wrapped = |arg: Arg| match arg {
             Arg::Int(e) if compute.is_int() => Arg::Int(e.as_const().map_or(e, |n| Expr::c(compute.wrap_int(n)))),
             other => other,
         };
         let (a_arg, b_arg) = (wrapped(a_arg), wrapped(b_arg));
-        let mut a = self.operand(&a_arg, &sizes, compute, &node.target)?;
-        let mut b = self.operand(&b_arg, &sizes, compute, &node.target)?;
+        // A 0-dim tensor is a scalar to ATen too (a float Dynamo passes in
+        // as an input arrives as one).
+        let graph = self.graph;
+        let dtype_of = |arg: &Arg| match arg {
+            Arg::Tensor(v) if !graph.meta(*v).sizes.is_empty() => compute,
+            _ => number,
+        };
+        let (a_dtype, b_dtype) = (dtype_of(&a_arg), dtype_of(&b_arg));
+        let mut a = self.operand(&a_arg, &sizes, a_dtype, &node.target)?;
+        let mut b = self.operand(&b_arg, &sizes, b_dtype, &node.target)?;
         let s = &mut self.prog.scalars;
         // add/sub take an `alpha` multiplier for the second operand.
         if let Some(alpha) = node.kwarg("alpha").as_float().or_else(|| node.args.get(2).and_then(|a| a.as_float())) {
             if matches!(node.op, Add | Sub | Rsub) && alpha != 1.0 {
-                let k = s.constant(alpha, compute);
+                let k = s.constant(number.round_float(alpha), number);
                 b = s.binary(BinaryOp::Mul, b, k, compute);
             }
         }
@@ -347,6 +362,20 @@ impl Lowerer<'_> {
                 }
                 return self.native(sizes, v, out);
             }
+        }
+        // ATen divides a float16/bfloat16 tensor by a Python float as a
+        // multiplication by its float32 reciprocal (CPU and CUDA alike).
+        let true_div = matches!(node.op, Div | TrueDivide) && matches!(node.kwarg("rounding_mode"), Arg::None);
+        if true_div && opmath && b_dtype == number {
+            let inverse = match b_arg.as_float() {
+                Some(d) => s.constant((1.0 / d as f32) as f64, DType::F32),
+                None => {
+                    let one = s.constant(1.0, DType::F32);
+                    s.binary(BinaryOp::Div, one, b, DType::F32)
+                }
+            };
+            let v = s.binary(BinaryOp::Mul, a, inverse, out);
+            return self.native(sizes, v, out);
         }
         let op = match node.op {
             Add => BinaryOp::Add,

@@ -2,7 +2,9 @@
 //! into libraries.
 
 use crate::ir::graph::{Arg, Node};
-use crate::ir::loops::{contiguous_strides, BinaryOp, BufId, BufRole, Buffer, ExternKind, ScalarId, ScalarOp, Scalars};
+use crate::ir::loops::{
+    contiguous_strides, BinaryOp, BufId, BufRole, Buffer, ExternKind, Negatives, ScalarId, ScalarOp, Scalars,
+};
 use crate::ir::op::Op;
 use crate::ir::{Ctx, DType, Expr};
 use crate::lazy::{vars, Lazy};
@@ -30,6 +32,11 @@ pub(crate) fn int_list(arg: &Arg, op: &str) -> Result<Vec<i64>, LowerError> {
 impl Lowerer<'_> {
     /// `x` with new `sizes` and the same elements in row-major order.
     pub(crate) fn reshape(&mut self, x: &Lazy, sizes: Vec<Expr>) -> Lazy {
+        // No elements: no index is ever read, and a map through `% 0` left
+        // the view's offset unevaluable (`16*(0 % 0) + 64`).
+        if sizes.iter().chain(&x.sizes).any(|s| s.is_const(0)) {
+            return self.view(x, sizes, &vec![Expr::zero(); x.ndim()]);
+        }
         let ctx = self.ctx_for(&sizes);
         let out_strides = contiguous_strides(&sizes);
         let linear = vars(sizes.len()).iter().zip(&out_strides).fold(Expr::zero(), |acc, (v, s)| acc.add(&v.mul(s)));
@@ -262,6 +269,7 @@ impl Lowerer<'_> {
         index: &[Option<Expr>],
         indirect: &[(usize, ScalarId)],
         out_sizes: &[Expr],
+        negatives: Negatives,
     ) -> ScalarId {
         let ctx = self.ctx_for(out_sizes);
         let mut direct: Vec<Option<Expr>> = index.to_vec();
@@ -293,7 +301,7 @@ impl Lowerer<'_> {
         let mut ind = Vec::new();
         for (d, value) in indirect {
             let v = self.prog.scalars.cast(*value, DType::I64);
-            let bounded = self.prog.scalars.add(ScalarOp::Bounded(v, buffer.sizes[*d].clone()), DType::I64);
+            let bounded = self.prog.scalars.add(ScalarOp::Bounded(v, buffer.sizes[*d].clone(), negatives), DType::I64);
             ind.push((bounded, buffer.strides[*d].clone()));
         }
         self.prog.scalars.add(ScalarOp::Load { buf, index: address, indirect: ind, mask: None }, buffer.dtype)
@@ -399,13 +407,13 @@ impl Lowerer<'_> {
                 };
                 let mut index: Vec<Option<Expr>> = vars(n).into_iter().map(Some).collect();
                 index[d] = None;
-                self.gather_load(&x, &index, &[(d, idx_value)], &sizes)
+                self.gather_load(&x, &index, &[(d, idx_value)], &sizes, Negatives::Reject)
             }
             Op::Embedding => {
                 let w = self.tensor_arg(node, 0, "weight")?;
                 let idx = self.tensor_arg(node, 1, "indices")?;
                 let k = idx.ndim() as u32;
-                self.gather_load(&w, &[None, Some(Expr::v(k))], &[(0, idx.value)], &sizes)
+                self.gather_load(&w, &[None, Some(Expr::v(k))], &[(0, idx.value)], &sizes, Negatives::Reject)
             }
             Op::Index => self.advanced_index(node, &sizes)?,
             Op::Scatter | Op::IndexPut | Op::ScatterAdd | Op::ScatterReduce | Op::IndexReduce => {

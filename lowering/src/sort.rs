@@ -13,7 +13,8 @@
 
 use crate::ir::graph::{Arg, Node};
 use crate::ir::loops::{
-    contiguous_strides, BinaryOp, Extern, ExternKind, ReduceOp, ScalarId, SortSelect, SortSpec, Step, UnaryOp,
+    contiguous_strides, BinaryOp, Extern, ExternKind, Negatives, ReduceOp, ScalarId, SortSelect, SortSpec, Step,
+    UnaryOp,
 };
 use crate::ir::op::Op;
 use crate::ir::{DType, Expr};
@@ -242,7 +243,7 @@ impl Lowerer<'_> {
         let index =
             self.reduce(&Lazy { sizes: ext, value: picked, dtype: DType::I64 }, &[r], false, ReduceOp::Sum, DType::I64);
         let at: Vec<Option<Expr>> = (0..r).map(|m| (m != d).then(|| Expr::v(m as u32))).collect();
-        let value = self.gather_load(x, &at, &[(d, index.value)], &out_sizes);
+        let value = self.gather_load(x, &at, &[(d, index.value)], &out_sizes, Negatives::Wrap);
         Ok(vec![Lazy { sizes: out_sizes, value, dtype }, index])
     }
 
@@ -307,7 +308,7 @@ impl Lowerer<'_> {
         let seq = match node.kwarg("sorter") {
             Arg::Tensor(s) => {
                 let sorter = self.value(*s, op)?;
-                let value = self.gather_load(&seq, &row, &[(last, sorter.value)], &seq.sizes.clone());
+                let value = self.gather_load(&seq, &row, &[(last, sorter.value)], &seq.sizes.clone(), Negatives::Wrap);
                 Lazy { value, ..seq }
             }
             _ => seq,
@@ -336,7 +337,7 @@ impl Lowerer<'_> {
             let half = s.binary(BinaryOp::FloorDiv, width, two, DType::I64);
             let centre = s.binary(BinaryOp::Add, start, half, DType::I64);
             let mid = s.select(active, centre, zero, DType::I64);
-            let mid_val = self.gather_load(&seq, &row, &[(last, mid)], &sizes);
+            let mid_val = self.gather_load(&seq, &row, &[(last, mid)], &sizes, Negatives::Wrap);
             let s = &mut self.prog.scalars;
             let stop = s.binary(if right { BinaryOp::Gt } else { BinaryOp::Ge }, mid_val, v.value, DType::Bool);
             let go = s.unary(UnaryOp::Not, stop, DType::Bool);

@@ -21,9 +21,14 @@ follows the query's order of dimensions, the log-sum-exp is float32
 gradients are stored [batch, tokens, head, dim] whatever their inputs'
 layouts. A row whose scores are all -inf gives 0 in every output.
 
-Anything else (dropout, batch or head counts that differ, empty sizes,
-dtypes ATen rejects, a mask that does not broadcast) returns
-NotImplemented: the op then runs as ATen's kernel.
+Grouped-query attention (``enable_gqa``: fewer key and value heads than
+query heads, each shared by a group of query heads) multiplies each group's
+queries, one after the other, with their shared keys: no key is repeated,
+and the products that give the key and value gradients sum over the group.
+
+Anything else (dropout, batch counts that differ, head counts that do not
+divide, empty sizes, dtypes ATen rejects, a mask that does not broadcast)
+returns NotImplemented: the op then runs as ATen's kernel.
 """
 
 from __future__ import annotations
@@ -47,14 +52,27 @@ def _supported(query, key, value, dropout_p) -> bool:
         and dtype in _DTYPES
         and key.dtype == dtype
         and value.dtype == dtype
-        and key.shape[:2] == query.shape[:2]
-        and value.shape[:2] == query.shape[:2]
+        and key.size(0) == query.size(0)
+        and value.shape[:2] == key.shape[:2]
+        and _groups(query, key) is not None
         and key.size(3) == query.size(3)
         and value.size(3) == query.size(3)
         and value.size(2) == key.size(2)
         and 0 not in query.shape
         and 0 not in key.shape
     )
+
+
+def _groups(query, key):
+    """How many query heads share each key head: 1, or more under
+    grouped-query attention (``enable_gqa``: query head ``i`` reads key
+    head ``i // groups``); None where the counts do not divide."""
+    heads, kv_heads = query.size(1), key.size(1)
+    if heads == kv_heads:
+        return 1
+    if not isinstance(heads, int) or not isinstance(kv_heads, int) or kv_heads == 0 or heads % kv_heads:
+        return None
+    return heads // kv_heads
 
 
 def _mask_supported(mask, query, key) -> bool:
@@ -73,9 +91,14 @@ def _work(dtype):
     return torch.float64 if dtype == torch.float64 else torch.float32
 
 
-def _flat(t, work):
-    """[batch, head, tokens, dim] as [batch * head, tokens, dim] in `work`."""
-    return t.to(work).reshape(t.size(0) * t.size(1), t.size(2), t.size(3))
+def _flat(t, work, groups=1):
+    """[batch, head, tokens, dim] as [batch * head, tokens, dim] in `work`;
+    with `groups` heads sharing a key head, each group's heads one after
+    the other as one [groups * tokens, dim] matrix, so that one product
+    with the group's keys serves them all (no key is repeated, and the
+    key and value gradients come out summed over the group)."""
+    heads = t.size(1) // groups
+    return t.to(work).reshape(t.size(0) * heads, groups * t.size(2), t.size(3))
 
 
 def _scores(q, k, shape, scale, is_causal, mask):
@@ -117,16 +140,25 @@ def flash_attention_cpu(query, key, value, dropout_p=0.0, is_causal=False, *, at
     b, h, l, e = query.shape
     s = key.size(2)
     work = _work(dtype)
-    q, k, v = (_flat(t, work) for t in (query, key, value))
+    groups = _groups(query, key)
+    q = _flat(query, work, groups)
+    k, v = (_flat(t, work) for t in (key, value))
     scores = _scores(q, k, (b, h, l, s), _scale(query, scale), is_causal, attn_mask)
     masked, top, total, probs = _softmax(scores)
     lse = _swapped_storage(torch.where(masked, 0.0, top + torch.log(total)).view(b, h, l))
-    out = torch.bmm(probs, v).view(b, h, l, e).to(dtype)
+    out = torch.bmm(_grouped(probs, groups), v).view(b, h, l, e).to(dtype)
     # The output follows the query's order of dimensions (a query viewed
     # from [batch, tokens, heads, dim] gives its output the same strides).
     if query.stride(1) < query.stride(2):
         out = _swapped_storage(out)
     return out, lse
+
+
+def _grouped(t, groups):
+    """[batch * head, tokens, n] as [batch * head / groups, groups * tokens,
+    n] (a view), the layout of `_flat`'s grouped queries."""
+    bh, tokens, n = t.shape
+    return t.view(bh // groups, groups * tokens, n)
 
 
 def _softmax(scores):
@@ -169,12 +201,14 @@ def flash_attention_cpu_backward(
         return NotImplemented
     dtype = query.dtype
     b, h, l, e = query.shape
-    s = key.size(2)
+    s, hk = key.size(2), key.size(1)
     work = _work(dtype)
     scale = _scale(query, scale)
-    q, k, v, do, o = (_flat(t, work) for t in (query, key, value, grad_out, out))
+    groups = _groups(query, key)
+    q, do, o = (_flat(t, work, groups) for t in (query, grad_out, out))
+    k, v = (_flat(t, work) for t in (key, value))
     scores = _scores(q, k, (b, h, l, s), scale, is_causal, attn_mask)
-    probs = _softmax(scores)[3]
+    probs = _grouped(_softmax(scores)[3], groups)
     grad_v = torch.bmm(probs.transpose(1, 2), do)
     grad_p = torch.bmm(do, v.transpose(1, 2))
     row = torch.sum(do * o, dim=-1, keepdim=True)
@@ -182,7 +216,7 @@ def flash_attention_cpu_backward(
     grad_q = torch.bmm(grad_s, k)
     grad_k = torch.bmm(grad_s.transpose(1, 2), q)
     return tuple(
-        _tokens_major(g, b, h, n, e).to(dtype) for g, n in ((grad_q, l), (grad_k, s), (grad_v, s))
+        _tokens_major(g, b, heads, n, e).to(dtype) for g, heads, n in ((grad_q, h, l), (grad_k, hk, s), (grad_v, hk, s))
     )
 
 

@@ -19,7 +19,8 @@ under autocast or with symbolic sizes, is not cached.
 
 Environment: ``RDYN_CACHE=0`` disables the cache; ``RDYN_CACHE_DIR`` moves it
 (default ``$XDG_CACHE_HOME/rdyn``, else ``~/.cache/rdyn``). A corrupt or
-unreadable entry is a miss; a failed write only costs the next warm start.
+unreadable entry is a miss; a failed write only costs the next warm start;
+no error of the cache fails a compile (``RDYN_LOG=cache`` shows them).
 Entries are pickles (as Inductor's are): point ``RDYN_CACHE_DIR`` only at a
 directory as trusted as the code.
 """
@@ -33,6 +34,8 @@ import sys
 import tempfile
 
 import torch
+
+from .config import log, log_enabled
 
 _VERSION = "rdyn-graph-cache-1"
 _SAFE_MODULES = ("torch", "_operator", "operator", "math", "builtins")
@@ -74,7 +77,23 @@ def _tensor_key(t: torch.Tensor) -> str | None:
 
 
 def key(gm: torch.fx.GraphModule, example_inputs, options) -> str | None:
-    """The cache key of an inference graph, or None when it is not cached."""
+    """The cache key of an inference graph, or None when it is not cached.
+    Never raises: a key that cannot be built leaves the graph uncached, it
+    does not fail its compile."""
+    try:
+        return _key(gm, example_inputs, options)
+    except Exception as e:  # noqa: BLE001 - the cache is an optimisation, never a compile failure
+        _note("no key", e)
+        return None
+
+
+def _note(what: str, error: BaseException) -> None:
+    """A swallowed cache error, shown under ``RDYN_LOG=cache``."""
+    if log_enabled("cache"):
+        log("cache", f"{what}: {type(error).__name__}: {error}")
+
+
+def _key(gm: torch.fx.GraphModule, example_inputs, options) -> str | None:
     if not enabled() or torch.is_grad_enabled() and any(
         isinstance(x, torch.Tensor) and x.requires_grad for x in example_inputs
     ):
@@ -113,19 +132,44 @@ def key(gm: torch.fx.GraphModule, example_inputs, options) -> str | None:
             value = getattr(gm, node.target, None)
             if not isinstance(value, torch.Tensor) or _tensor_key(value) is None:
                 return None
+            data = _value_bytes(value)
+            if data is None:
+                return None
             h.update(f"{node.target}:{_tensor_key(value)}".encode())
-            h.update(value.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
+            h.update(data)
     h.update(gm.code.encode())
     return h.hexdigest()
 
 
+def _value_bytes(t: torch.Tensor) -> bytes | None:
+    """A constant's value as bytes, or None when it cannot be read so (it is
+    then not cached). Flattened first: viewing a 0-dim tensor (an optimizer's
+    step count or learning rate) as bytes raises; bool and complex tensors
+    view as bytes like any other."""
+    try:
+        flat = t.detach().cpu().contiguous().reshape(-1)
+        return flat.view(torch.uint8).numpy().tobytes()
+    except (RuntimeError, TypeError, NotImplementedError):
+        return None
+
+
 def plain_inference(fw_metadata, graph: torch.fx.GraphModule, n_inputs: int) -> bool:
     """Whether AOTAutograd passed the graph through as it is: its runtime
-    wrapper then only calls the compiled graph, which a cache hit does too."""
-    from torch._functorch._aot_autograd.schemas import OutputType
-
+    wrapper then only calls the compiled graph, which a cache hit does too.
+    AOTAutograd's metadata is private: if reading it fails, the graph is not
+    stored."""
     if fw_metadata is None:
         return False
+    try:
+        return _plain(fw_metadata, graph, n_inputs)
+    except Exception as e:  # noqa: BLE001 - private metadata changed shape: store nothing
+        _note("not stored", e)
+        return False
+
+
+def _plain(fw_metadata, graph: torch.fx.GraphModule, n_inputs: int) -> bool:
+    from torch._functorch._aot_autograd.schemas import OutputType
+
     inputs = [n for n in graph.graph.nodes if n.op == "placeholder"]
     return (
         len(inputs) == n_inputs == len(fw_metadata.input_info)
@@ -144,30 +188,34 @@ def _entry(cache_key: str) -> pathlib.Path:
 
 
 def store(cache_key: str, graph: torch.fx.GraphModule) -> None:
-    from torch.fx._graph_pickler import GraphPickler
-
     try:
+        from torch.fx._graph_pickler import GraphPickler
+
         data = GraphPickler.dumps(graph)
         path = _entry(cache_key)
         path.parent.mkdir(parents=True, exist_ok=True)
         with tempfile.NamedTemporaryFile(dir=path.parent, delete=False, suffix=".tmp") as f:
             f.write(data)
         os.replace(f.name, path)
-    except Exception:  # noqa: BLE001 - a cache write must never fail a compile
-        return
+    except Exception as e:  # noqa: BLE001 - a cache write must never fail a compile
+        _note("not stored", e)
 
 
 def load(cache_key: str, example_inputs) -> torch.fx.GraphModule | None:
-    from torch._guards import detect_fake_mode
-    from torch._subclasses.fake_tensor import FakeTensorMode
-    from torch.fx._graph_pickler import GraphPickler
-
-    path = _entry(cache_key)
+    """The stored graph, or None: a missing, unreadable or corrupt entry
+    (or any error reading it) is a miss."""
     try:
-        data = path.read_bytes()
-    except OSError:
+        data = _entry(cache_key).read_bytes()
+    except FileNotFoundError:
+        return None
+    except Exception as e:  # noqa: BLE001 - an unreadable entry (or cache directory) is a miss
+        _note("entry not read", e)
         return None
     try:
+        from torch._guards import detect_fake_mode
+        from torch._subclasses.fake_tensor import FakeTensorMode
+        from torch.fx._graph_pickler import GraphPickler
+
         fake_mode = detect_fake_mode(example_inputs) or FakeTensorMode()
         graph = GraphPickler.loads(data, fake_mode)
         if not isinstance(graph, torch.fx.GraphModule):
@@ -175,6 +223,7 @@ def load(cache_key: str, example_inputs) -> torch.fx.GraphModule | None:
         # An unpickled graph module has no `forward` until recompiled, and a
         # graph (or a node) rdyn runs eagerly calls it.
         graph.recompile()
-    except Exception:  # noqa: BLE001 - a corrupt entry is a miss
+    except Exception as e:  # noqa: BLE001 - a corrupt entry is a miss
+        _note("entry not loaded", e)
         return None
     return graph

@@ -58,6 +58,7 @@ _TORCH = get_decompositions(
         aten.log_sigmoid_forward,
         aten._native_batch_norm_legit_functional,
         aten._euclidean_dist,
+        aten.eye,
     ]
 )
 
@@ -283,6 +284,16 @@ def _sizes_known(*sizes):
     return all(isinstance(v, int) and v > 0 for v in sizes)
 
 
+def adaptive_avg_pool2d(x, output_size):
+    """``_adaptive_avg_pool2d``: PyTorch's decomposition, except for an
+    output with no elements (``nn.AdaptiveAvgPool1d(0)``), whose window
+    arithmetic divides by the output size (a ZeroDivisionError while
+    compiling)."""
+    if any(isinstance(o, int) and o == 0 for o in output_size):
+        return x.new_empty((*x.shape[:-2], *output_size))
+    return _TORCH[aten._adaptive_avg_pool2d.default](x, output_size)
+
+
 def adaptive_avg_pool3d(x, output_size):
     """``_adaptive_avg_pool3d`` as three matrix products, one per dim (a
     box mean is separable); contiguous, as ATen's kernel writes it (also
@@ -450,6 +461,19 @@ def roll(x, shifts, dims=()):
     return x
 
 
+def eye(n, m=None, *, dtype=None, layout=None, device=None, pin_memory=None):
+    """``torch.eye`` as its int64 row and column positions compared:
+    PyTorch's reference builds them in the narrowest unsigned dtype that
+    holds the sizes, uint16 above 255, which rdyn does not represent, and
+    ATen has no uint16 ``arange`` on the CPU to run them eagerly either.
+    Other layouts keep the reference."""
+    if layout not in (None, torch.strided) or pin_memory:
+        return _TORCH[aten.eye.m](n, n if m is None else m, dtype=dtype, layout=layout, device=device, pin_memory=pin_memory)
+    rows = torch.arange(n, dtype=torch.int64, device=device)
+    cols = torch.arange(n if m is None else m, dtype=torch.int64, device=device)
+    return (rows.unsqueeze(-1) == cols).to(dtype or torch.get_default_dtype())
+
+
 def softmax(x, dim, half_to_float):
     """``_softmax`` as ATen computes it: ``exp(x - max)`` times the
     reciprocal of its sum along ``dim`` (in float32 for half-precision
@@ -491,10 +515,10 @@ DECOMPOSITIONS = {
     # PyTorch's decompositions, or, for the batch norms rdyn lowers whole,
     # from the op itself (its fake kernel lays the result out like the
     # input, and what the graph computes from it would follow).
-    **{
-        op: _first_in_suggested_format(_TORCH[op])
-        for op in (aten._adaptive_avg_pool2d.default, aten._native_batch_norm_legit_functional.default)
-    },
+    aten._adaptive_avg_pool2d.default: _first_in_suggested_format(adaptive_avg_pool2d),
+    aten._native_batch_norm_legit_functional.default: _first_in_suggested_format(
+        _TORCH[aten._native_batch_norm_legit_functional.default]
+    ),
     **{
         op: _first_in_suggested_format(_as_is(op))
         for op in (
@@ -507,6 +531,8 @@ DECOMPOSITIONS = {
     aten.xlogy.Tensor: _xlog(torch.log),
     aten.special_xlog1py.default: _xlog(torch.log1p),
     aten.roll.default: roll,
+    aten.eye.default: eye,
+    aten.eye.m: eye,
     aten.addbmm.default: addbmm,
     aten._cdist_forward.default: cdist_forward,
     aten._euclidean_dist.default: euclidean_dist,

@@ -9,13 +9,15 @@ tensor. ``histc`` is ATen's linear bin formula, computed in the input's
 dtype in ATen's order, then a scatter-add of ones. ``x[mask] = v`` is a
 ``where`` over the mask. The embedding's gradient is a scatter-add of the
 gradient rows as they are (no mask multiplied in), which the CPU JIT
-compiles. Integer ``>>``/``<<`` are the bitwise shifts.
+compiles. Integer ``>>``/``<<`` are the bitwise shifts. ``index_add`` and
+``index_copy`` reject negative indices as their eager kernels do, and
+``select_scatter`` keeps its input's dtype.
 """
 
 from __future__ import annotations
 
 import torch
-from torch._decomp import get_decompositions
+from torch._decomp import core_aten_decompositions, get_decompositions
 
 aten = torch.ops.aten
 _TORCH_EMBEDDING_BACKWARD = get_decompositions([aten.embedding_dense_backward])[aten.embedding_dense_backward.default]
@@ -146,6 +148,61 @@ def _integer_only(shift):
     return shifted
 
 
+def _negative_rejected(op):
+    """PyTorch's decomposition of ``op`` (``index_add``, ``index_copy``),
+    whose eager kernel rejects a negative index where the ``index_put`` it
+    decomposes to wraps it: a negative index moves out of range
+    (`_below_range`), which rdyn's bounds check then reports."""
+    decomposition = core_aten_decompositions()[op]
+
+    def run(x, dim, index, *args, **kwargs):
+        size = x.shape[dim] if x.dim() > 0 else 1
+        return decomposition(x, dim, _below_range(index, size), *args, **kwargs)
+
+    return run
+
+
+def _below_range(index, size):
+    """``index`` with each negative entry moved below ``-size``, so that
+    ``index_put``'s wrap still leaves it out of range: ``index + size ·
+    (index >> bits - 1)``, integer arithmetic the CPU executor computes
+    once per row (a scatter of rows stays compiled)."""
+    sign = torch.bitwise_right_shift(index, torch.iinfo(index.dtype).bits - 1)
+    return index + sign * size
+
+
+_TORCH_INDEX_SELECT = get_decompositions([aten.index_select])[aten.index_select.default]
+
+
+def index_select(x, index_dim, index):
+    """``index_select`` as PyTorch decomposes it (an ``index``), with a
+    negative index out of range, as its eager kernel has it (see
+    `_below_range`), and a
+    contiguous result, as that kernel writes it."""
+    size = x.shape[index_dim] if x.dim() > 0 else 1
+    return _TORCH_INDEX_SELECT(x, index_dim, _below_range(index, size)).contiguous()
+
+
+def select_scatter(x, src, dim, index):
+    """``select_scatter``: PyTorch's decomposition (a ``where`` over a mask
+    of the selected slice) returns the promoted dtype of ``x`` and ``src``;
+    eager keeps ``x``'s, so ``src`` is converted first."""
+    dim = dim % x.dim() if x.dim() > 0 else 0
+    if index < 0:
+        index = index + x.shape[dim]
+    shape = [1] * x.dim()
+    shape[dim] = -1
+    mask = torch.arange(x.shape[dim], device=x.device).view(shape) == index
+    return torch.where(mask, src.to(x.dtype).unsqueeze(dim).expand(x.shape), x)
+
+
+def efficient_zero_tensor(size, *, dtype=None, layout=None, device=None, pin_memory=None):
+    """``_efficientzerotensor`` (torch.func's forward-mode AD puts them in
+    backward graphs): zeros rdyn writes, since a ZeroTensor has no memory
+    for a kernel to read."""
+    return torch.zeros(size, dtype=dtype, device=device)
+
+
 DECOMPOSITIONS = {
     **{
         getattr(op, overload): _integer_only(shift)
@@ -157,4 +214,9 @@ DECOMPOSITIONS = {
     aten.embedding_dense_backward.default: embedding_dense_backward,
     aten.index_put.default: index_put_mask,
     aten.histc.default: histc,
+    aten.index_add.default: _negative_rejected(aten.index_add.default),
+    aten.index_copy.default: _negative_rejected(aten.index_copy.default),
+    aten.select_scatter.default: select_scatter,
+    aten.index_select.default: index_select,
+    aten._efficientzerotensor.default: efficient_zero_tensor,
 }

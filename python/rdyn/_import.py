@@ -131,6 +131,53 @@ def _tensor_values(val):
     return []
 
 
+def _is_scalar(val) -> bool:
+    return isinstance(val, (torch.SymInt, torch.SymFloat, torch.SymBool, int, float, bool))
+
+
+#: Scalar ops that read a tensor's metadata, not its values.
+_METADATA_OPS = (
+    torch.ops.aten.sym_size.int,
+    torch.ops.aten.sym_stride.int,
+    torch.ops.aten.sym_numel.default,
+    torch.ops.aten.sym_storage_offset.default,
+)
+
+
+def _reads_data(node: fx.Node, tensor_of, data_scalars) -> bool:
+    """Whether a scalar node's value comes from a tensor's values (``.item()``
+    is ``_local_scalar_dense``), directly or through other scalars: such a
+    value is the data's, not a size's, so the runner reads it per call (the
+    graph's ``_assert_scalar`` checks on it included) and no node takes it
+    as a constant."""
+    if node.target in _METADATA_OPS:
+        return False
+    return any((n, ()) in tensor_of or n in data_scalars for n in node.all_input_nodes)
+
+
+def _data_reads(node: fx.Node, tensor_of, data_scalars) -> list[fx.Node]:
+    """The tensors whose values the scalar arguments of `node` are read
+    from, each once, in the order a walk through those scalars meets them."""
+    reads: list[fx.Node] = []
+    seen: set[fx.Node] = set()
+
+    def walk(n):
+        if n in seen:
+            return
+        seen.add(n)
+        if n in data_scalars:
+            for m in n.all_input_nodes:
+                if (m, ()) in tensor_of:
+                    if m not in reads:
+                        reads.append(m)
+                else:
+                    walk(m)
+
+    for n in node.all_input_nodes:
+        walk(n)
+    return reads
+
+
 def on_device(data: dict, device: str) -> dict:
     """``data`` with every tensor value placed on ``device`` (code for a
     device is generated from metadata alone: ``explain(..., device="cuda")``
@@ -147,6 +194,8 @@ def import_graph(gm: fx.GraphModule):
     tensor_of: dict[tuple[fx.Node, tuple], int] = {}
     int_nodes: dict[fx.Node, object] = {}
     scalar_nodes: set[fx.Node] = set()
+    data_scalars: set[fx.Node] = set()
+    data_reads: dict[int, list[fx.Node]] = {}
     inputs = []
     nodes = []
     out_positions: dict[int, list[tuple]] = {}
@@ -195,6 +244,8 @@ def import_graph(gm: fx.GraphModule):
         if isinstance(a, fx.Node):
             if (a, ()) in tensor_of:
                 return ("tensor", tensor_of[(a, ())])
+            if a in data_scalars:
+                raise Unsupported(f"a value read from a tensor ({a.name})")
             if a in int_nodes:
                 return ("int", int_nodes[a])
             if a in scalar_nodes and isinstance(a.meta.get("val"), torch.SymFloat):
@@ -235,6 +286,16 @@ def import_graph(gm: fx.GraphModule):
             if (src, (idx,)) in tensor_of:
                 tensor_of[(node, ())] = tensor_of[(src, (idx,))]
                 continue
+        if _is_scalar(val) and _reads_data(node, tensor_of, data_scalars):
+            # A value read from a tensor (`.item()`): the runner computes it
+            # from the tensor for the eager nodes that read it. An int the
+            # graph leaves symbolic (no check pins it) raises Unsupported:
+            # it is a size no input binds, and the graph runs eagerly.
+            if isinstance(val, (torch.SymInt, int)) and not isinstance(val, bool):
+                _int_expr(val, syms)
+            data_scalars.add(node)
+            scalar_nodes.add(node)
+            continue
         if isinstance(val, (torch.SymInt, int)) and not isinstance(val, bool):
             int_nodes[node] = _int_expr(val, syms)
             continue
@@ -255,10 +316,15 @@ def import_graph(gm: fx.GraphModule):
             args = [conv(a) for a in node.args]
             kwargs = [(k, conv(v)) for k, v in node.kwargs.items()]
         except Unsupported:
-            # Keep only the tensors (in order): the node runs eagerly.
+            # Keep only the tensors (in order), then those its scalars are
+            # read from: the node runs eagerly.
             target = f"opaque.{target}"
             tensors = []
             fx.node.map_arg((node.args, node.kwargs), lambda n: tensors.append(("tensor", tensor_of[(n, ())])) if (n, ()) in tensor_of else None)
+            reads = _data_reads(node, tensor_of, data_scalars)
+            if reads:
+                data_reads[index] = reads
+            tensors.extend(("tensor", tensor_of[(n, ())]) for n in reads)
             args, kwargs = [("list", tensors)], []
         nodes.append((index, target, args, kwargs, outputs))
 
@@ -279,6 +345,9 @@ def import_graph(gm: fx.GraphModule):
         "tensor_of": tensor_of,
         "int_nodes": int_nodes,
         "scalar_nodes": scalar_nodes,
+        # Per eager node, the tensors its scalars are read from, passed
+        # after the tensors it mentions.
+        "data_reads": data_reads,
         "out_positions": out_positions,
         # Module constants (get_attr) are passed as extra trailing inputs.
         "constants": [value for _, value in constants],

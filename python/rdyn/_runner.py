@@ -9,6 +9,7 @@ Tensors are passed in the order the node's arguments mention them.
 
 from __future__ import annotations
 
+import operator
 
 import torch
 import torch.fx as fx
@@ -20,16 +21,20 @@ class GraphRunner:
         self.tensor_of = info["tensor_of"]
         self.int_nodes = info["int_nodes"]
         self.scalar_nodes = info.get("scalar_nodes", set())
+        self.data_reads = info.get("data_reads", {})
         self.out_positions = info["out_positions"]
         self.placeholders = [n for n in self.nodes if n.op == "placeholder"]
         self.inputs = []
         self._scalars = {}
         self._bound = None
+        # The tensors the current eager node's scalars are read from.
+        self._read = {}
 
     def set_inputs(self, args):
         self.inputs = args
         self._scalars = {}
         self._bound = None
+        self._read = {}
 
     @staticmethod
     def with_layout(t, sizes, strides):
@@ -50,12 +55,20 @@ class GraphRunner:
             value = self._metadata(node)
         else:
             # Nested too: `sym_sum` takes its terms as one list.
-            args = fx.node.map_arg(node.args, self._scalar_value)
-            value = node.target(*args)
+            args = fx.node.map_arg(node.args, self._operand)
+            kwargs = fx.node.map_arg(node.kwargs, self._operand)
+            value = node.target(*args, **kwargs)
         val = node.meta.get("val")
         convert = float if isinstance(val, (torch.SymFloat, float)) else bool if isinstance(val, (torch.SymBool, bool)) else int
         self._scalars[node] = convert(value)
         return self._scalars[node]
+
+    def _operand(self, node):
+        """An operand of a scalar node: a tensor its value is read from
+        (``.item()``'s), or another scalar."""
+        if node in self._read:
+            return self._read[node]
+        return self._scalar_value(node)
 
     def _metadata(self, node):
         """A size, stride, element count or offset of a tensor: read from the
@@ -94,7 +107,10 @@ class GraphRunner:
         them); returns its tensor results with the metadata's `layouts`.
         Nodes with a `fast_node` form are called from Rust instead."""
         node = self.nodes[index]
-        it = iter(tensors)
+        reads = self.data_reads.get(index, ())
+        mentioned = len(tensors) - len(reads)
+        self._read = dict(zip(reads, tensors[mentioned:]))
+        it = iter(tensors[:mentioned])
 
         def sub(a):
             if isinstance(a, fx.Node):
@@ -107,7 +123,10 @@ class GraphRunner:
 
         args = fx.node.map_aggregate(node.args, sub)
         kwargs = fx.node.map_aggregate(node.kwargs, sub)
-        return self._outputs(index, node.target(*args, **kwargs), layouts)
+        if _writes_workspace(node):
+            return self._outputs(index, _with_workspace(node.target, args, kwargs), layouts)
+        op = _contiguous_inputs(node.target) if _needs_contiguous(node.target) else node.target
+        return self._outputs(index, op(*args, **kwargs), layouts)
 
     def fast_node(self, index):
         """`(op, args, kwargs, tensor slots, output paths)` when the node's
@@ -118,7 +137,7 @@ class GraphRunner:
         a keyword's name), in the order the node mentions them, and takes
         each output from the result by its index path."""
         node = self.nodes[index]
-        if not isinstance(node.target, torch._ops.OpOverload):
+        if not isinstance(node.target, torch._ops.OpOverload) or _may_differ(node):
             return None
         slots = []
         unsupported = object()
@@ -137,15 +156,20 @@ class GraphRunner:
         kwargs = {name: constant(a, name) for name, a in node.kwargs.items()}
         if any(a is unsupported for a in args) or any(a is unsupported for a in kwargs.values()):
             return None
-        return _binding(node.target), tuple(args), kwargs, slots, list(self.out_positions[index])
+        op = _contiguous_inputs(node.target) if _needs_contiguous(node.target) else _binding(node.target)
+        return op, tuple(args), kwargs, slots, list(self.out_positions[index])
 
     def _outputs(self, index, result, layouts):
         outs = []
+        val = self.nodes[index].meta.get("val")
         for pos, (sizes, strides) in zip(self.out_positions[index], layouts):
-            t = result
+            t, meta = result, val
             for i in pos:
-                t = t[i]
-            outs.append(_with_layout(t, sizes, strides))
+                t, meta = t[i], meta[i]
+            if _unsized(sizes) and (t is None or list(t.shape) != list(sizes)):
+                outs.append(_stand_in(t, sizes, strides, meta.dtype))
+            else:
+                outs.append(_with_layout(t, sizes, strides))
         return outs
 
 
@@ -156,6 +180,84 @@ _TENSOR_METADATA = {
     torch.ops.aten.sym_numel.default: lambda t: t.numel(),
     torch.ops.aten.sym_storage_offset.default: lambda t: t.storage_offset(),
 }
+
+
+def _unsized(sizes) -> bool:
+    """Whether a layout holds no elements."""
+    return any(n == 0 for n in sizes)
+
+
+def _may_differ(node) -> bool:
+    """Whether an eager result of `node` may disagree with its metadata
+    where the metadata promises an empty tensor: ATen returns optional
+    results as undefined tensors (None), and workspaces its meta kernels
+    size 0 (``mkldnn_rnn_layer``'s) at their real size. Such nodes take
+    the runner's path (`_stand_in`); the Rust fast path would reject them."""
+    return any(
+        isinstance(n, int) and n == 0
+        for t in torch.utils._pytree.tree_leaves(node.meta.get("val"))
+        if isinstance(t, torch.Tensor)
+        for n in [t.numel()]
+    )
+
+
+def _stand_in(t, sizes, strides, dtype):
+    """An eager result for a layout of no elements: an undefined result
+    becomes an empty tensor; a workspace ATen sized stays itself (its
+    kernel's backward reads it through its data pointer, which the empty
+    view rdyn makes of it keeps)."""
+    if t is None:
+        return torch.empty_strided(sizes, strides, dtype=dtype)
+    return t
+
+
+#: Ops whose workspace output (by index) ATen writes only in grad mode,
+#: and whose backward op reads it: AOTAutograd runs a compiled forward with
+#: grad disabled, where ``mkldnn_rnn_layer`` (an LSTM layer, under
+#: ``torch._dynamo.config.allow_rnn``) returned no workspace and its
+#: backward crashed on the empty one.
+_WORKSPACE_OUTPUT = {torch.ops.aten.mkldnn_rnn_layer.default: 3}
+
+
+def _writes_workspace(node) -> bool:
+    """Whether the graph reads `node`'s workspace output."""
+    index = _WORKSPACE_OUTPUT.get(node.target)
+    return index is not None and any(
+        user.target is operator.getitem and user.args[1] == index for user in node.users
+    )
+
+
+def _with_workspace(op, args, kwargs):
+    """`op` called in grad mode, so that ATen writes its workspace; its
+    tensors are detached, so that no autograd graph is recorded."""
+
+    def detached(a):
+        return a.detach() if isinstance(a, torch.Tensor) else a
+
+    args = torch.utils._pytree.tree_map(detached, args)
+    kwargs = torch.utils._pytree.tree_map(detached, kwargs)
+    with torch.enable_grad():
+        return op(*args, **kwargs)
+
+
+def _needs_contiguous(op) -> bool:
+    """Whether `op` is tagged ``needs_contiguous_strides``: its kernel (a
+    custom op's) may assume contiguous inputs, where rdyn hands over views
+    (a transpose's among them)."""
+    return isinstance(op, torch._ops.OpOverload) and torch.Tag.needs_contiguous_strides in op.tags
+
+
+def _contiguous_inputs(op):
+    """`op` called with each tensor argument (in lists too) contiguous."""
+
+    def contiguous(a):
+        return a.contiguous() if isinstance(a, torch.Tensor) else a
+
+    def call(*args, **kwargs):
+        args, kwargs = torch.utils._pytree.tree_map(contiguous, (args, kwargs))
+        return op(*args, **kwargs)
+
+    return call
 
 
 def _binding(op):

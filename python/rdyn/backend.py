@@ -20,6 +20,7 @@ from . import _cache, _rdyn
 from ._attention import DECOMPOSITIONS as ATTENTION_DECOMPOSITIONS
 from ._decomp import DECOMPOSITIONS as RDYN_DECOMPOSITIONS
 from ._decomp_index import DECOMPOSITIONS as INDEX_DECOMPOSITIONS
+from ._errors import KernelCheckError
 from ._random import DECOMPOSITIONS as RANDOM_DECOMPOSITIONS
 from ._import import Unsupported, import_graph, on_device
 from ._runner import GraphRunner
@@ -71,7 +72,6 @@ DECOMPOSITIONS = {
             aten.unbind_copy,
             aten.unfold,
             aten.repeat,
-            aten.index_select,
             # Pointwise compositions.
             aten.ldexp,
             aten.special_log_ndtr,
@@ -130,6 +130,10 @@ def _gelu_backward(grad_output, self, approximate="none"):
 DECOMPOSITIONS[aten.gelu_backward.default] = _gelu_backward
 
 
+#: Errors of a call (not of rdyn): never a reason to run the graph eagerly.
+_CALL_ERRORS = (KernelCheckError, torch.OutOfMemoryError)
+
+
 class CompileError(RuntimeError):
     """A graph could not be compiled (raised under ``RDYN_STRICT=1``)."""
 
@@ -142,7 +146,62 @@ _py_stats = {
     "python_compile_seconds": 0.0,
     "cache_hits": 0,
     "cache_misses": 0,
+    # Wall time of the outermost compile steps (see `_wall_enter`), and the
+    # part of rdyn's lowering inside them (`stats` adds the rest: lowering
+    # at a first call, which the caller waits for too).
+    "compile_wall_seconds": 0.0,
+    "lowering_in_wall_seconds": 0.0,
+    # Dynamo's count of frames it gave up on when the stats were reset.
+    "frames_eager_base": (None, 0),
 }
+_wall = {"depth": 0}
+
+
+def _wall_enter(start: float):
+    """Time a compile the caller waits for, from `start`. Only the outermost
+    step counts (rdyn_backend around AOTAutograd, or a graph AOTAutograd
+    compiles later: a backward at its first call), so nested steps count
+    once. Returns the token for `_wall_exit`; None when nested."""
+    _wall["depth"] += 1
+    if _wall["depth"] > 1:
+        return None
+    return start, _rdyn.stats()["compile_seconds"]
+
+
+def _wall_exit(token) -> None:
+    _wall["depth"] -= 1
+    if token is None:
+        return
+    start, lowered = token
+    _py_stats["compile_wall_seconds"] += time.perf_counter() - start
+    _py_stats["lowering_in_wall_seconds"] += max(0.0, _rdyn.stats()["compile_seconds"] - lowered)
+
+
+def _frames_given_up():
+    """Dynamo's frame counter and how many frames it gave up on (tried and
+    did not compile: its recompile limit, a graph break it cannot resume
+    from); they run eagerly. Dynamo never resets the count; a cleared
+    counter is a new object."""
+    frames = torch._dynamo.utils.counters["frames"]
+    return frames, frames["total"] - frames["ok"]
+
+
+def _frames_eager() -> int:
+    """Frames Dynamo gave up on since the stats were reset."""
+    frames, given_up = _frames_given_up()
+    base_frames, base = _py_stats["frames_eager_base"]
+    return given_up - base if frames is base_frames else given_up
+
+
+def _frames_not_counted(frames, n: int) -> None:
+    """`n` frames Dynamo gave up on outside the user's compiles (while
+    `rdyn.explain` traced): left out of `frames_eager`."""
+    base_frames, base = _py_stats["frames_eager_base"]
+    if base_frames is frames:
+        _py_stats["frames_eager_base"] = (frames, base + n)
+
+
+_py_stats["frames_eager_base"] = _frames_given_up()
 
 
 def _strict(options: Options) -> bool:
@@ -214,6 +273,7 @@ def compile_aten_graph(gm: torch.fx.GraphModule, example_inputs, options: Option
         device = "cuda"
     elif devices - {"cpu"}:
         return _unsupported_graph(gm, f"tensors on {sorted(devices - {'cpu'})}: rdyn compiles CPU and CUDA tensors")
+    wall = _wall_enter(start)
     try:
         data, info = import_graph(gm)
         runner = GraphRunner(info)
@@ -235,8 +295,9 @@ def compile_aten_graph(gm: torch.fx.GraphModule, example_inputs, options: Option
         return _unsupported_graph(gm, str(e))
     finally:
         _py_stats["python_compile_seconds"] += time.perf_counter() - start
+        _wall_exit(wall)
     if log_enabled("graph"):
-        log("graph", compiled.graph_text())
+        log("graph", f"{compiled.name}:\n{compiled.graph_text()}")
     state = {"compiled": compiled, "specs": 0}
     constants = info["constants"]
     logging = log_enabled("ir") or log_enabled("kernels")
@@ -254,7 +315,10 @@ def compile_aten_graph(gm: torch.fx.GraphModule, example_inputs, options: Option
             _unsupported_graph(gm, str(e))
             return gm(*args)
         except RuntimeError as e:
-            if _strict(options) or not str(e).startswith("rdyn"):
+            # Bad data (an index out of range) and a failed allocation are
+            # the call's errors, raised as eager raises them; other rdyn
+            # errors are the compiler's, and the graph runs eagerly.
+            if _strict(options) or not str(e).startswith("rdyn") or isinstance(e, _CALL_ERRORS):
                 raise
             warnings.warn(f"rdyn: falling back to eager for a graph: {e}", stacklevel=2)
             _py_stats["graphs_failed"] += 1
@@ -274,14 +338,25 @@ def compile_aten_graph(gm: torch.fx.GraphModule, example_inputs, options: Option
 
 
 def rdyn_backend(gm: torch.fx.GraphModule, example_inputs, options=None, **kwargs):
-    """The Dynamo backend registered as ``"rdyn"``."""
-    opts = Options.parse(options, kwargs)
+    """The Dynamo backend registered as ``"rdyn"``. torch.compile passes its
+    ``mode`` (unless "default") as a keyword, beside ``options``."""
+    wall = _wall_enter(time.perf_counter())
+    try:
+        return _compile_captured(gm, example_inputs, Options.parse(options, kwargs))
+    finally:
+        _wall_exit(wall)
+
+
+def _compile_captured(gm: torch.fx.GraphModule, example_inputs, opts: Options):
+    """A graph Dynamo captured: from the on-disk cache, else through
+    AOTAutograd (storing a plain inference graph)."""
     cache_key = _cache.key(gm, example_inputs, opts)
     if cache_key is not None:
         cached = _cache.load(cache_key, example_inputs)
-        if cached is not None:
+        compiled = None if cached is None else _from_cache(cached, example_inputs, opts)
+        if compiled is not None:
             _py_stats["cache_hits"] += 1
-            return _from_cache(cached, example_inputs, opts)
+            return compiled
         _py_stats["cache_misses"] += 1
 
     def fw(graph, inputs):
@@ -290,7 +365,7 @@ def rdyn_backend(gm: torch.fx.GraphModule, example_inputs, options=None, **kwarg
     def inference(graph, inputs):
         if cache_key is not None:
             context = torch._guards.TracingContext.try_get()
-            if _cache.plain_inference(context and context.fw_metadata, graph, len(example_inputs)):
+            if _cache.plain_inference(getattr(context, "fw_metadata", None), graph, len(example_inputs)):
                 _cache.store(cache_key, graph)
         return fw(graph, inputs)
 
@@ -306,8 +381,14 @@ def rdyn_backend(gm: torch.fx.GraphModule, example_inputs, options=None, **kwarg
 def _from_cache(graph: torch.fx.GraphModule, example_inputs, options: Options):
     """A cached ATen graph, compiled: called as AOTAutograd's result would
     be (positional tensors), which for a plain inference graph only calls
-    the compiled graph."""
-    run = _positional(compile_aten_graph(graph, list(example_inputs), options))
+    the compiled graph. None when it fails to compile: then it is a miss,
+    and the graph is traced again as if it had not been stored."""
+    try:
+        run = _positional(compile_aten_graph(graph, list(example_inputs), options))
+    except Exception as e:  # noqa: BLE001 - a stored graph that fails is a cache miss, not a compile failure
+        if log_enabled("cache"):
+            log("cache", f"a stored graph did not compile, tracing it again: {type(e).__name__}: {e}")
+        return None
     return torch._dynamo.disable(run, reason="rdyn: a cached, compiled graph")
 
 

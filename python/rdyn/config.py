@@ -1,7 +1,9 @@
 """Options (``torch.compile(..., options={...})`` and environment) and logging.
 
 Environment:
-  RDYN_LOG=graph,ir,kernels,guards   what to print (``all`` for everything)
+  RDYN_LOG=graph,ir,kernels,guards   what to print (``all`` for everything;
+                                     also ``options``: what a `mode` leaves
+                                     out, ``cache``: graph cache errors)
   RDYN_STRICT=1                      a compile failure raises instead of
                                      falling back to eager
   RDYN_DEVICE=cpu|wgpu|cuda-sim      default device for CPU tensors (wgpu: any
@@ -29,6 +31,16 @@ EXPLAIN_DEVICES = ("cpu", "wgpu", "cuda")
 PLANNED_DEVICES: tuple = ()
 INDEX_CHECKS = ("device", "sync")
 CUDA_GEMMS = ("cublas", "aten")
+#: torch.compile's modes, and what rdyn leaves out of each for now. torch
+#: passes ``mode=`` to a custom backend (all but "default"); it cannot be
+#: given with ``options=``, so ``options={"mode": ...}`` is accepted too.
+MODES = {
+    "default": "",
+    "reduce-overhead": "rdyn does not capture CUDA graphs yet",
+    "max-autotune": "rdyn has no autotuning and does not capture CUDA graphs yet",
+    "max-autotune-no-cudagraphs": "rdyn has no autotuning",
+}
+_modes_noted: set = set()
 
 
 @dataclass(frozen=True)
@@ -46,12 +58,17 @@ class Options:
     #: plans itself (the bias and any epilogue fused into the kernels that
     #: read the product), "aten" as ATen library calls.
     cuda_gemm: str = "cublas"
+    #: torch.compile's mode (see `MODES`): accepted, compiled as "default".
+    mode: str = "default"
+    #: torch.compile's ``name`` for the compiled region, if given: accepted
+    #: (rdyn's logs name graphs ``g0``, ``g1``, ...).
+    name: str | None = None
 
     @staticmethod
     def parse(options, extra=None) -> "Options":
         merged = dict(options or {})
         merged.update(extra or {})
-        known = {"device", "strict", "index_checks", "cuda_gemm"}
+        known = {"device", "strict", "index_checks", "cuda_gemm", "mode", "name"}
         unknown = sorted(set(merged) - known)
         if unknown:
             raise ValueError(
@@ -73,7 +90,23 @@ class Options:
         gemm = merged.get("cuda_gemm", os.environ.get("RDYN_CUDA_GEMM", "cublas"))
         if gemm not in CUDA_GEMMS:
             raise ValueError(f"rdyn: option cuda_gemm={gemm!r} is not one of {list(CUDA_GEMMS)}")
-        return Options(device=device, strict=strict, index_checks=checks, cuda_gemm=gemm)
+        mode = _mode(merged.get("mode"))
+        name = merged.get("name")
+        if name is not None and not isinstance(name, str):
+            raise ValueError(f"rdyn: option name must be a string, got {name!r}")
+        return Options(device=device, strict=strict, index_checks=checks, cuda_gemm=gemm, mode=mode, name=name)
+
+
+def _mode(mode) -> str:
+    """A torch.compile mode, checked; what rdyn leaves out of it is logged
+    once per mode (``RDYN_LOG=options``), not warned at every graph."""
+    mode = "default" if mode is None else mode
+    if not isinstance(mode, str) or mode not in MODES:
+        raise ValueError(f"rdyn: mode={mode!r} is not a torch.compile mode; use one of {list(MODES)}")
+    if MODES[mode] and mode not in _modes_noted and log_enabled("options"):
+        _modes_noted.add(mode)
+        log("options", f"mode={mode!r}: {MODES[mode]}; compiling as mode='default'")
+    return mode
 
 
 _TOPICS: frozenset = frozenset()

@@ -292,6 +292,7 @@ impl CompiledGraph {
             cublas: self.uses_cublas(),
             cpu_kernels: self.backend == Backend::Cpu,
             piecewise_min: piecewise_min(),
+            opmath_scalars: self.backend.is_cuda(),
         };
         let Lowered { program, counts } = lower_with(&self.graph, &self.layouts(args), &ctx, options)?;
         let cpu = Arc::new(plan(&program, &ctx)?);
@@ -374,7 +375,8 @@ impl CompiledGraph {
             }
         }
         // The generic program runs on the CPU.
-        let options = LowerOptions { cublas: false, cpu_kernels: true, piecewise_min: piecewise_min() };
+        let options =
+            LowerOptions { cublas: false, cpu_kernels: true, piecewise_min: piecewise_min(), opmath_scalars: false };
         let lowered = lower_with(&self.graph, &layouts, &Ctx::default(), options)?;
         Ok(Generic { program: lowered.program, stride_syms })
     }
@@ -401,7 +403,7 @@ pub fn execute(selected: &Selected, args: &[CallArg], host: &mut dyn Host) -> Re
     // CUDA programs keep their scratch on the device.
     let words = if cuda_plan.is_some() { 0 } else { plan.arena_bytes.div_ceil(8) + 8 };
     if arena.len() < words {
-        (arena, ready) = (vec![0u64; words], false);
+        (arena, ready) = (scratch_words(words)?, false);
     }
     let arena_base = (arena.as_mut_ptr() as usize).div_ceil(64) * 64;
     // Kept tensors belong to a specialization's plan (the generic program
@@ -463,6 +465,21 @@ pub fn execute(selected: &Selected, args: &[CallArg], host: &mut dyn Host) -> Re
         }
     }
     Ok(ptrs)
+}
+
+/// `words` zeroed words of scratch, or an error (never an abort) when the
+/// process cannot have them: a process near its memory limit gets a
+/// catchable error, as eager's allocator gives one.
+fn scratch_words(words: usize) -> Result<Vec<u64>, RuntimeError> {
+    let mut arena = Vec::new();
+    arena.try_reserve_exact(words).map_err(|_| {
+        RuntimeError::OutOfMemory(format!(
+            "cannot allocate {} bytes of scratch memory for this graph's kernels; free memory or use smaller inputs",
+            words.saturating_mul(8)
+        ))
+    })?;
+    arena.resize(words, 0);
+    Ok(arena)
 }
 
 /// Run one step of a CPU program over the buffers at `ptrs` (the CPU

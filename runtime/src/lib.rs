@@ -41,6 +41,9 @@ pub enum RuntimeError {
     /// A kernel the device's code generator cannot express yet.
     #[error("{0}")]
     Unsupported(String),
+    /// Memory the runtime needed could not be allocated.
+    #[error("{0}")]
+    OutOfMemory(String),
     #[error("a lock was poisoned by an earlier panic")]
     Poisoned,
     /// A compiler bug (e.g. generated WGSL that naga rejects).

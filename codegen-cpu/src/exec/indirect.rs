@@ -62,8 +62,8 @@ pub(super) fn exec_pre(inst: &Inst, s: usize, tile_var: usize, mem: &Memory, sc:
             // SAFETY: the plan indexes the buffer in bounds (as `load`).
             unsafe { convert::read_i64(mem.ptrs[buf.0 as usize], *dtype, index.eval(&sc.env)) }
         }
-        InstOp::Bounded { src, size } => match &sc.regs[s][*src as usize] {
-            Tile::I64(a) => bounded(a[0], *size, &mut sc.error),
+        InstOp::Bounded { src, size, negatives } => match &sc.regs[s][*src as usize] {
+            Tile::I64(a) => bounded(a[0], *size, *negatives, &mut sc.error),
             _ => return exec_inst(inst, s, tile_var, 1, mem, sc),
         },
         _ => return exec_inst(inst, s, tile_var, 1, mem, sc),

@@ -12,7 +12,7 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use rdyn_ir::loops::ReduceOp;
+use rdyn_ir::loops::{Negatives, ReduceOp};
 use rdyn_ir::{DType, Kind};
 
 mod calls;
@@ -709,10 +709,10 @@ fn exec_inst(inst: &Inst, s: usize, tile_var: usize, len: usize, mem: &Memory, s
             }
         }
         InstOp::Cast { src, to, .. } => cast(&mut dst, &sc.regs[s][*src as usize], *to, len),
-        InstOp::Bounded { src, size } => {
+        InstOp::Bounded { src, size, negatives } => {
             if let (Tile::I64(d), Tile::I64(a)) = (&mut dst, &sc.regs[s][*src as usize]) {
                 for (o, &v) in d[..len].iter_mut().zip(&a[..len]) {
-                    *o = bounded(v, *size, &mut sc.error);
+                    *o = bounded(v, *size, *negatives, &mut sc.error);
                 }
             }
         }
@@ -725,10 +725,10 @@ fn exec_inst(inst: &Inst, s: usize, tile_var: usize, len: usize, mem: &Memory, s
     sc.regs[s][dst_index] = dst;
 }
 
-/// Index `v` into `0..size`, a negative one counted from the end; out of
-/// range sets `error` and gives 0 (a safe element).
-pub(super) fn bounded(v: i64, size: i64, error: &mut bool) -> i64 {
-    let w = if v < 0 { v + size } else { v };
+/// Index `v` into `0..size`, a negative one counted from the end where
+/// `negatives` wrap; out of range sets `error` and gives 0 (a safe element).
+pub(super) fn bounded(v: i64, size: i64, negatives: Negatives, error: &mut bool) -> i64 {
+    let w = if v < 0 && negatives == Negatives::Wrap { v + size } else { v };
     if w < 0 || w >= size {
         *error = true;
         0

@@ -3,7 +3,7 @@
 //! its sign and payload follow the operand order the machine code happens
 //! to use (a product of NaNs), which neither side promises.
 
-use rdyn_ir::loops::{BinaryOp, BufId, ReduceOp, UnaryOp};
+use rdyn_ir::loops::{BinaryOp, BufId, Negatives, ReduceOp, UnaryOp};
 use rdyn_ir::{DType, Expr, Kind};
 
 use crate::exec::{run_kernel, Memory};
@@ -419,10 +419,10 @@ fn gathers_of_invariant_rows_compile() {
     };
     let insts = vec![
         int(0, id(&i0)),
-        int(1, InstOp::Bounded { src: 0, size: 6 }),
+        int(1, InstOp::Bounded { src: 0, size: 6, negatives: Negatives::Wrap }),
         f32_inst(2, row.clone()),
         int(0, id(&Expr::c(3).sub(&i0))),
-        int(1, InstOp::Bounded { src: 0, size: 6 }),
+        int(1, InstOp::Bounded { src: 0, size: 6, negatives: Negatives::Wrap }),
         f32_inst(3, row),
         f32_inst(4, InstOp::Binary(BinaryOp::Add, 2, 3)),
     ];

@@ -2,7 +2,7 @@
 //! fills a table with every row's addresses and calls the compiled stage
 //! once, against the interpreter, bit for bit (helpers from `tests.rs`).
 
-use rdyn_ir::loops::{BinaryOp, BufId, ReduceOp};
+use rdyn_ir::loops::{BinaryOp, BufId, Negatives, ReduceOp};
 use rdyn_ir::{DType, Expr, Kind};
 
 use super::tests::{buf, compile, f32_inst, f32_stage, one_stage};
@@ -28,7 +28,7 @@ fn gathered_row(dst: u16, lane: &Expr) -> Vec<Inst> {
         indirect: vec![(1, 37)],
         mask: None,
     };
-    vec![int(0, id), int(1, InstOp::Bounded { src: 0, size: 6 }), f32_inst(dst, row)]
+    vec![int(0, id), int(1, InstOp::Bounded { src: 0, size: 6, negatives: Negatives::Wrap }), f32_inst(dst, row)]
 }
 
 /// A 6-row table of 37 lanes, the outputs (4 x 37, 4), and 4 row ids.
@@ -143,8 +143,15 @@ fn gathered_rows_run_by_rows_beside_an_interpreted_stage() {
         narrow: None,
         op: InstOp::Load { buf: BufId(3), dtype: DType::I64, index: IndexFn::new(&i0), indirect: vec![], mask: None },
     };
-    let mut insts =
-        vec![ids_load(0), Inst { dst: 1, kind: Kind::I64, narrow: None, op: InstOp::Bounded { src: 0, size: 6 } }];
+    let mut insts = vec![
+        ids_load(0),
+        Inst {
+            dst: 1,
+            kind: Kind::I64,
+            narrow: None,
+            op: InstOp::Bounded { src: 0, size: 6, negatives: Negatives::Wrap },
+        },
+    ];
     let row =
         InstOp::Load { buf: BufId(0), dtype: DType::F32, index: IndexFn::new(&i1), indirect: vec![(1, 8)], mask: None };
     insts.extend([f32_inst(2, row), f32_inst(3, InstOp::Binary(BinaryOp::Add, 2, 2))]);

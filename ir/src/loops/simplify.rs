@@ -9,6 +9,21 @@ use crate::expr::Ctx;
 
 impl Scalars {
     /// `x` converted to `dtype` (no node when it already has it).
+    /// `x`, a float16/bfloat16 value, rounded to its dtype where it was
+    /// computed: backends compute half-precision values in float32 and
+    /// round them only where they store or convert them, so a reader that
+    /// stands for eager reading a stored tensor (a GEMM operand) rounds it.
+    /// Loads, constants and conversions hold narrow values already.
+    pub fn rounded(&mut self, x: ScalarId) -> ScalarId {
+        let narrow = self.dtype(x);
+        let computed = !matches!(self.get(x).op, ScalarOp::Load { .. } | ScalarOp::Const { .. } | ScalarOp::Cast(_));
+        if !matches!(narrow, DType::F16 | DType::BF16) || !computed {
+            return x;
+        }
+        let wide = self.add(ScalarOp::Cast(x), DType::F32);
+        self.add(ScalarOp::Cast(wide), narrow)
+    }
+
     pub fn cast(&mut self, x: ScalarId, dtype: DType) -> ScalarId {
         if self.dtype(x) == dtype {
             return x;
@@ -30,7 +45,8 @@ impl Scalars {
             if dtype.is_float() || !from.is_float() {
                 return match dtype {
                     DType::Bool => self.int_constant((value != 0.0) as i64, dtype),
-                    d if d.is_float() => self.constant(value, d),
+                    // A conversion rounds: a bfloat16 `full(.., 3.14)` holds 3.140625.
+                    d if d.is_float() => self.constant(d.round_float(value), d),
                     d => self.int_constant(bits as i64, d),
                 };
             }
