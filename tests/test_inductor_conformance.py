@@ -1,10 +1,10 @@
-"""tools/inductor_conformance.py: its classification of failures, its
-reading of worker event logs, and (on a small synthetic test file, no
-PyTorch sources needed) its handling of crashing and hanging tests."""
+"""tools/inductor_conformance.py (and its conformance_*.py modules): its
+classification of failures, its reading of worker event logs, and (on a
+small synthetic test file, no PyTorch sources needed) its handling of
+crashing and hanging tests."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import pathlib
 import sys
@@ -14,15 +14,14 @@ import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
-
-def _load():
-    spec = importlib.util.spec_from_file_location("inductor_conformance", ROOT / "tools" / "inductor_conformance.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-ic = _load()
+sys.path.insert(0, str(ROOT / "tools"))  # the runner's modules import each other by name
+try:
+    import conformance_classify as cc
+    import conformance_plugin as cp
+    import conformance_runner as cr
+    import inductor_conformance as ic
+finally:
+    sys.path.remove(str(ROOT / "tools"))
 
 
 def _tb(test_body: str, failing: str, error: str, where: str = "test_torchinductor.py:1234: ") -> str:
@@ -103,21 +102,21 @@ MISMATCH = "AssertionError: Tensor-likes are not close!\n\nMismatched elements: 
 
 
 def test_plain_outcomes():
-    assert ic.classify({"outcome": "passed"}) == "pass"
-    assert ic.classify({"outcome": "skipped", "message": "requires gpu"}) == "skip"
-    assert ic.classify({"outcome": "xfailed"}) == "xfail"
-    assert ic.classify({"outcome": "xpassed"}) == "xpass"
-    assert ic.classify({"outcome": "crash", "message": "worker died: signal 11 (SIGSEGV)"}) == "crash"
-    assert ic.classify({"outcome": "timeout"}) == "timeout"
+    assert cc.classify({"outcome": "passed"}) == "pass"
+    assert cc.classify({"outcome": "skipped", "message": "requires gpu"}) == "skip"
+    assert cc.classify({"outcome": "xfailed"}) == "xfail"
+    assert cc.classify({"outcome": "xpassed"}) == "xpass"
+    assert cc.classify({"outcome": "crash", "message": "worker died: signal 11 (SIGSEGV)"}) == "crash"
+    assert cc.classify({"outcome": "timeout"}) == "timeout"
 
 
 def test_generated_code_checks_are_inductor_internal():
     rec = _failed(CODE_TEST, 'FileCheck().check("cpp_fused").run(code[0])', "IndexError: list index out of range")
-    assert ic.classify(rec, PASSED) == "inductor-internal"
+    assert cc.classify(rec, PASSED) == "inductor-internal"
     rec = _failed(
         CODE_TEST, "_, (code,) = run_and_get_code(fn, x)", "ValueError: not enough values to unpack (expected 1, got 0)"
     )
-    assert ic.classify(rec, PASSED) == "inductor-internal"
+    assert cc.classify(rec, PASSED) == "inductor-internal"
 
 
 def test_statement_over_several_lines():
@@ -129,16 +128,16 @@ def test_statement_over_several_lines():
         ">       self.assertEqual(\n            code.count('aten.view'), 3\n        )\n",
     )
     rec = {"outcome": "failed", "longrepr": tb, "message": "AssertionError: Scalars are not equal!"}
-    assert ic.classify(rec, PASSED) == "inductor-internal"
+    assert cc.classify(rec, PASSED) == "inductor-internal"
     # ... or the last.
     tb = _tb(METRICS_TEST, ").run(code)", "RuntimeError: something else")
     tb = tb.replace(">       ).run(code)", "        FileCheck().check_count(\n            'x', 1\n>       ).run(code)")
     rec = {"outcome": "failed", "longrepr": tb, "message": "RuntimeError: something else"}
-    assert ic.classify(rec, PASSED) == "inductor-internal"
+    assert cc.classify(rec, PASSED) == "inductor-internal"
     # A plain correctness check after a code check is not internal.
     tb = _tb(CODE_TEST, "self.assertEqual(actual, expected)", MISMATCH)
     rec = {"outcome": "failed", "longrepr": tb, "message": MISMATCH}
-    assert ic.classify(rec, PASSED) == "rdyn-only"
+    assert cc.classify(rec, PASSED) == "rdyn-only"
 
 
 def test_code_checked_in_a_helper_frame():
@@ -160,7 +159,7 @@ def test_code_checked_in_a_helper_frame():
         "test_torchinductor.py:745: AssertionError",
     )
     rec = {"outcome": "failed", "longrepr": tb, "message": "AssertionError: False is not true"}
-    assert ic.classify(rec, PASSED) == "inductor-internal"
+    assert cc.classify(rec, PASSED) == "inductor-internal"
 
 
 def test_hooks_into_inductor_then_plain_assertion():
@@ -177,10 +176,10 @@ def test_hooks_into_inductor_then_plain_assertion():
         self.assertEqual(ref, actual)
     """
     rec = _failed(body, "self.assertTrue(called)", "AssertionError: False is not true")
-    assert ic.classify(rec, PASSED) == "inductor-internal"
+    assert cc.classify(rec, PASSED) == "inductor-internal"
     # A value mismatch in the same test is still rdyn's.
     rec = _failed(body, "self.assertEqual(ref, actual)", MISMATCH)
-    assert ic.classify(rec, PASSED) == "rdyn-only"
+    assert cc.classify(rec, PASSED) == "rdyn-only"
 
 
 def test_filecheck_errors_and_aoti_are_inductor_internal():
@@ -189,14 +188,14 @@ def test_filecheck_errors_and_aoti_are_inductor_internal():
         "helper(code)",
         'RuntimeError: Expected to find "static_cast<int64_t>(256)" but did not find it\nFrom CHECK-COUNT-2: x',
     )
-    assert ic.classify(rec, PASSED) == "inductor-internal"
+    assert cc.classify(rec, PASSED) == "inductor-internal"
     rec = _failed(
         METRICS_TEST,
         "res = torch.abs(a)",
         "RuntimeError: Failed to produce kernel library by using AOTI for CPU. Operator Name is aten::abs",
         nodeid="test_torchinductor.py::CpuTests::test_aoti_eager_override_registration_cpu",
     )
-    assert ic.classify(rec, PASSED) == "inductor-internal"
+    assert cc.classify(rec, PASSED) == "inductor-internal"
 
 
 def test_kernel_counts_are_inductor_internal():
@@ -205,21 +204,21 @@ def test_kernel_counts_are_inductor_internal():
         "self.assertEqual(torch._inductor.metrics.generated_kernel_count, 1)",
         "AssertionError: Scalars are not equal!\n\nExpected 1 but got 0.",
     )
-    assert ic.classify(rec, PASSED) == "inductor-internal"
+    assert cc.classify(rec, PASSED) == "inductor-internal"
 
 
 def test_a_frame_in_inductor_codegen_is_internal():
     rec = _failed(METRICS_TEST, "self.common(fn, (torch.randn(8),))", "KeyError: 'buf0'")
     rec["longrepr"] += "\n\n/venv/lib/python3.11/site-packages/torch/_inductor/codecache.py:2101: KeyError"
-    assert ic.classify(rec, PASSED) == "inductor-internal"
+    assert cc.classify(rec, PASSED) == "inductor-internal"
 
 
 def test_random_value_mismatch_is_rng():
     rec = _failed(RANDOM_TEST, "self.common(fn, (torch.randn(8),))", MISMATCH)
-    assert ic.uses_random(rec)
-    assert ic.classify(rec, PASSED) == "rng"
+    assert cc.uses_random(rec)
+    assert cc.classify(rec, PASSED) == "rng"
     rec = _failed(FALLBACK_RANDOM_TEST, "self.common(fn, (torch.randn(8),))", MISMATCH)
-    assert ic.classify(rec, PASSED) == "rng"
+    assert cc.classify(rec, PASSED) == "rng"
 
 
 def test_random_test_that_raises_is_rdyn_only():
@@ -229,14 +228,14 @@ def test_random_test_that_raises_is_rdyn_only():
         "self.common(fn, (torch.randn(8),))",
         "rdyn.backend.CompileError: rdyn could not compile a graph: unsupported op aten.foo",
     )
-    assert ic.classify(rec, PASSED) == "rdyn-only"
+    assert cc.classify(rec, PASSED) == "rdyn-only"
 
 
 def test_random_inputs_alone_are_not_rng():
     # torch.randn/rand only make the inputs, outside the compiled function.
     rec = _failed(INPUTS_ONLY_RANDOM_TEST, "self.common(fn, (torch.randn(8), torch.rand(3)))", MISMATCH)
-    assert not ic.uses_random(rec)
-    assert ic.classify(rec, PASSED) == "rdyn-only"
+    assert not cc.uses_random(rec)
+    assert cc.classify(rec, PASSED) == "rdyn-only"
 
 
 def test_rdyn_only_and_inductor_fails_too():
@@ -245,27 +244,27 @@ def test_rdyn_only_and_inductor_fails_too():
         "self.common(fn, (torch.randn(8),))",
         "rdyn.backend.CompileError: rdyn could not compile a graph: lowering aten.cos: dtype",
     )
-    assert ic.classify(rec, PASSED) == "rdyn-only"
-    assert ic.classify(rec, None) == "rdyn-only"  # no baseline run
-    assert ic.classify(rec, {"outcome": "failed", "message": "AssertionError"}) == "inductor-fails-too"
-    assert ic.classify(rec, {"outcome": "crash"}) == "inductor-fails-too"
+    assert cc.classify(rec, PASSED) == "rdyn-only"
+    assert cc.classify(rec, None) == "rdyn-only"  # no baseline run
+    assert cc.classify(rec, {"outcome": "failed", "message": "AssertionError"}) == "inductor-fails-too"
+    assert cc.classify(rec, {"outcome": "crash"}) == "inductor-fails-too"
 
 
 def test_shimmed_names_and_unexpected_successes():
     rec = _failed(
         METRICS_TEST,
         "self.assertFalse(complex_memory_overlap(t))",
-        f"AttributeError: {ic.SHIM_MARKER} torch._inductor.compile_fx.complex_memory_overlap",
+        f"AttributeError: {cc.SHIM_MARKER} torch._inductor.compile_fx.complex_memory_overlap",
     )
-    assert ic.classify(rec, PASSED) == "version-mismatch"
+    assert cc.classify(rec, PASSED) == "version-mismatch"
     rec = {"outcome": "failed", "longrepr": "Unexpected success", "message": ""}
-    assert ic.classify(rec) == "xpass"
+    assert cc.classify(rec) == "xpass"
 
 
 def test_error_message_from_e_lines():
     rec = _failed(METRICS_TEST, "self.common(fn, x)", "RuntimeError: rdyn: kernel failed\nmore detail")
     rec.pop("message")
-    assert ic.first_line(ic.error_message(rec)) == "RuntimeError: rdyn: kernel failed"
+    assert cc.first_line(cc.error_message(rec)) == "RuntimeError: rdyn: kernel failed"
 
 
 def _events(*evs):
@@ -299,7 +298,7 @@ def test_records_from_events():
         {"event": "finish", "nodeid": e},
         {"event": "start", "nodeid": f},
     ) + ['{"event": "report", "nodeid": "t.py::C::test_f", "wh']  # cut off by the worker's death
-    records, running = ic.records_from_events(lines)
+    records, running = cr.records_from_events(lines)
     assert records[a]["outcome"] == "passed" and records[a]["duration"] == pytest.approx(0.7)
     assert records[a]["stats"] == {"graphs": 2, "nodes_fallback": 1, "fallback_ops": {"aten.foo": 1}}
     assert records[b]["outcome"] == "failed" and records[b]["message"] == "X"
@@ -310,18 +309,27 @@ def test_records_from_events():
 
 
 def test_missing_name_stub():
-    stub = ic._Missing("torch.foo.bar")
+    stub = cp._Missing("torch.foo.bar")
 
     def test_thing():
         pass
 
     skipped = stub(test_thing)
     assert getattr(skipped, "__unittest_skip__", False)
-    with pytest.raises(AttributeError, match=ic.SHIM_MARKER):
+    with pytest.raises(AttributeError, match=cc.SHIM_MARKER):
         stub(3)
-    with pytest.raises(AttributeError, match=ic.SHIM_MARKER):
+    with pytest.raises(AttributeError, match=cc.SHIM_MARKER):
         stub.cache_clear
-    assert ic.SHIM_MARKER in repr(stub)  # as unittest.mock.patch.object's error shows it
+    assert cc.SHIM_MARKER in repr(stub)  # as unittest.mock.patch.object's error shows it
+
+
+def test_entry_point_is_the_plugin_too():
+    # Workers load ``-p conformance_plugin``; ``-p inductor_conformance``
+    # (how they loaded it before the split) gets the same hooks.
+    hooks = [name for name in vars(cp) if name.startswith("pytest_")]
+    assert len(hooks) == 6
+    for name in hooks:
+        assert getattr(ic, name) is getattr(cp, name)
 
 
 def test_shim_missing_imports(tmp_path):
@@ -330,8 +338,8 @@ def test_shim_missing_imports(tmp_path):
     f = tmp_path / "test_thing.py"
     f.write_text("from torch.nn import Linear, NoSuchThingForConformance\nimport os\n")
     try:
-        assert ic.shim_missing_imports(str(f)) == ["torch.nn.NoSuchThingForConformance"]
-        assert isinstance(torch.nn.NoSuchThingForConformance, ic._Missing)
+        assert cp.shim_missing_imports(str(f)) == ["torch.nn.NoSuchThingForConformance"]
+        assert isinstance(torch.nn.NoSuchThingForConformance, cp._Missing)
     finally:
         if "NoSuchThingForConformance" in vars(torch.nn):
             delattr(torch.nn, "NoSuchThingForConformance")
@@ -392,7 +400,7 @@ def test_runner_survives_crashes_and_hangs(tmp_path):
     ids = [f"test_synthetic.py::T::test_{n}" for n in ("1_pass", "2_fail", "3_skip", "4_crash", "5_after_crash")]
     ids += ["test_synthetic.py::T::test_6_hang", "test_synthetic.py::T::test_7_after_hang"]
     # Backend "inductor": the plugin records events but replaces nothing.
-    results = ic.run_tests("inductor", f, ids, tmp_path / "logs", chunk=10, jobs=1, timeout=3, progress=lambda m: None)
+    results = cr.run_tests("inductor", f, ids, tmp_path / "logs", chunk=10, jobs=1, timeout=3, progress=lambda m: None)
     outcomes = {n.split("::")[-1]: r["outcome"] for n, r in results.items()}
     assert outcomes == {
         "test_1_pass": "passed",
@@ -405,7 +413,7 @@ def test_runner_survives_crashes_and_hangs(tmp_path):
     }
     crash = results["test_synthetic.py::T::test_4_crash"]
     assert "SIGSEGV" in crash["message"]
-    assert ic.classify(crash) == "crash"
+    assert cc.classify(crash) == "crash"
     fail = results["test_synthetic.py::T::test_2_fail"]
     assert "def fn(x)" in fail["source"]  # the test's source, for the rng check
-    assert ic.classify(fail, {"outcome": "passed"}) == "rdyn-only"
+    assert cc.classify(fail, {"outcome": "passed"}) == "rdyn-only"

@@ -3,9 +3,17 @@
 //!
 //! The `gemm` crate is rdyn's own path and runs everywhere; torch's MKL is
 //! tuned per CPU and threads on the same OpenMP team as ATen. `rdyn`'s
-//! Python side finds the Fortran entry points in `libtorch_cpu.so` and hands
+//! Python side (`python/rdyn/_aten_libs.py`; `RDYN_BLAS=0` keeps products on
+//! the crate) finds the Fortran entry points in `libtorch_cpu.so` and hands
 //! their addresses over; products whose operand layouts BLAS can read
-//! (each operand with a unit stride along one of its dimensions) go there.
+//! (each operand with a unit stride along one of its dimensions) go there
+//! when the product has at least `BLAS_MIN_SIDE` (64) result columns and terms
+//! per dot product: below that the crate was faster (a 1x1 convolution over 3x3
+//! pixels is 9 columns). A batched product (attention heads) is one call of MKL's
+//! `sgemm_batch_`/`dgemm_batch_` at any size where the layouts allow, unless its
+//! products are large and skinny (the single calls' rule), else per-product calls
+//! as above; `rdyn._rdyn.blas_batched()` says whether the batched routine was
+//! found.
 
 use std::ffi::c_char;
 use std::sync::OnceLock;

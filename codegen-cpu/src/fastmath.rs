@@ -1,6 +1,9 @@
 //! Branch-free float32 transcendentals, so their tile loops vectorise (libm
 //! calls do not). exp, tanh and ln are minimax polynomials after Cephes; erf
-//! is rdyn's own fit (`tools/fit_erf.py`). Each is within a couple of ulps
+//! is rdyn's own two-piece fit (`tools/fit_erf.py`, |error| < 1.3e-7). Exact
+//! GELU is one piece: its tail `Φ(−|x|)` is `2^Q(|x|)` (`tools/fit_gelu.py`),
+//! with no separate erf call and scaling around it; its derivative shares Φ and
+//! adds one exp. Each is within a couple of ulps
 //! of the correctly rounded result on the ranges that matter, and handles
 //! inf/NaN like the libm function. Checked against f64 in tests.
 //!

@@ -1,6 +1,11 @@
 //! Matrix products on strided views (no copies for transposed operands):
 //! through torch's BLAS when one is registered and can read the layouts
 //! ([`crate::blas`]), else through the `gemm` crate.
+//!
+//! In the crate, products over 64³ multiply-adds run in parallel: on the OpenMP
+//! team each thread runs whole products on a block of rows (or of batches); on
+//! rayon the crate splits each product itself. Half-precision operands never get
+//! here: lowering converts them to float32 and rounds the product once.
 
 use gemm::Parallelism;
 use rdyn_ir::loops::BufId;

@@ -1,10 +1,33 @@
-//! The CPU backend: loop IR → tile kernels run with rayon.
+//! The CPU backend: loop IR → kernel plans, run as tile programs (or compiled
+//! machine code) on ATen's OpenMP team or rayon ([`parallel`]).
 //!
 //! [`plan::plan`] turns a program (with concrete sizes) into a
-//! [`plan::CpuProgram`]: each kernel a set of register programs over tiles of
-//! up to 256 lanes, so every operation is one tight, auto-vectorised loop and
-//! no dispatch happens per element. [`exec::run_kernel`] runs a kernel on raw
-//! buffer addresses; [`gemm::run_gemm`] runs matrix products.
+//! [`plan::CpuProgram`], once per specialization: each kernel a set of register
+//! programs over tiles of up to [`exec::TILE`] (1024) lanes, so every operation is
+//! one tight, auto-vectorised loop and no dispatch happens per element.
+//! [`exec::run_kernel`] runs a kernel on raw buffer addresses; [`gemm::run_gemm`]
+//! runs matrix products.
+//!
+//! Modules:
+//! - `plan.rs` (programs, buffers, arena) and `lower_kernel.rs` (one kernel →
+//!   one plan: collapsed dims, tile mode and width, columns, serial scatters);
+//!   `split.rs` (dimensions that indices divide, split); `transpose.rs` (copies
+//!   into the transposed layout as blocked transposes).
+//! - `exec/`: the tile executor (work items, tiles, reductions in `reduce.rs`;
+//!   `convert.rs` loads, stores, casts; `rows.rs` compiled stages over several
+//!   rows per call; `calls.rs` a compiled stage's call and its load addresses;
+//!   `indirect.rs` the row ids of compiled gathers and scatters; `spare.rs` tiles
+//!   kept per thread between kernels).
+//! - `jit/`: Cranelift machine code for float32 and bool stages (`analysis.rs`
+//!   what compiles, `lower.rs` the function, `memory.rs` loads and stores,
+//!   `phases.rs` transcendentals between loops, `long.rs` int64 comparisons,
+//!   `emit.rs` lane arithmetic).
+//! - `ops.rs` and `fastmath.rs`: the op tables and branch-free float32
+//!   transcendentals; `special/`: float64 special functions (Bessel I/K/J/Y, Airy
+//!   Ai, erfcx, ndtri, zeta, incomplete gamma, orthogonal polynomials).
+//! - rdyn's own kernels: `gemm.rs` (with `blas.rs`, torch's BLAS),
+//!   `depthwise.rs`, `scan.rs`, `sort.rs`, `search.rs`.
+//! - `parallel.rs`: the thread pool.
 //!
 //! Invariant: a plan is only run on buffers whose sizes and strides match the
 //! ones it was built for (the runtime's guards ensure it).

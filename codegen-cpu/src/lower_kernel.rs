@@ -1,4 +1,31 @@
 //! One loop-IR kernel → one CPU kernel plan.
+//!
+//! - Tile mode: a kernel vectorises either across the last outer dimension
+//!   (`TileMode::Outer`: pointwise kernels, reductions over strided dims) or along
+//!   each stage's own last dimension (`TileMode::Inner`: row reductions). The tile
+//!   runs along a row when the stages with a real tail (more than one element)
+//!   mostly read along it; loads constant along the row do not vote.
+//! - Tile width: up to `TILE` lanes; an outer-tiled kernel with too few rows to
+//!   give each thread two tiles gets narrower tiles (down to 64 lanes), else a
+//!   column mean of `[256, 1024]` would be one tile, on one thread.
+//! - Columns: an outer-tiled kernel that reads a transposed layout (a load whose
+//!   lanes are a cache line or more apart while its next row is close: NCHW
+//!   written from a channels-last input) runs by columns: every row's tile at one
+//!   column, then the next, the columns as wide as fits L1 with the strided reads
+//!   of all rows. Row by row, each row walked the whole strided range and L1 had
+//!   lost it when the next row came back to the same lines.
+//! - Uniform instructions: those whose value is the same on every lane of the
+//!   tile (broadcast loads, per-channel parameters and arithmetic on them) are
+//!   computed on one lane and copied (`StagePlan::uniform`); an indirect load
+//!   whose index registers hold one value across the tile (an embedding row
+//!   chosen per row of output) is read as an affine load.
+//! - Scatter kernels are serial. A serial kernel runs in tiles along its last loop
+//!   (up to `TILE` points), not point by point, when it cannot see its own writes
+//!   within a tile: a stage `out[a] = op(out[a], rest)` is planned as `rest` with
+//!   `StagePlan::accumulate`, whose store combines lane by lane in index order
+//!   (duplicates within a tile all count), and a plain scatter whose value does
+//!   not read its own buffer stores its lanes in order (the last write wins); any
+//!   other serial stage keeps one point per tile.
 
 use std::collections::HashMap;
 

@@ -1,6 +1,12 @@
 //! Element-wise operations over tiles. Each function runs one tight loop
 //! over slices, so dispatch happens once per tile, never per element, and the
 //! loops auto-vectorise where the math allows.
+//!
+//! The float32 unary and binary loops are also compiled for AVX-512 and for
+//! AVX2+FMA and chosen at run time; those builds fuse the transcendentals'
+//! multiply-adds (`fastmath.rs`), so their last bits may differ from the
+//! baseline build's, within the tested bounds.
+//! The integer binary loops (indices, masks, integer tensors) have an AVX2 build.
 
 use rdyn_ir::loops::{BinaryOp, ReduceOp, UnaryOp};
 

@@ -6,9 +6,22 @@
 //! before sleeping. A kernel that rdyn runs on rayon threads right after one
 //! of them competes for the cores with those spinning threads; on a 2-core
 //! machine that doubled the time of kernels after every convolution. When
-//! the host registers libgomp's entry points (`rdyn` does so from Python
-//! when torch's parallel backend is OpenMP), kernels run on that same team:
+//! the host registers libgomp's entry points (`python/rdyn/_aten_libs.py` does
+//! so when torch's parallel backend is OpenMP, as in the PyPI wheels, handing
+//! over `GOMP_parallel`), kernels and GEMM row blocks run on that same team:
 //! the spinning threads pick up rdyn's work instead of competing with it.
+//! A panic on a team thread is caught there and re-raised on the caller.
+//! Otherwise (`RDYN_OPENMP=0`, other platforms) kernels run on rayon, whose
+//! global pool the frontend builds with the importing thread as worker 0 (so
+//! kernels it launches run in place rather than being handed over while it
+//! sleeps). `rdyn._rdyn.thread_pool()` says which is in use.
+//!
+//! On the team, a kernel's work items are cut into one contiguous share per
+//! thread; thread t runs share t first, then helps with what is left of the
+//! others. Each core thus touches the same part of the data in every kernel and
+//! every call, where it is still in that core's L2 (a first-come order handed
+//! each core another part each time). The region still asks for the default team:
+//! a narrower one makes libgomp retire idle threads and start them again.
 
 use std::any::Any;
 use std::ffi::c_void;

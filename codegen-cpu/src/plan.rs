@@ -1,10 +1,33 @@
 //! Loop IR (with concrete sizes) → CPU kernel plans.
 //!
-//! A plan is built once per specialization: outer dimensions that every
-//! index walks contiguously are collapsed, each kernel picks a tile axis,
-//! each stage's scalar DAG becomes a register program, and temporaries get
-//! arena offsets by liveness. The plan's text form is what `explain()` shows
-//! as the kernel's source.
+//! A plan is built once per specialization (the shape-generic program is
+//! planned per call): outer dimensions that indices divide are split
+//! (`split.rs`), those every index walks contiguously are collapsed (a dim of
+//! size 1 joins its neighbours whatever its strides), each kernel picks a tile
+//! axis ([`TileMode`]), each stage's scalar DAG becomes a register program over
+//! tiles (registers reused by liveness, sized to the widest tile a kernel uses),
+//! each index an affine part plus a residual evaluated once per tile, and
+//! temporaries get arena offsets by liveness. The plan's text form is what
+//! `explain()` shows as the kernel's source (`[jit]` marks compiled stages,
+//! `[jit rows]` stages run over several rows per call; "by columns of N" and
+//! "as blocked transposes" name the kernel shapes of `lower_kernel.rs` and
+//! `transpose.rs`).
+//!
+//! Memory ([`Storage`]): temporaries live in a per-call arena (reused across
+//! calls); outputs and tensors that eager ops read are allocated by torch
+//! (`Host`); tensors only library calls read (a convolution's input) are
+//! `Pooled`, kept by the compiled graph for its next call, since allocating them
+//! again page-faulted on every call. A kernel that reads no input (only what
+//! such kernels wrote, or nothing: a mask from `arange`, `diff` and `cumsum`)
+//! computes the same values on every call ([`CpuProgram::once`], from
+//! `input_free`): its buffers get arena space no other buffer reuses, each pooled
+//! arena remembers whether it holds them, and later calls with that arena skip
+//! those kernels. A buffer such a kernel writes for a library call (a
+//! convolution's weight computed from `arange`) is `Kept`: the graph keeps that
+//! torch tensor per specialization after a successful call, and a call that gets
+//! it back (`Host::alloc_kept`) skips its kernels too. The shape-generic program
+//! gets a fresh arena per call and keeps nothing, so it always runs them. Buffers
+//! handed to torch (outputs, eager calls' inputs) are fresh tensors each call.
 
 use std::fmt::Write;
 

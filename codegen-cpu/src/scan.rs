@@ -1,12 +1,15 @@
 //! Running reductions along one dim (cumsum, cumprod, cummax, cummin,
-//! logcumsumexp): rdyn's CPU scan kernel.
+//! logcumsumexp): rdyn's CPU scan kernel, over any strides and symbolic sizes.
 //!
 //! Each line along the scanned dim is one sequential pass over the input
 //! through its strides, writing the outputs through theirs; lines run in
-//! parallel in chunks. Float sums and products accumulate in float64 (as
-//! ATen's CPU kernels do for float32; half precision, which ATen sums in
-//! float32, comes here as float32 and is summed in float64 too), integer
-//! ones wrap in int64; cummax and cummin
+//! parallel in chunks. When the scan runs across memory (dim 0 of a row-major
+//! matrix), up to `MAX_LANES` (64) adjacent lines go in one block, so each step
+//! reads a run of neighbours. The values are float32, float64 or int64 (half
+//! precision and narrower ints are converted around the step). Float sums and
+//! products accumulate in float64 (as ATen's CPU kernels do for float32; half
+//! precision, which ATen sums in float32, comes here as float32 and is summed
+//! in float64 too), integer ones wrap in int64; cummax and cummin
 //! take an element that ties the running extreme, or is NaN, so the index
 //! is the last such element (a NaN, once one is seen, stays the value);
 //! logcumsumexp adds each element by log-add-exp.

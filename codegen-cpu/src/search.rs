@@ -4,7 +4,8 @@
 //! (`!(mid >= v)` moves right; `!(mid > v)` for the right side), so NaN in
 //! the sequence or among the values lands where ATen's puts it. The
 //! sequence is one line shared by every value, or one line per row of
-//! values (a batched sequence: the same leading dims). Rows are split into
+//! values (a batched sequence: the same leading dims). `LANES` (16) searches run
+//! in step, branch-free, so their loads overlap. Rows are split into
 //! blocks that run in parallel.
 
 use rdyn_ir::loops::BufId;

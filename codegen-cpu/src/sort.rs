@@ -5,9 +5,15 @@
 //! order as the values do (NaN above every number, -0.0 equal to 0.0; all
 //! bits inverted for a descending sort), each with the element's position
 //! below it. An unstable sort of the keys then orders ties by position: the
-//! result of a stable sort, at the speed of sorting integers. A selection
+//! result of a stable sort, at the speed of sorting integers, whatever `stable`
+//! says. ATen's default CPU sort is not stable, so with ties the indices can
+//! differ from eager's (both meet the contract; `tests/test_sort.py` checks
+//! against eager's stable sort). A selection
 //! (topk, kthvalue, a median) partitions the keys around its position
-//! instead of sorting the whole line. Values are read back from the input at
+//! instead of sorting the whole line; a topk of a few from a long line keeps
+//! candidates below the k-th best seen so far in one pass, and one of at most
+//! `FEW_SORTED` (8) keeps them sorted as they come (MoE routing's top 2 of 64
+//! experts). Values are read back from the input at
 //! the chosen positions, so NaN payloads and signed zeros come out as they
 //! went in. Lines run in parallel in chunks.
 

@@ -8,7 +8,15 @@
 //! (`a` and `b`) and the index affine again. The kernel's outer dimensions
 //! split so, and so does a stage's reduction (a bias gradient summed over
 //! the tokens of a `[batch, heads, seq, dim]` gradient): `a` then `b` walk
-//! the same elements in the same order as `i` did.
+//! the same elements in the same order as `i` did; an outer-tiled reduction's
+//! compiled code then runs its last reduction dimension in one call per point
+//! of the others.
+//!
+//! The last outer dimension may set the tile width: unless every stage tiles
+//! along its own range, it splits for any `k` when every stage is float32
+//! (compiled code runs narrow rows many per call: a max pool read through a flat
+//! `[c, h·w]` view), and only when `k ≥ MIN_TILE` (16) for interpreted stages,
+//! which pay per tile. At most `MAX_SPLITS` splits per range.
 
 use rdyn_ir::{Atom, Ctx, Expr, Var};
 

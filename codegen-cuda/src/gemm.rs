@@ -16,6 +16,16 @@
 //! operands first). [`GemmCall::emulate`] runs the call as cuBLAS defines
 //! it, on host memory, for the PTX simulator: it checks the mapping that a
 //! GPU would run.
+//!
+//! Lowering (`lowering/src/gemm.rs`) decides what reaches a call: a product over
+//! an empty sum is zeros with no call, a size over cuBLAS's 32-bit limit is an
+//! ATen library call, and half-precision operands are read as they are and
+//! accumulate in float32 (`CUBLAS_COMPUTE_32F` for float32: no TF32 whatever
+//! `torch.backends.cuda.matmul.allow_tf32` says, more exact than eager's TF32
+//! when that is on, and slower). `options={"cuda_gemm": "aten"}`
+//! (`RDYN_CUDA_GEMM=aten`) makes GEMMs ATen library calls instead. Because the
+//! simulator runs each call through `emulate`, `cuda-sim` checks the mapping
+//! against eager for every GEMM the tests lower.
 
 use rdyn_ir::blas::{split, Matrix};
 use rdyn_ir::DType;

@@ -6,6 +6,8 @@
 //! near 0 for expm1); additions and products use `.rn` so ptxas does not
 //! contract them into FMAs. float64 has no hardware transcendentals: exp, log
 //! and what is built on them are in software in [`crate::math64`].
+//! Exact GELU and its gradient compute Φ through erfc, the tail `erfc(|z|)/2`
+//! taken directly for negative x (no `1 + erf` cancellation).
 
 use rdyn_ir::loops::{BinaryOp, UnaryOp};
 use rdyn_ir::{DType, Kind};

@@ -2,12 +2,16 @@
 //!
 //! A softmax or layer norm kernel runs several stages over the same row
 //! (a max, a sum, the output). When a stage's row has at most
-//! `max_chunks(block)` points per thread, its loop is unrolled into chunks:
+//! `max_chunks(block)` points per thread (32, or 16 at 1024 threads), its loop
+//! is unrolled into chunks:
 //! chunk `k` is point `tid + k·block`, the same point in every stage with
 //! the same row shape. A float element loaded or stored at a chunk's point
 //! is remembered by (storage, canonical index, chunk, row shape), and a
 //! later stage's load of the same element takes the register instead of
-//! reading memory again. A row is then read from memory once.
+//! reading memory again. A row is then read from memory once, and with the
+//! stores to private temporaries left out (`kernel_ptx`'s second emission) a
+//! softmax or layer norm reads its row once and writes its output once. Results
+//! are bit-identical (the same operations in the same order).
 //!
 //! Safety of the reuse: elements of storage the kernel never writes are
 //! reused freely; elements of storage it writes are reused only from the

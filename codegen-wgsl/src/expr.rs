@@ -3,6 +3,7 @@
 //! On the device every tensor element is 32-bit: `f32` for floating dtypes,
 //! `i32` for integers and bool (int64 values are checked to fit when they
 //! are uploaded). Index arithmetic is `i32` with floor division helpers.
+//! Exact GELU computes Φ through erfc, the tail taken directly for negative x.
 
 use std::fmt::Write;
 

@@ -9,7 +9,8 @@
 //!   dims spreads them over the invocations. Barriers separate stages, so a
 //!   later stage reads what an earlier one stored (softmax, layer norm).
 //!
-//! Scatter kernels run on a single invocation, in order.
+//! Scatter kernels run on a single invocation, in order. GEMM steps are a tiled
+//! GEMM module (`gemm_wgsl`).
 
 use std::collections::BTreeMap;
 use std::fmt::Write;

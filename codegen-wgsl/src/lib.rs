@@ -1,9 +1,12 @@
 //! The WGSL backend: loop IR → WGSL compute shaders, each validated by
 //! naga (parser and validator) before it reaches a driver.
 //!
-//! Leaf crate: depends on `ir` only. The wgpu runtime (in `runtime/`) runs
-//! the modules; kernels this crate cannot express return
-//! [`WgslError::Unsupported`] and run on the CPU path instead.
+//! Leaf crate: depends on `ir` only. The wgpu runtime (`runtime/src/gpu.rs`) runs
+//! the modules; kernels this crate cannot express (float64, symbolic sizes,
+//! functions WGSL lacks) return [`WgslError::Unsupported`] and run on the CPU path
+//! instead. `kernel.rs` holds the templates (pointwise, workgroup-per-row, and a
+//! tiled GEMM); `expr.rs` scalar and index expressions. On the device every
+//! element is 32-bit (`f32`, or `i32` for integers and bool).
 
 mod expr;
 mod kernel;

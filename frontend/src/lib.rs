@@ -2,6 +2,25 @@
 //! reading tensors, and making sure no Rust panic reaches Python (every entry
 //! point catches unwinding and raises `RuntimeError` instead of pyo3's
 //! `PanicException`, which `except Exception` would not catch).
+//!
+//! Modules: `import.rs` (the plain-data graph → `rdyn_ir::graph::Graph`),
+//! `host.rs` (reading tensors, allocating outputs, the runtime's `Host` on
+//! torch), `fast.rs` (the repeat-call fast path), `node_call.rs` (library and
+//! eager nodes called from Rust). `explain()` (`describe`) shows each
+//! library call and fallback with its tensors' sizes and strides (a library
+//! call's inputs may be laid out for it, channels-last).
+//!
+//! Errors reach Python as: a user error (`RuntimeError::Input`: bad input shape
+//! or dtype, naming the input) → `ValueError`; a kernel's index check →
+//! `rdyn._errors.KernelCheckError` (an `IndexError` and a `RuntimeError`); a
+//! kernel the device's generator cannot express → `NotImplementedError`, on
+//! which the Python backend runs the graph eagerly; out of memory →
+//! `torch.OutOfMemoryError`; anything else, panics included, → `RuntimeError`.
+//! The Python package around this extension (`python/rdyn/`): `backend.py`
+//! (the `torch.compile` backend, AOTAutograd, `RDYN_STRICT`), `_import.py` (the
+//! FX graph as tagged tuples; data-dependent sizes rejected), `_runner.py` (the
+//! host side of a call), `_cache.py` (the on-disk cache of inference ATen
+//! graphs), `config.py` (options and `RDYN_*` variables), `explain.py`.
 
 mod fast;
 mod host;

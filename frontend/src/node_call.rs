@@ -4,12 +4,20 @@
 //! keyword) and which reads no int-valued node (most library calls: mm,
 //! addmm, convolution, attention) is called here directly: its op's C++
 //! binding with the node's constant arguments and this call's tensors in
-//! their slots. Its results are taken apart and checked against the
-//! metadata's layouts here too. Going through the Python runner for each
-//! such call cost about 1.7 µs more per node (a Python frame, the layouts
-//! converted to Python lists, the outputs walked and checked in Python),
+//! their slots (`GraphRunner.fast_node` gives the op, the constant arguments,
+//! the tensor slots and the output paths once). Its results are taken apart and
+//! checked against the metadata's layouts here too. Going through the Python
+//! runner for each such call cost about 1.7 µs more per node (a Python frame, the
+//! layouts converted to Python lists, the outputs walked and checked in Python),
 //! which a transformer's 50 or more library calls per forward pay every
-//! call. Other nodes keep the runner's general path (`run_node`).
+//! call. Other nodes keep the runner's general path (`run_node`), which computes
+//! the scalars such a node reads per call: a size, stride or offset of an input
+//! from the input, of a computed value from its metadata's expression over the
+//! call's size symbols, and float scalars (`size / 5`, an upsampling scale under
+//! dynamic shapes). Library calls and fallbacks whose op has only a default (and
+//! `out`) overload call its C++ binding (`torch.convolution`,
+//! `torch._C._nn.max_pool2d_with_indices`) rather than the boxed `OpOverload`
+//! (`python/rdyn/_runner.py`'s `_binding`).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};

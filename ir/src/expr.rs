@@ -8,6 +8,20 @@
 //! compare equal, which is what fusion decisions rest on.
 //!
 //! Floor semantics throughout (Python's `//` and `%`), matching PyTorch.
+//!
+//! Simplification uses what [`Ctx`] knows of variable ranges and symbol values:
+//!
+//! - `(6·i0 + i1) // 6 = i0` and `(6·i0 + i1) % 6 = i1` when `0 ≤ i1 < 6`;
+//! - `k·(e // k) + e % k = e` (times any factor), which folds a reshape of a
+//!   contiguous buffer back into a plain index; the quotient may also be written
+//!   `z // (m·k)` for `e = z // m` (nested divisions combine), as a view of a
+//!   view leaves it (a 4-D weight viewed as a matrix, then transposed);
+//! - a common factor splits off a division: `(g·B + S) // (g·m) = B // m` when
+//!   `0 ≤ S < g`, so merging the leading dims of a strided view (4-D matmul
+//!   operands) stays a view;
+//! - a variable over a size-1 range is 0.
+//!
+//! A property test checks that simplification never changes an expression's value.
 
 use std::collections::BTreeMap;
 use std::fmt;

@@ -2,7 +2,9 @@
 //!
 //! An FX target such as `aten.add.Tensor` is parsed once, at import, into
 //! [`Op::Add`] (the overload stays on the node). Ops outside this list become
-//! [`Op::Other`] and run eagerly, counted as fallbacks.
+//! [`Op::Other`] and run eagerly, counted as fallbacks. [`Op::is_view`] names
+//! the view ops: an output shares an input's storage only when the graph reaches
+//! it from that input through these alone (`lowering/src/lower.rs`).
 
 macro_rules! ops {
     ($($variant:ident => $name:literal,)*) => {

@@ -1,6 +1,13 @@
 //! Size symbols PyTorch defines from others, and float scalars computed
 //! from sizes: what a graph captured with dynamic sizes computes on the
 //! host. Both are evaluated when a call's symbols are bound.
+//!
+//! A `DerivedSym` (PyTorch's `Max(1, s0 - 2)`, a valid convolution's output length
+//! over a dynamic size) is imported as a symbol of its own with its definition; the
+//! runtime computes it when it binds a call's symbols, and an input whose size bound
+//! that symbol to another value is a user error. A `SymFloat` (batch norm's
+//! `n / (n - 1)` under dynamic sizes) is a constant where the lowering's symbols are
+//! bound, and float64 arithmetic on `Index` values in a shape-generic program.
 
 use std::fmt;
 

@@ -10,13 +10,33 @@
 //! ATen's convolution spends ~180 µs setting up a 192->1152 channel 1x1
 //! convolution over 3x3 pixels (MobileNetV2) and ~190 µs on ViT's 16x16
 //! patch embedding; the GEMM's result is NCHW as it stands, and the bias
-//! and what follows fuse after it.
+//! and what follows fuse after it. Off CUDA only (`patch_kernel`). A patch
+//! embedding copies its patches once as `[b, oy, ox, c, i, j]` (rows read along
+//! the image's rows) and is `patches @ weightᵀ`, read back through a transposed
+//! view. Backwards stay `convolution_backward` library calls.
 //!
 //! ATen sends a depthwise convolution of a contiguous (NCHW) tensor to
 //! oneDNN, which reorders the input into its blocked layout and back on
 //! every call: 100–230 µs for the 3x3 depthwise layers of MobileNetV2 at
 //! 112 px, whose arithmetic is a few hundred thousand multiply-adds. rdyn's
-//! kernel reads NCHW as it is, one channel plane at a time.
+//! kernel reads NCHW as it is, one channel plane at a time (float32 or float64
+//! on the CPU, groups = channels, one filter each, constant channel and kernel
+//! sizes). Its bias is a lazy add, as `addmm`'s, so a batch norm and ReLU6 fuse
+//! into one kernel after it.
+//!
+//! Library convolutions run on tensors laid out as eager's metadata says: a
+//! model run channels-last keeps that layout end to end, the kernels between its
+//! convolutions writing channels-last in storage order (`realize`). An NCHW CPU
+//! convolution whose weight is at most an eighth of its input, with 16 input
+//! channels or more, runs channels-last all the same (`channels_last_wins`):
+//! oneDNN reorders an NCHW input into its blocked layout and its result back on
+//! every call. The input and weight are copied channels-last (the input's copy
+//! fuses into the kernel that computes it, if any), and what reads the result
+//! reads it so (a batch norm after it stores its per-channel scale and shift
+//! first, `norm.rs`; the NCHW output is written by columns, `codegen-cpu`'s
+//! `lower_kernel.rs`). Where the weight is larger (ResNet-18's `[64, 64, 3, 3]`
+//! over `[1, 64, 28, 28]`) the copies and transposes cost more than oneDNN saves,
+//! so those stay NCHW.
 
 use crate::ir::graph::{Arg, Node, ValueId};
 use crate::ir::loops::{BinaryOp, Extern, ExternKind, Step};

@@ -5,7 +5,9 @@
 //! Scalar expressions are hash-consed, so equal computations are equal
 //! `ScalarId`s; what repeats is the *store*: a graph that builds the same
 //! tensor twice (GPT-2's causal mask, once per layer, from the same inputs)
-//! gets two identical kernels. Runs before [`crate::dce`], which then drops
+//! gets two identical kernels. The readers of the second, and views of it
+//! (not outputs' storage or scattered buffers, which are never keys), are
+//! pointed at the first. Runs before [`crate::dce`], which then drops
 //! the stage nothing reads any more.
 //!
 //! When the later stage stores an output and the earlier one a temporary

@@ -2,11 +2,17 @@
 //! the same kernel only, each element at the point that wrote it, is folded
 //! into that reader, and the buffer is never stored.
 //!
-//! Lowering stores a value with several expensive users once, not knowing
+//! Lowering stores a value with several expensive users once (more than
+//! `RECOMPUTE_LIMIT` ops, a transcendental counting 12), not knowing
 //! where its users will end up; when fusion puts every one of them in the
-//! same stage (layer norm's output feeding both halves of GELU), the store
-//! and the reload are pure cost. Folding computes each element once either
-//! way, so nothing is recomputed.
+//! same stage (layer norm's output feeding both halves of GELU; a max-pool's
+//! partial maxima), the store and the reload are pure cost. Folding
+//! substitutes the producer's value for the loads and drops the stage, so each
+//! element is still computed once. Outputs, extern inputs and buffers read
+//! through views or scattered into stay stored, and so does a buffer written by
+//! several stages (the pieces of `piecewise.rs`). Nor is a store folded into one
+//! piece: readers are known by their output buffer, which pieces share (fuzzing
+//! found a value folded into one piece of two and never stored for the other).
 
 use std::collections::{HashMap, HashSet};
 

@@ -3,7 +3,8 @@
 //!
 //! On the CPU the step runs rdyn's GEMM (torch's BLAS or the `gemm` crate)
 //! on float32 or float64 operands; half-precision operands are converted
-//! first. On CUDA, with [`LowerOptions::cublas`](crate::LowerOptions), the
+//! first and the product is rounded once (ATen's numerics). On CUDA, with
+//! [`LowerOptions::cublas`](crate::LowerOptions), the
 //! step is one cuBLAS call (`codegen-cuda/src/gemm.rs`): half-precision
 //! operands are read as they are and accumulated in float32 (into a
 //! float32 product when an `addmm` bias is still to be added, else rounded
@@ -11,6 +12,20 @@
 //! no unit stride, or a row stride over 32 bits (no matrix cuBLAS can
 //! read), is copied contiguous first. Without it, CUDA
 //! GEMMs are ATen library calls.
+//!
+//! Operands are strided views where they can be (no copies for transposes). A
+//! computed operand is stored in the order its reads walk (`gemm_operand`): a
+//! transposed pointwise value (a weight gradient's `grad_out.t()` after a ReLU's
+//! backward) is stored untransposed and handed over as a transposed view, rather
+//! than stored transposed by a kernel that gathers its sources by columns; loads
+//! the same along the last dim (a softmax's row max and sum) do not count as
+//! transposed reads. `cse.rs` then keeps one stage for it and for the
+//! untransposed operand of the input gradient's product.
+//!
+//! `addmm` multiplies only; its bias is a lazy `load(product) + bias` that fuses
+//! into the product's consumers (GELU, a residual add, the per-head copies of
+//! attention's q, k and v), so no kernel writes the bias into the output before
+//! the product.
 
 use crate::ir::blas::split;
 use crate::ir::graph::Node;

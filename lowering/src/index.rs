@@ -1,5 +1,30 @@
 //! Indexing with tensors: `x[i0, :, i2]` (aten.index.Tensor) reads through
 //! data-dependent indices; scatter and index_put write through them.
+//!
+//! Every data-dependent index is a `Bounded` scalar: the kernel checks it and
+//! reports a `KernelCheckError` (an `IndexError` and a `RuntimeError`, as eager
+//! raises one or the other) instead of reading or writing out of bounds. A
+//! negative index wraps once for `aten.index` and `index_put`
+//! (`Negatives::Wrap`) and is out of range for gather, embedding, `index_select`
+//! and the scatters (`Negatives::Reject`), as their eager kernels have it;
+//! `index_add`/`index_copy` decompose to `index_put`, so their decompositions
+//! move a negative index below the range first. (On CUDA, by default, a kernel
+//! traps instead: `IndexChecks::Device`.)
+//!
+//! `index` and `index_put` place their dims by NumPy's rule (`Placement`): the
+//! index tensors' broadcast dims stand where adjacent indexed dims were, first
+//! when a `None` separates them, so `index_add` and `index_copy` along a later
+//! dim (an `index_put` whose indices start with `None`) lower too.
+//!
+//! Scatters copy `self`, then run serial stages (`Stage::store_indirect`, run in
+//! index order). Those that add (`scatter_add`, `index_put` with `accumulate`,
+//! hence `index_add`) on float16/bfloat16 add into a float32 copy of `self`,
+//! rounded once when read, as ATen's sorted scatter-add does. `scatter_reduce`,
+//! `index_reduce` and `scatter(reduce=)` are the same serial stage combining
+//! with add, mul, max or min; without `include_self` a first stage writes the
+//! identity (a max or min: one of the values) at each point written, and a
+//! mean divides by a count scattered alongside (floored for integers). How the
+//! CPU runs such stages is `codegen-cpu`'s (`lower_kernel.rs`, `exec/indirect.rs`).
 
 use crate::ir::graph::{Arg, Node};
 use crate::ir::loops::{BinaryOp, BufId, Kernel, Negatives, ScalarId, ScalarOp, Stage, Step};

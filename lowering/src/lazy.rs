@@ -1,4 +1,20 @@
 //! Lazy tensors: a value defined by a scalar expression over its index.
+//!
+//! A [`Lazy`] is sizes plus a scalar expression (in the hash-consed `Scalars`
+//! arena) giving the element at index `(i0..iN)`. Pointwise ops build new
+//! expressions; views substitute index expressions (`permute` swaps variables,
+//! `view` uses floordiv/mod, `expand` uses 0). The index algebra folds a quotient
+//! and remainder of the same value back, so a view of a view (a 4-D weight viewed
+//! as a matrix, then transposed) stays an affine strided view. A size symbol may be
+//! a value too: `scalar_tensor(s0)` and `full` of a size (dynamic upsampling's
+//! scale) read it as an `Index` expression, and a float computed from sizes is a
+//! `SymFloat` (`sym_float`: a constant where the symbols are bound, float64
+//! arithmetic on `Index` values in a shape-generic program).
+//!
+//! `realize` stores a lazy in storage order: the kernel's loops are ordered by
+//! the buffer's strides, largest first, so a channels-last or transposed result
+//! (eager's layout for a pointwise op on such an input) is written along memory,
+//! and an input of the same layout is read so too.
 
 use crate::ir::graph::{Arg, SymFloat};
 use crate::ir::loops::{contiguous_strides, BinaryOp, BufId, BufRole, Buffer, Kernel, ScalarId, ScalarOp, Stage, Step};

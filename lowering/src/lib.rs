@@ -1,15 +1,74 @@
-//! Lowering: ATen graph IR → loop-level IR, then fusion.
+//! Lowering: ATen graph IR → loop-level IR, then the passes over it.
 //!
 //! Every graph value becomes a [`Lazy`] tensor: a scalar expression over its
 //! own index variables (`i0..ndim`). Pointwise ops and views build new lazies
 //! by substitution and never touch memory; a lazy is *realized* into a buffer
-//! only where something needs memory: a reduction's output, a graph output, an
-//! extern call's input, or a value with several expensive consumers. The
-//! [`schedule`] pass then groups stages into kernels.
+//! only where something needs memory (below). The [`schedule`] pass then groups
+//! stages into kernels.
 //!
 //! Errors: [`LowerError::Unsupported`] for one node means "run this node
 //! eagerly" and is handled here (the node becomes a fallback extern); any other
 //! error is a compiler bug and fails the whole graph.
+//!
+//! # Where things are
+//!
+//! - `lower.rs`: the driver (node by node, then the graph outputs), when a value is
+//!   stored rather than recomputed, [`LowerOptions`]; `lazy.rs`: [`Lazy`], `realize`.
+//! - `pointwise.rs`: node dispatch, elementwise ops, Python scalar operands, GELU,
+//!   clamps, casts. `reduce.rs`: reductions, variance, logsumexp, and scans (cumsum,
+//!   cumprod, cummax, cummin, logcumsumexp). `sort.rs`: sort, topk, kthvalue,
+//!   medians; searchsorted and bucketize.
+//! - `shape.rs`: views, data movement, creation ops, `as_strided`, library calls.
+//!   `index.rs`: indexing, scatter and index_put. `diagonal.rs`: `diagonal_scatter`.
+//! - `gemm.rs`: mm/bmm/addmm as GEMM steps. `conv.rs`: depthwise kernel, convolutions
+//!   as GEMMs, library convolutions. `norm.rs`: batch and layer norm. `pool.rs`:
+//!   average pooling and its gradient.
+//! - The passes, in the order `lower_with` runs them (each followed by
+//!   `verify` in debug builds): `cse.rs` (repeated stores kept once),
+//!   `permuted.rs` (permuted repeats of copies as views), `dce.rs` (dead stages),
+//!   `piecewise.rs` (CPU only: a stage split where its sources change), `schedule.rs`
+//!   (fusion), `forward.rs` (a stored value folded into its only reader), `reuse.rs`
+//!   (a stored value read back where its kernel's other stages would recompute it).
+//!
+//! # When a lazy becomes a buffer
+//!
+//! A reduction's output; a graph output (with PyTorch's strides); an extern
+//! call's input; a value with several users whose body costs more than
+//! `RECOMPUTE_LIMIT` (12; a transcendental, a special binary op or a
+//! bounds-checked index counts 12, any other op 1), stored with its metadata's
+//! strides; a piece of a `cat` whose body costs more than `CAT_PIECE_LIMIT`
+//! (ShuffleNet hands half of each block on through the next block's `cat` and
+//! channel shuffle: fused, every block evaluated all earlier ones per element).
+//! Each materialisation is a single-stage `Kernel` (`realize`), written in storage
+//! order. Masked loads implement `cat` and padding; `Bounded` scalars check
+//! data-dependent indices (`index.rs`).
+//!
+//! # Options per graph ([`LowerOptions`])
+//!
+//! `cublas`: CUDA GEMMs are GEMM steps run by cuBLAS (else ATen calls).
+//! `cpu_kernels`: rdyn's CPU-only kernels exist (scans, sorts, searches) and
+//! stages may be split piecewise; otherwise (GPU devices) scans are prefix
+//! reductions, sorts rank (`sort.rs`) and searches unroll.
+//! `piecewise_min`: the fewest elements per piece (`RDYN_PIECEWISE_MIN`).
+//! `opmath_scalars`: how a Python float meets a half-precision tensor
+//! (`pointwise.rs`).
+//!
+//! # What arrives
+//!
+//! AOTAutograd hands over graphs decomposed with `rdyn.DECOMPOSITIONS`
+//! (`python/rdyn/backend.py`): PyTorch's table, minus `KEPT_WHOLE` (ops lowered
+//! whole here because tracing each decomposed op costs capture time: clamps and
+//! `hardtanh`, `silu`, `native_layer_norm`, `logsumexp`, `t`, `transpose`,
+//! `_unsafe_view`, `squeeze`; exact `gelu_backward` too), plus rdyn's own:
+//! `_decomp.py` (layouts as ATen's kernels give them, max pooling unrolled over
+//! the window, `cdist`, adaptive pooling, `masked_scatter`, `_softmax` by a
+//! reciprocal), `_decomp_index.py` (`nonzero_static`, `put`, `histc`, boolean
+//! `index_put`, the embedding's gradient), `_random.py` (random ops from
+//! `hash_mix`) and `_attention.py` (CPU flash attention and its backward as
+//! batched GEMMs around fused softmax kernels). Each file's docstrings give the
+//! details. A training graph is split by AOTAutograd's min-cut partitioner, so
+//! backwards recompute cheap pointwise values rather than reading many saved ones.
+//! `prims.convert_element_type`, the one prim decompositions leave, is a cast.
 
 mod conv;
 mod cse;

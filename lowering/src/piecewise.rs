@@ -1,13 +1,29 @@
 //! Piecewise stages (CPU): a stage that picks between sources by index
-//! ranges (a `cat`, a `constant_pad_nd`) evaluates every source's masked
-//! read, and the selects between them, at every element. This pass splits
-//! such a stage's iteration space where its range conditions change, so
+//! ranges (a `cat`, a `constant_pad_nd`, both, with whatever pointwise ops
+//! follow) evaluates every source's masked read, and the selects between them,
+//! at every element (the JIT computes a masked load lane by lane). This pass
+//! splits such a stage's iteration space where its range conditions change, so
 //! each piece reads one source, unmasked: a `cat` of two tensors becomes two
 //! copies. The pieces write disjoint parts of the same buffer, each a
 //! kernel over its own space ([`schedule`] fuses pieces of equal ranges,
 //! and does not narrow the outer space to put the others side by side:
 //! a pad's 3-wide column as a short inner loop per row costs more than its
 //! own kernel).
+//!
+//! Wherever a range condition `c·v + r ≥ 0` turns at one index of a variable `v`
+//! whatever the other variables are, the space is cut there: recursively,
+//! outermost variable first, only along conditions that still matter in the
+//! piece (not decided by its ranges, nor under a select they decide). Each piece
+//! is a stage over its own ranges, its variables shifted to the piece's start,
+//! with the conditions its ranges decide folded away (`loops/simplify.rs`): one
+//! unmasked copy per `cat` input, one fill per padded side. A stage is split only
+//! into at most `MAX_PIECES` (16) pieces of at least `piecewise_min` elements on
+//! average ([`PIECEWISE_MIN_ELEMENTS`], 2048, by default; `RDYN_PIECEWISE_MIN`
+//! sets it, and the fuzz tests run every seed again at 1, which splits the small
+//! tensors they use). `forward.rs` leaves buffers written in pieces stored.
+//!
+//! GPU backends keep the masked form (predicated loads there cost no more than
+//! the selects).
 //!
 //! Runs before [`schedule`], when every kernel still holds one stage whose
 //! outer space is its output space.

@@ -3,6 +3,34 @@
 //! Result dtypes come from PyTorch's FakeTensor metadata; an op computes in
 //! the result dtype, except comparisons, which compute in the promoted dtype
 //! of their operands.
+//!
+//! Python scalar operands follow ATen's conversions:
+//! - on integers, a Python scalar is converted to the compute dtype first, wrapping
+//!   (`DType::wrap_int`): `x % -3` of a uint8 `x` is `x % 253`, `x < 300` of an
+//!   int8 `x` is `x < 44`; clamp's bounds are not converted, as in ATen;
+//! - a Python float meeting a float16/bfloat16 tensor is rounded to its dtype on
+//!   the CPU (TensorIterator converts the wrapped scalar), except by mul and div,
+//!   which read it in float32; on CUDA every op reads it in float32
+//!   (`LowerOptions::opmath_scalars`). A true division of a half-precision tensor
+//!   by a Python float is a multiplication by its float32 reciprocal, as ATen's.
+//!
+//! Half precision: backends compute float16/bfloat16 values in float32 and round
+//! them where they store or convert them (`Scalars::rounded` for a GEMM operand
+//! that a fused producer computes in half precision, as eager's stored operand is;
+//! other fused readers, such as a float32 sum, read the float32 value, as
+//! Inductor's fused kernels do).
+//!
+//! Clamps, `clamp_min`/`clamp_max` and `hardtanh` (ReLU6) are not decomposed:
+//! each is `max(lo, x)` then `min(hi, x)`, the bound first, which in
+//! `BinaryOp::Max`'s semantics (the first operand if NaN or strictly greater)
+//! keeps x's NaN and the sign of its zero exactly as ATen's kernel and makes a NaN
+//! bound NaN. Exact GELU is one scalar op (`UnaryOp::Gelu`), not its
+//! decomposition `x/2 · (1 + erf(x/√2))`, whose compiled CPU loop spilled tiles
+//! around the erf call; the tanh approximation is lowered as its expression. Exact
+//! `gelu_backward` is the gradient times one op, `UnaryOp::GeluGrad` =
+//! `Φ(x) + x·φ(x)`, where the decomposition took erf, exp and eight more ops.
+//! `x ** 2` and `x ** 3` (float32/float64) are multiplications and `x ** 1` is `x`,
+//! as ATen computes them.
 
 use crate::ir::graph::{Arg, Node};
 use crate::ir::loops::{BinaryOp, ScalarId, UnaryOp};

@@ -1,5 +1,9 @@
 //! Average pooling (2-D and 3-D) as a reduction over the window, and its
 //! gradient as a reduction over the windows that cover each input element.
+//!
+//! `avg_pool2d_backward` / `avg_pool3d_backward`: input element `h` is covered by
+//! outputs `o = (h + p) // s - j` for `j < ceil(k / s)`, masked to windows that
+//! exist and reach `h`, each adding `grad / count` with the forward's divisor.
 
 use crate::ir::graph::Node;
 use crate::ir::loops::{BinaryOp, ReduceOp, ScalarId};

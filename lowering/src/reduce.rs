@@ -3,8 +3,27 @@
 //! the reduced buffer, which the scheduler fuses into the same kernel.
 //!
 //! Variance is computed in two passes (mean, then the sum of squared
-//! deviations) inside one kernel: as stable as Welford, and each pass is an
-//! ordinary sum the backends already vectorise.
+//! deviations; `moments`, which layer norm shares) inside one kernel rather
+//! than Welford: as stable, and each pass is an ordinary sum the backends already
+//! vectorise. The mean of a row of equal values can be off by an ulp (Welford's
+//! is exact), which a layer norm of that row multiplies by `1/sqrt(eps)`. Two
+//! fixes were measured and not kept: summing deviations from each row's first
+//! element reads another point of the row, which split fused kernels; correcting
+//! the mean by the mean of the deviations costs a third pass over the row (it
+//! needs two sums in one loop, or a Welford reduction, which no backend has yet).
+//! One case is exact at no cost: an input that does not vary along the reduced
+//! dims (an `expand`) is its own mean, read at index 0, with no reduction at all.
+//!
+//! `logsumexp` is `max + log(sum(exp(x - max)))`, or the max itself where it is
+//! infinite (what PyTorch's decomposition, shifting by 0 there, also gives): its
+//! sum is then the very reduction a `log_softmax` of the same input computes, and
+//! the two share one pass of `exp`.
+//!
+//! Scans (cumsum, cumprod, cummax, cummin, logcumsumexp): on the CPU one extern
+//! step, rdyn's scan kernel (`ExternKind::Scan`, `codegen-cpu/src/scan.rs`); on
+//! GPU devices reductions over each element's prefix (`prefix_scan`, parallel over
+//! every output, quadratic in the line), for lines up to 4096 long; longer ones
+//! run eagerly.
 
 use crate::ir::graph::{Arg, Node};
 use crate::ir::loops::{

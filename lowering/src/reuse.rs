@@ -9,7 +9,9 @@
 //! stored by a fourth stage. The storing stage moves first and the others
 //! load its element at the point that wrote it (one load where there were
 //! three loads and two adds). Only a stage that reads nothing its kernel
-//! writes moves, so every read still follows the write it reads.
+//! writes moves, so every read still follows the write it reads. A value
+//! stored narrower than it is computed (float16 from float32) is recomputed,
+//! since the load would read it rounded.
 
 use std::collections::{HashMap, HashSet};
 

@@ -2,14 +2,31 @@
 //! iteration space.
 //!
 //! Lowering emits one single-stage kernel per realized buffer. This pass
-//! walks them in order and appends a kernel's stage to the previous group
+//! walks them in order and appends a kernel's stage to the group that produced
+//! its last input, or a later group,
 //! when (1) both share a non-trivial outer prefix of their ranges, and
 //! (2) every read of a buffer written inside the group happens at the outer
 //! point that wrote it — so running the stages one after another per outer
 //! point is the same as running them one after another over everything.
 //! That single rule gives softmax and layer norm as one kernel (reductions
-//! plus their epilogue), horizontal fusion of sibling reductions, and
-//! multi-output pointwise kernels.
+//! plus their epilogue), reductions with fused prologue and epilogue,
+//! horizontal fusion of sibling reductions, and multi-output pointwise kernels.
+//! Scatter stages are never merged.
+//!
+//! Narrowing a group's outer space to a shorter prefix costs every stage its
+//! tiling (rows become short inner loops). It is allowed only for a stage that
+//! reads what the group wrote or, where a reduction is involved, one sharing an
+//! input with the group, and never to an outer space of fewer than
+//! `MIN_PARALLEL_OUTER` points: two unrelated copies out of one buffer
+//! (attention's q and k^T) merged over their shared prefix ran every row as a
+//! short inner loop, and a head-merge copy saved for the backward, put beside a
+//! layer norm, cut that kernel's rows per call.
+//!
+//! A stage whose first range is the product of the group's leading ranges (a
+//! batched product reads a `[4, 4, 64, 64]` softmax as `[16, 64, 64]`) is first
+//! rewritten over those ranges — its variable 0 becomes `v0·4 + v1` and the
+//! others shift — and then merged by the same rule: attention's softmax and the
+//! division feeding the product are one kernel.
 
 use crate::ir::loops::{BufId, Kernel, Program, ScalarOp, Stage, Step};
 use crate::ir::{Ctx, Expr};

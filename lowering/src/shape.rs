@@ -1,5 +1,27 @@
 //! Views (index rewrites, no copies), data movement, creation ops and calls
 //! into libraries.
+//!
+//! - `view(dtype)` to another dtype reinterprets bits, which no scalar op
+//!   expresses: it is `Unsupported` and runs as ATen's (counted).
+//! - `as_strided` (which `unfold` decomposes to) takes its sizes and strides with
+//!   the specialization's symbols substituted and addresses storage as eager lays
+//!   its input out (`strided_storage`): a view of a buffer reads that buffer; a
+//!   computed value is first stored with its metadata's strides (stored row-major,
+//!   a value eager holds transposed would be read in the wrong order); a view
+//!   reaching outside that value's own elements, or with symbolic sizes, runs as
+//!   ATen's.
+//! - Nearest upsampling: PyTorch builds its source index as
+//!   `arange(n).to(float64) * 1.0 + 0.0`, then `trunc(float(i) · c)`. That
+//!   becomes the index `(p·i) // q` where it gives the same value for every `i`
+//!   the kernel takes, checked one by one in `c`'s float type (`scaled_index`):
+//!   the read is a view, not a bounds-checked gather. With the float64 folds of
+//!   `loops/simplify.rs` the kernel is float32 only, so it also runs on wgpu.
+//! - `cat` is masked loads under selects; a piece whose body costs more than
+//!   `CAT_PIECE_LIMIT` is stored first. On the CPU `piecewise.rs` later splits
+//!   such a stage by range.
+//! - `gather`, `index_select` and `embedding` read through `gather_load`: a view
+//!   where the indices are index expressions provably in range, else a
+//!   bounds-checked gather (`Negatives::Reject`).
 
 use crate::ir::graph::{Arg, Node};
 use crate::ir::loops::{

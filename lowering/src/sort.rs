@@ -6,10 +6,17 @@
 //! lazily, cast back and, without `keepdim`, with the dim squeezed out.
 //!
 //! GPU devices rank each element in its line instead (`rank_sort`), for
-//! lines of up to 2048.
+//! lines of up to 2048: its rank is a reduction over the line (the elements that
+//! sort before it, ties at earlier positions included, so the order is the same
+//! stable one), then each kept position's index is a second reduction (the one
+//! element of that rank) and its value a load there. Quadratic in the line, so
+//! longer lines run eagerly (counted).
 //!
-//! searchsorted and bucketize are ATen's binary search: rdyn's CPU search
-//! kernel, or on GPU devices unrolled into each element's expression.
+//! searchsorted and bucketize are ATen's binary search: the same midpoints and
+//! comparisons (`!(mid >= v)` moves right, `!(mid > v)` for the right side), so NaN
+//! in the sequence or among the values lands where eager's does. On the CPU rdyn's
+//! search kernel (`ExternKind::Search`, `codegen-cpu/src/search.rs`); on GPU
+//! devices the search is unrolled into each element's expression, one fused kernel.
 
 use crate::ir::graph::{Arg, Node};
 use crate::ir::loops::{

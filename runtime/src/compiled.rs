@@ -1,5 +1,17 @@
 //! A compiled graph: guards → cached specialization (or the shape-generic
 //! program) → run.
+//!
+//! A specialization is the graph lowered with this call's symbol values
+//! (`LowerOptions` per backend: cuBLAS GEMMs and `opmath_scalars` on CUDA,
+//! rdyn's CPU-only kernels on the CPU, `RDYN_PIECEWISE_MIN`), planned for the
+//! CPU (`rdyn_codegen_cpu::plan`: also the buffer layouts of the GPU devices,
+//! and wgpu's fallback for steps without WGSL) and, for wgpu or CUDA, planned
+//! for that device too (with `cuda_gemm="aten"`, CUDA GEMMs are ATen calls).
+//! Execution (`execute`) runs the steps in order: kernels, GEMMs, rdyn's own
+//! CPU kernels, and library and eager nodes through the [`Host`]. Temporaries
+//! live in a per-call arena taken from a pool (`Storage::Kept` buffers and
+//! input-free kernels: `rdyn_codegen_cpu::plan`). `RDYN_PROFILE=1` times every
+//! CPU step (`stats.rs`).
 
 use std::sync::{Arc, Mutex};
 use std::time::Instant;

@@ -3,10 +3,31 @@
 //!
 //! Every kernel of a program is generated as PTX when the graph is compiled
 //! (no GPU needed for that: `rdyn.explain(..., device="cuda")` shows it).
+//! A kernel the generator cannot express (float64 transcendentals, symbolic
+//! sizes) raises `RuntimeError::Unsupported` → Python `NotImplementedError` →
+//! the graph runs eagerly, counted as fallback nodes.
 //! GEMM steps are cuBLAS calls (`cublas.rs`); eager and library steps
 //! (convolution) run through the host on CUDA tensors. Scratch buffers live in one
-//! allocation from PyTorch's caching allocator per call; outputs are torch
+//! allocation from PyTorch's caching allocator per call (none when a program has
+//! no scratch and no error flag); outputs are torch
 //! tensors the host allocates on the device.
+//!
+//! Which graphs get here is the Python backend's decision
+//! (`python/rdyn/backend.py`): CUDA tensors compile for CUDA by themselves; the
+//! device is read off the inputs and off every value the graph makes, so a graph
+//! with no tensor inputs (`torch.arange(n, device="cuda")`) runs on CUDA, and one
+//! mixing CPU and CUDA tensors (moving a CPU input to the GPU) runs eagerly, as
+//! do graphs on a CUDA device other than 0 and graphs with constants off the GPU.
+//!
+//! Index checks (`rdyn_codegen_cuda::IndexChecks`): by default an index out of
+//! range makes the kernel execute `trap`, as eager's and Inductor's device-side
+//! asserts do, so the failure surfaces at the next synchronisation and no call
+//! waits for the GPU; integer division by zero is then unchecked, as in eager's
+//! CUDA kernels. With `index_checks="sync"` the kernels set an error flag in the
+//! scratch allocation instead, read back after every call of a program that can
+//! set it (one stream synchronisation), and the call raises `IndexError`, for
+//! division by zero too. The `cuda-sim` device runs the same programs through
+//! `rdyn_codegen_cuda::sim` on CPU tensors.
 //!
 //! The driver is loaded at run time: with no driver the first call says
 //! "CUDA not available" as a normal error (cudarc would panic if called

@@ -1,13 +1,22 @@
 //! The wgpu device and running programs on it.
 //!
+//! `options={"device": "wgpu"}` plans each specialization twice: the CPU plan
+//! (buffer layouts, and the fallback for any step) and, per step, a WGSL
+//! module when the step has one (`rdyn_codegen_wgsl`; naga validates every
+//! module, and a rejection is a compiler bug).
 //! Every step of a program runs on the GPU when it has a WGSL form (kernels,
-//! GEMM) and on the CPU otherwise (float64, functions WGSL lacks, eager
-//! calls). A residency table per storage buffer says where its valid copy
+//! GEMM) and on the CPU otherwise (float64, functions WGSL lacks, the depthwise
+//! kernel, convolution and other ATen calls). A residency table per storage
+//! buffer says where its valid copy
 //! is; data moves only when a step on the other side reads it, converting
 //! to the device's 32-bit elements on the way in (int64 values are checked to
 //! fit in i32) and back on the way out. Device copies of inputs that did not
-//! change since the last call (weights; same address, size and PyTorch
-//! version counter) are reused.
+//! change since the last call (weights; same tensor object, address, size and
+//! PyTorch version counter: the frontend keeps the last call's inputs alive so
+//! identities are not reused) stay on the GPU.
+//!
+//! The adapter is chosen real-GPU-first; lavapipe is used only when it is the
+//! only one, and `rdyn.wgpu_adapter()` says so.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};

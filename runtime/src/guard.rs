@@ -1,5 +1,14 @@
 //! Guards: the metadata of a call, packed so that checking a cached
 //! specialization is one slice comparison.
+//!
+//! A call's key packs, per tensor input, dtype, rank, sizes and strides (plus
+//! the storage offset when the graph addresses storage directly, through
+//! `as_strided`); per int input its value. A miss binds size symbols, computes
+//! the derived ones (`rdyn_ir::sym`), checks sizes against the captured metadata
+//! (a mismatch is a user error naming the input) and builds a new
+//! specialization (`compiled.rs`). The frontend's repeat-call fast path
+//! (`frontend/src/fast.rs`) skips building the key when a call repeats the
+//! previous call's metadata.
 
 use rdyn_ir::{DType, Device};
 

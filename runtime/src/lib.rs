@@ -1,13 +1,22 @@
-//! The runtime: compiled graphs, their guards and specializations, and
-//! process-wide stats.
+//! The runtime: compiled graphs, their guards and specializations, execution on
+//! each device, and process-wide stats.
 //!
 //! A [`compiled::CompiledGraph`] keeps up to
 //! [`compiled::MAX_SPECIALIZATIONS`] specializations keyed by the packed
 //! metadata of a call ([`guard::GuardKey`]); past that, calls run the
 //! shape-generic program (lowered once with symbolic sizes and strides,
-//! planned per call). Memory that PyTorch must own (outputs, tensors handed to
+//! planned per call). CUDA graphs have no generic program (PTX needs concrete
+//! sizes): they keep specializing, up to
+//! [`compiled::MAX_CUDA_SPECIALIZATIONS`], and calls with further shapes run
+//! eagerly. Memory that PyTorch must own (outputs, tensors handed to
 //! eager ops) and eager calls go through the [`compiled::Host`] trait, which
 //! the Python frontend implements.
+//!
+//! Modules: `guard.rs` (the key), `compiled.rs` (specializations, the generic
+//! program, CPU execution), `gpu.rs` (the wgpu device and mixed GPU/CPU
+//! execution), `cuda.rs` (the CUDA driver through cudarc, and the PTX simulator
+//! for `cuda-sim`), `cublas.rs` (GEMM steps through cuBLAS), `stats.rs`
+//! (`rdyn.stats()`).
 
 pub mod compiled;
 pub mod cublas;

@@ -1,4 +1,11 @@
-//! Process-wide counters behind `rdyn.stats()`.
+//! Process-wide counters behind `rdyn.stats()` (and `rdyn.reset_stats()`):
+//! graphs, specializations and generic programs, kernels, nodes lowered, run as
+//! library calls and fallen back (`nodes_fallback`, `fallback_ops`), guard hits
+//! and misses, compile time, wgpu steps run on the CPU, and the `cuda-sim`
+//! simulator's traffic. With `RDYN_PROFILE=1` every CPU step is timed:
+//! `rdyn.stats()["profile"]` lists `(step, calls, seconds)`, slowest first (a
+//! step is named by its kernel's sizes and stages, its GEMM operand sizes, or its
+//! ATen op and input sizes; `compiled.rs`'s `step_label`).
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};

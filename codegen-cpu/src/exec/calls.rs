@@ -2,6 +2,16 @@
 //! a stage leaves to it (row ids and their bounds checks, on one lane), the
 //! load addresses, then the function; by rows, a table of every row's
 //! addresses for stages whose rows those instructions pick.
+//!
+//! Such a stage (a gather's row ids, the `Class::Pre` instructions) runs by rows
+//! too: the executor runs those instructions along the rows, as many rows at once
+//! as a register holds, interleaved with the loads that read them, in program
+//! order since registers are reused, and `fill_table` writes every row's load
+//! addresses, which the function reads in place of constant steps
+//! (`RowSteps::table` when compiled). An outer-tiled reduction (a column sum)
+//! runs its last reduction dimension in one call the same way, one reduction step
+//! per row, its accumulator fixed (`jit::Rows::Reduction`; the executor calls it
+//! once per point of any other reduction dimensions).
 
 use super::{exec_inst, indirect, Memory, Scratch, Tile};
 use crate::jit::{JitLoad, JitStage};

@@ -2,6 +2,17 @@
 //! instructions it runs on one lane (a row's id, its bounds check) before
 //! a gather's compiled call, and a compiled scatter's store (an
 //! `index_add`, an embedding's gradient), one row per tile.
+//!
+//! A scatter stage whose row index is the same across the tile (an `index_add`
+//! along dim 0, an embedding's gradient) has its value compiled by the JIT; the
+//! executor computes the row (and its bounds check) once per tile, read directly
+//! rather than through the interpreter's instruction dispatch, and stores: a
+//! float32 scatter-add along a contiguous row is one slice add. The tiles run
+//! along the last loop only, so the executor's work per row still dominates such
+//! kernels. An embedding's gradient is rdyn's own decomposition
+//! (`python/rdyn/_decomp_index.py`): PyTorch's multiplies every gradient row by
+//! `index != padding_idx`, a mask the JIT cannot take from the executor, so the
+//! padding rows go to one extra row instead, cut off after.
 
 use rdyn_ir::loops::BinaryOp;
 use rdyn_ir::DType;

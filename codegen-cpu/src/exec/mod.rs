@@ -1,5 +1,14 @@
-//! Running kernel plans: rayon over outer work items, register programs over
+//! Running kernel plans: outer work items in parallel on the pool of
+//! [`crate::parallel`] (ATen's OpenMP team or rayon), register programs over
 //! tiles of lanes.
+//!
+//! Each instruction is one tight loop over slices, so dispatch costs one `match`
+//! per tile, not per element. Work items run in parallel unless the kernel is
+//! small (`PARALLEL_MIN_WORK` elements, an interpreted stage's element counting
+//! as many elements as it has instructions, a compiled one's as one); scatter
+//! kernels run serially. A run of consecutive work items unravels its outer point
+//! once and then steps it. Outer-tiled kernels marked `columns` run column by
+//! column (`run_columns`).
 //!
 //! Safety: buffers are raw addresses (`usize`) supplied by the runtime, valid
 //! for the whole call. Index expressions come from the loop IR of this very

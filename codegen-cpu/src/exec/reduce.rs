@@ -1,7 +1,14 @@
 //! Reduction accumulators: partial results per lane, combined tile by
 //! tile, then folded into lane 0 by a pairwise tree. Along an outer tile
-//! each lane is its own output; along a reduction, arg reductions keep one
-//! partial per tile lane and the others FOLD_LANES partials.
+//! each lane is its own output; along a reduction (`TileMode::Inner`), arg
+//! reductions keep one partial per tile lane and the others fold each tile into
+//! FOLD_LANES (32) partials: tile lane l into partial l % 32, each partial
+//! reducing its lanes of the tile from the identity before joining the
+//! accumulator, so a partial's sequential chain grows by one per tile. All 32
+//! partials (those a short row left at the identity change nothing) are folded
+//! by the pairwise tree at the end. 32 and not 16 so that the compiled fold
+//! (`jit`) has eight independent accumulator chains: a row sum runs at the
+//! loads' rate rather than the add's latency.
 //!
 //! The reduction op is matched once per call, outside the lane loops
 //! (`by_op!`), so each loop is one operation the compiler can vectorise.

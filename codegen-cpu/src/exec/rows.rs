@@ -6,6 +6,12 @@
 //! is one point of the last outer dimension, its lanes the stage's own
 //! range. The JIT only allows this when no stage reads another's output
 //! outside the row it wrote, so the order change is invisible.
+//!
+//! A call covers at most `ROW_BATCH_LANES` (2048) lanes, so the rows stay in L1
+//! for the next stage; each address steps by a constant per row, and everything
+//! invariant along the tile is recomputed per row. Stages left to the interpreter
+//! (an embedding backward's int64 row ids) run row by row in between, if they
+//! can (not scatters or accumulations).
 
 use super::{advance, call_jit_rows, f32_output, run_stage_inner, run_stage_outer, unravel, Memory, Scratch};
 use crate::jit::Rows;

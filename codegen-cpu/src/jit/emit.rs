@@ -4,6 +4,12 @@
 //! Booleans are lane masks (`I32X4`/`I32`, all ones or zero), so `where`
 //! is a bit select. Only exactly rounded operations are inline (no FMA
 //! contraction), so a compiled stage gives the tile interpreter's bits.
+//! A `where` whose mask is an integer comparison (a bool load, an index test)
+//! selects on the integer bits, which x86 lowers to one `pblendvb` (Cranelift
+//! sees a blend through a bitcast of a float comparison, not of an integer one).
+//! Random bits (`hash_mix`) are computed on 32-bit integer lanes: the position
+//! an affine index, the key a float32 load converted, the bits converted exactly
+//! to float32.
 
 use std::collections::HashMap;
 

@@ -1,6 +1,15 @@
 //! One stage's register program → one Cranelift function, over the
 //! definitions [`super::analysis`] resolved. Definitions that do not change
 //! along the tile are emitted once before the loops.
+//!
+//! Maximum and minimum, elementwise or accumulated, are written so that
+//! Cranelift's x86 rules pick one `maxps`/`minps` (the strictly better operand,
+//! else the second) and a blend for a NaN operand: three instructions per four
+//! lanes where the spelled-out comparisons took seven (ReLU) or eleven (a max
+//! reduction's combine). An accumulated max or min carries, beside that chain, a
+//! mask of the lanes that saw a NaN (one unordered compare per two groups), put
+//! back after the loop; the final fold of the 32 partials is the same tree of one
+//! `maxps` per step and a single NaN check.
 
 use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
 use cranelift_codegen::ir::{

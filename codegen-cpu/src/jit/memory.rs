@@ -1,5 +1,12 @@
 //! Loads and stores of the JIT's lanes: float32 values and boolean masks
 //! (bytes in memory, all-ones or zero lanes in registers).
+//!
+//! A bool stage stores its mask as bytes, narrowed four lanes at a time into one
+//! 32-bit store when contiguous. A contiguous bool load reads four bytes at once
+//! and widens them (`pmovzxbw`, `pmovzxwd`, `pcmpgtd`), where a byte per lane had
+//! taken five instructions. A masked float32 load (padding, `cat`) reads lane by
+//! lane, masked-off lanes from the constant table's 0.0, so no buffer memory
+//! outside the mask is touched.
 
 use cranelift_codegen::ir::condcodes::IntCC;
 use cranelift_codegen::ir::{types, Endianness, InstBuilder, MemFlagsData, Value};

@@ -5,35 +5,56 @@
 //! tiles through L1. For a stage whose registers are all float32 (plus
 //! boolean masks), this module compiles the whole register program into
 //! one loop over the tile's lanes: four lanes per step in SIMD registers
-//! (four such groups interleaved per iteration), then a one-lane tail.
-//! Values that do not change along the tile (constants, broadcast loads,
-//! arithmetic on them) are computed once before the loops; constants are
-//! loaded from a per-stage table rather than written as immediates, and the
-//! loops are rotated, because Cranelift hoists invariants only that way.
+//! (`F32X4`, four such groups interleaved per iteration), then a one-lane tail.
+//! Values that do not change along the tile (`StagePlan::uniform_insts`, the
+//! interpreter's own: constants, broadcast loads, arithmetic on them, a
+//! transcendental of them on one lane) are computed once before the loops.
+//! Two things make Cranelift keep them out of the loops: constants are loaded
+//! from a per-stage table passed to the function (immediates are
+//! rematerialised at each use, and whatever depends on them with them), and
+//! every loop is rotated (the body is its own header, after one guard), the
+//! only shape its LICM hoists out of.
 //!
 //! The compiled function replaces [`crate::exec`]'s per-op evaluation of
-//! the stage. A pointwise stage also stores its output; a sum/prod/max/min
-//! stage combines into the reduction's accumulator (lane by lane along an
-//! outer tile; into 32 partials along the reduction). When a reduction is
-//! one tile, the function also folds the partials (in the executor's order)
-//! and stores the result; otherwise addresses per tile and the final fold
-//! stay with the executor.
-//! Transcendentals (exp, erf, tanh, ...) are not inline: at four lanes they
-//! lose to the interpreter's 16-lane routines. A stage that has them is cut
-//! into phases at each one ([`phases`]): one loop per phase, and between
-//! two loops a call that runs the interpreter's routine over the whole
-//! tile, values crossing a call going through tiles on the stack. Integer
-//! indices (affine, within 32 bits) compile as 32-bit lanes, only to be
-//! compared into masks, or hashed into random bits (`hash_mix`, with a key
-//! read as a float32 and converted). int64 loads compile as pairs of
-//! `I64X2` halves, only to be compared into masks ([`long`]: position ids
-//! compared in an attention mask). A stage whose value is a mask stores
-//! it as bool bytes. A scatter's value compiles when its row is the
-//! same on every lane (the executor computes the row, then stores).
-//! Anything else keeps the interpreter: float64,
-//! other integer arithmetic, half-precision, gathers and masked loads. Results are bit-identical to the interpreter's (up to the sign and
-//! payload of a NaN): only exactly rounded operations, in the same order, no
-//! fused multiply-add, and the interpreter's own transcendental routines.
+//! the stage. A pointwise stage also stores its output (when the store walks
+//! the tile with a constant step and the stage does not read its own output); a
+//! sum/prod/max/min stage combines into the reduction's accumulator exactly as
+//! `exec/reduce.rs` does (lane by lane along an outer tile; into 32 partials
+//! along the reduction). When a reduction is one tile, the function also folds
+//! the partials (in the executor's order) and stores the result
+//! (`Output::FoldStore`); otherwise addresses per tile and the final fold stay
+//! with the executor, and other reduction stages fill their value register.
+//! Pointwise stages and one-tile reductions may run by rows (`exec/rows.rs`),
+//! and stages whose rows the executor picks by a table (`exec/calls.rs`).
+//!
+//! What compiles besides float32 arithmetic, comparisons and selects:
+//! integer indices (affine, bounded within 32 bits over the kernel's ranges;
+//! four lanes are one add of a constant lane-offset vector) as 32-bit lanes,
+//! only to be compared into masks (causal masks from `i - j <= 0` stay in the
+//! loop) or hashed into random bits (`hash_mix`, with a key read as a float32
+//! and converted); int64 loads as pairs of `I64X2` halves, only to be compared
+//! into masks ([`long`]); bool stages, which store their mask as bytes; masked
+//! float32 loads (padding, `cat`), read lane by lane, masked-off lanes from the
+//! constant table's 0.0, so no memory outside the mask is touched; a gather
+//! whose row is the same on every lane (an embedding's token id) as an affine
+//! load, its row computed by the executor (`analysis.rs`'s `Class::Pre`); and a
+//! scatter's value when its row is the same on every lane (the executor computes
+//! the row, then stores). Anything else keeps the interpreter: float64, other
+//! integer arithmetic, half precision, other gathers.
+//!
+//! Transcendentals (exp, erf, tanh, ...) are not inline: at four lanes they lose
+//! to the interpreter's AVX-512/AVX2 tile routines. A stage that has them is cut
+//! into phases at each one ([`phases`]): one loop per phase, and between two
+//! loops a call (`rdyn_unary_tile`) that runs the interpreter's routine over the
+//! whole tile. Max and min, elementwise or accumulated, are written so that
+//! Cranelift's x86 rules pick one `maxps`/`minps` and a blend for a NaN operand
+//! (`lower.rs`).
+//!
+//! Results are bit-identical to the interpreter's (up to the sign and payload of
+//! a NaN): only exactly rounded operations, in the same order, no fused
+//! multiply-add, and the interpreter's own transcendental routines (`tests.rs`
+//! checks NaN, ±0, ±inf, ties, and every accumulated reduction along rows and
+//! columns). One `JITModule` per program, freed with the last plan that uses it.
 //!
 //! `RDYN_JIT=0` turns compilation off (every stage interpreted);
 //! `RDYN_JIT_DISASM=1` prints each compiled stage's machine code to stderr.

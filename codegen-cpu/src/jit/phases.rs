@@ -1,13 +1,18 @@
 //! Splitting a compiled stage at its transcendentals.
 //!
 //! A transcendental (exp, erf, tanh, ...) is not inline: at four lanes its
-//! polynomial loses to the interpreter's 16-lane loops. A stage that has
-//! one still compiles: its instructions are cut into phases at each such
+//! polynomial loses to the interpreter's AVX-512/AVX2 tile loops. A stage that
+//! has one still compiles: its instructions are cut into phases at each such
 //! call. Every phase is one loop over the tile; between two phases the
 //! call runs over the whole tile with the interpreter's own routine (so the
 //! bits are the interpreter's). A value that a later phase reads, and every
-//! call's operand, is spilled to a tile on the stack; call results are
-//! read back from theirs.
+//! call's operand, is spilled to a 1024-lane tile on the stack; call results are
+//! read back from theirs. Except where memory already holds them: a float32 load
+//! whose lanes are consecutive elements is read in place by the call and later
+//! phases, and when the stage's value is its last call's result (contiguous
+//! store), that call writes the output, and the phases with nothing to spill or
+//! store have no loop (a lone `exp` is one routine call per tile;
+//! `rdyn_unary_tile` reads an operand that overlaps its output from a copy).
 
 use std::collections::BTreeSet;
 

@@ -2,6 +2,30 @@
 //! the simplest node that computes the same value (constants folded,
 //! index arithmetic kept affine, identities dropped, clamps recognised),
 //! so every lowering gets them without a separate pass.
+//!
+//! - Integer arithmetic on index values stays an `Index` expression, so indices
+//!   built from `arange` (pooling, upsampling) become affine loads, not gathers.
+//! - A float32/float64 division by a constant power of two (whose reciprocal is
+//!   normal) is a multiplication by the reciprocal: both round the same real
+//!   number once (subnormal, infinite and NaN results included), so it is exact
+//!   (a mean's `/ 256`, attention's `/ 8.0`); any other division stays one.
+//! - `x * 1.0` is `x`, and so are `x + -0.0` and `x + 0.0` where `x` was converted
+//!   from an integer (so it is not -0.0).
+//! - A float32 (or narrower) conversion of a float64 converted from an index or
+//!   an integer of at most 32 bits converts the integer directly: one rounding
+//!   either way.
+//! - `where(x >= c | isnan(x), x, c)` with a constant, non-NaN `c` (PyTorch's
+//!   decomposition of a clamp inside other ops) is `max(c, x)` in
+//!   `BinaryOp::Max`'s semantics, `<=` giving `min`: one operation instead of four.
+//! - `where(not m, a, b)` is `where(m, b, a)` (`masked_fill(~mask, v)`).
+//! - Booleans: `m & true` and `m | false` are `m` (a causal mask built from
+//!   `ones(..).tril()` is then one comparison); `m & false` is false, `m | true`
+//!   true, `not` of a constant folds, and `select` of a constant condition is the
+//!   side it picks (`piecewise.rs` relies on these once it has decided a piece's
+//!   range conditions).
+//! - `Scalars::rounded`: a float16/bfloat16 value rounded to its dtype where it was
+//!   computed, for readers that stand for eager reading a stored tensor (a GEMM
+//!   operand); other fused readers read the float32 value.
 
 use super::{BinaryOp, ScalarId, ScalarOp, Scalars, UnaryOp};
 use crate::dtype::DType;
