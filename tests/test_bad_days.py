@@ -219,26 +219,42 @@ def test_jvp_through_linear_layers_trains():
 
 # -- 8. an allocation that fails is an error, not an abort ------------------
 
-def test_failed_scratch_allocation_raises_and_the_process_goes_on():
+_OUT_OF_MEMORY_CASES = {
+    # The scratch arena: the [262144, 256] product feeding relu().sum().
+    "arena": (
+        "lambda x, w: (x @ w).relu().sum()",
+        "(torch.randn(64, 256), torch.randn(256, 256))",
+        "(torch.randn(4 * 65536, 256), torch.randn(256, 256))",
+        64,
+    ),
+    # A sort's keys: 128 MiB for a line of 2**24 float32 (its outputs,
+    # 192 MiB, are torch's and fit under the limit).
+    "sort": ("lambda x: torch.sort(x, -1)", "(torch.randn(2, 1000),)", "(torch.randn(1, 1 << 24),)", 256),
+}
+
+
+@pytest.mark.parametrize("case", sorted(_OUT_OF_MEMORY_CASES))
+def test_failed_scratch_allocation_raises_and_the_process_goes_on(case):
+    fn, small, big, headroom_mib = _OUT_OF_MEMORY_CASES[case]
     script = textwrap.dedent(
-        """
-        import resource, sys, torch, rdyn
-        f = torch.compile(lambda x, w: (x @ w).relu().sum(), backend="rdyn")
-        w = torch.randn(256, 256)
-        small = torch.randn(64, 256)
-        f(small, w)
-        big = torch.randn(4 * 65536, 256)  # 256 MiB; the product needs as much again
-        # From here on the address space may grow by 64 MiB only.
+        f"""
+        import resource, torch, rdyn
+        fn = {fn}
+        f = torch.compile(fn, backend="rdyn")
+        small = {small}
+        f(*small)
+        big = {big}
+        # From here on the address space may grow by the headroom only.
         vm = int(open("/proc/self/statm").read().split()[0]) * resource.getpagesize()
-        resource.setrlimit(resource.RLIMIT_AS, (vm + (64 << 20), resource.RLIM_INFINITY))
+        resource.setrlimit(resource.RLIMIT_AS, (vm + ({headroom_mib} << 20), resource.RLIM_INFINITY))
         try:
-            f(big, w)
+            f(*big)
         except RuntimeError as e:
             print("raised", type(e).__name__, str(e)[:200])
         else:
             print("no error")
         resource.setrlimit(resource.RLIMIT_AS, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
-        torch.testing.assert_close(f(small, w), (small @ w).relu().sum(), rtol=1e-4, atol=1e-3)
+        torch.testing.assert_close(f(*small), fn(*small), rtol=1e-4, atol=1e-3)
         print("usable")
         """
     )

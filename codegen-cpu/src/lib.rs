@@ -57,4 +57,7 @@ pub enum CodegenError {
     Symbolic(String),
     #[error("internal CPU codegen error: {0}")]
     Internal(&'static str),
+    /// Scratch memory a kernel needs could not be allocated.
+    #[error("cannot allocate {0} bytes of scratch memory for a kernel; free memory or use smaller inputs")]
+    OutOfMemory(usize),
 }

@@ -278,8 +278,10 @@ pub struct KernelPlan {
     pub outer: Vec<i64>,
     pub mode: TileMode,
     pub stages: Vec<StagePlan>,
-    /// Scatter kernels run on one thread, in index order, one lane at a
-    /// time (a tile would read every lane before writing any).
+    /// Scatter kernels run on one thread, in index order: in tiles along
+    /// the last loop where a stage cannot see its own writes within a tile
+    /// (lanes combine or store in order), else one point per tile
+    /// (`lower_kernel.rs`).
     pub serial: bool,
     /// Lanes per tile.
     pub tile: usize,

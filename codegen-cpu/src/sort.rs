@@ -150,26 +150,36 @@ pub fn run_sort(spec: SortSpec, x: BufId, outs: &[BufId], mem: &Memory) -> Resul
         }
         Line { start, step: plans.map(|p| p.strides[d] as isize) }
     };
+    let failed = std::sync::atomic::AtomicBool::new(false);
     let run = |range: std::ops::Range<usize>| {
         // SAFETY: the buffers are live and hold every element of their
         // planned layouts, which `line` walks; lines write disjoint elements.
-        unsafe {
+        let sorted = unsafe {
             match px.dtype {
                 DType::F32 if n <= u32::MAX as usize => sort_lines::<f32, u64>(spec, n, m, bases, range, &line),
                 DType::F32 => sort_lines::<f32, u128>(spec, n, m, bases, range, &line),
                 DType::F64 => sort_lines::<f64, u128>(spec, n, m, bases, range, &line),
                 _ => sort_lines::<i64, u128>(spec, n, m, bases, range, &line),
             }
+        };
+        if !sorted {
+            failed.store(true, std::sync::atomic::Ordering::Relaxed);
         }
     };
     if !matches!(px.dtype, DType::F32 | DType::F64 | DType::I64) {
         return Err(CodegenError::Internal("a sort of a dtype other than float32, float64 or int64"));
     }
     crate::parallel::for_ranges(lines, lines * n >= PARALLEL_MIN_ELEMS, &run);
+    if failed.load(std::sync::atomic::Ordering::Relaxed) {
+        // One packed key (8 or 16 bytes) per element of a line.
+        let key_bytes = if px.dtype == DType::F32 && n <= u32::MAX as usize { 8 } else { 16 };
+        return Err(CodegenError::OutOfMemory(n.saturating_mul(key_bytes)));
+    }
     Ok(())
 }
 
 /// Sort the lines `range`, keeping `m` of each line's `n` elements.
+/// Returns false, sorting nothing, when the keys' memory cannot be had.
 ///
 /// # Safety
 /// `line` must address live elements of `T` (input and values) and int64
@@ -182,7 +192,7 @@ unsafe fn sort_lines<T: Elem, K: Packed>(
     bases: [usize; 3],
     range: std::ops::Range<usize>,
     line: &dyn Fn(usize) -> Line,
-) {
+) -> bool {
     let (x, v, idx) = (bases[0] as *const T, bases[1] as *mut T, bases[2] as *mut i64);
     let flip = if spec.descending { u64::MAX } else { 0 };
     // A 32-bit key is inverted within its 32 bits (descending float32).
@@ -190,7 +200,10 @@ unsafe fn sort_lines<T: Elem, K: Packed>(
     // A few leading elements of a long line are picked in one pass.
     let few = matches!(spec.select, SortSelect::Leading(k)
         if (k as usize) * 16 <= n || (k as usize <= FEW_SORTED && (k as usize) * 4 <= n));
-    let mut keys: Vec<K> = Vec::with_capacity(if few { 2 * m.max(64) } else { n });
+    let mut keys: Vec<K> = Vec::new();
+    if keys.try_reserve_exact(if few { 2 * m.max(64) } else { n }).is_err() {
+        return false;
+    }
     for l in range {
         let ln = line(l);
         // SAFETY: the caller's lines lie inside the buffers.
@@ -232,6 +245,7 @@ unsafe fn sort_lines<T: Elem, K: Packed>(
             }
         }
     }
+    true
 }
 
 /// The `m` smallest of `n` keys (`key(j)` for position `j`), unordered,

@@ -77,6 +77,9 @@ fn to_py(e: RuntimeError) -> PyErr {
         RuntimeError::Kernel(msg) | RuntimeError::DeviceCheck(msg) => kernel_check(format!("rdyn: {msg}")),
         RuntimeError::Unsupported(msg) => PyNotImplementedError::new_err(format!("rdyn: {msg}")),
         RuntimeError::OutOfMemory(msg) => out_of_memory(format!("rdyn: {msg}")),
+        RuntimeError::Codegen(e @ rdyn_codegen_cpu::CodegenError::OutOfMemory(_)) => {
+            out_of_memory(format!("rdyn: {e}"))
+        }
         other => PyRuntimeError::new_err(format!("rdyn: {other}")),
     }
 }

@@ -144,7 +144,8 @@ pub struct LowerOptions {
     /// logcumsumexp, ...) run its scan kernel, one sequential pass per line,
     /// and sorts (sort, topk, kthvalue, median) its sort kernel. Otherwise
     /// (GPU devices) scans are reductions over each element's prefix,
-    /// parallel over every element, and sorts run eagerly.
+    /// parallel over every element, and sorts rank each element by a
+    /// reduction over its line (`sort.rs` `rank_sort`; long lines eagerly).
     pub cpu_kernels: bool,
     /// With `cpu_kernels`: the fewest elements per piece (on average) for
     /// which a stage that picks between sources by index ranges is split
