@@ -278,6 +278,12 @@ def test_integer_division_by_zero_raises_a_runtime_error():
         _compile(fn)(x, y)
 
 
+def test_kernel_check_error_is_both_of_eagers_types():
+    assert issubclass(rdyn.KernelCheckError, IndexError) and issubclass(rdyn.KernelCheckError, RuntimeError)
+    with pytest.raises(rdyn.KernelCheckError):
+        _compile(lambda x, i: x[i])(W, torch.tensor([9]))
+
+
 def test_out_of_range_index_raises_what_eager_raises():
     i = torch.tensor([0, 7])
     for fn in (lambda x, i: x[i], lambda x, i: x.index_select(0, i), lambda x, i: x.gather(0, i.view(2, 1))):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from . import _rdyn
 from ._aten_libs import use_aten_blas, use_aten_openmp
+from ._errors import KernelCheckError
 from .backend import DECOMPOSITIONS, CompileError, compile_graph, rdyn_backend, _frames_eager, _frames_given_up, _py_stats
 from .config import Options
 from .explain import Report, describe_graph, explain
@@ -68,6 +69,7 @@ def reset_stats() -> None:
 __all__ = [
     "DECOMPOSITIONS",
     "CompileError",
+    "KernelCheckError",
     "Options",
     "Report",
     "compile_graph",
