@@ -1,35 +1,12 @@
 //! Loop-IR kernels → PTX entry functions.
 //!
-//! Pointwise kernels run one thread per element in a grid-stride loop (at most
-//! `MAX_GRID` blocks), or per group of 4 (`vector.rs`). Kernels with reductions or
-//! inner dims run a row per outer point, in one of three shapes:
-//! - a thread per row (its stages one after another, no shuffles, shared memory
-//!   or barriers) when rows are short (at most `SHORT_ROW`, 16, points in every
-//!   stage, such as a softmax over a 6-wide middle dim), or when they run across
-//!   memory while the outer points run along it (`strided_rows`: `x.sum(0)`, a
-//!   norm over a middle dim) with at most 1024 points per row and at least 1024
-//!   rows: a warp's loads are then consecutive, where a block per row would read
-//!   one element per 128-byte line;
-//! - a warp per row for other rows of at most `WARP_ROW` (1024) points: eight
-//!   rows per 256-thread block, each warp striding over its row in steps of 32;
-//!   its reductions are butterfly shuffles only, lane 0 stores the result, and
-//!   `bar.warp.sync` separates the stages (layer norm and softmax over a
-//!   transformer's 768-wide rows);
-//! - a block per row otherwise: strided partial reductions, `shfl.sync.bfly`
-//!   within a warp, shared memory across warps, `bar.sync` between stages.
-//!   Blocks have `BLOCK` (256) threads, `LONG_BLOCK` (1024) when a stage's row
-//!   holds at least `LONG_ROW` (8192) points, so fewer rows are in flight and a
-//!   row that several stages re-read (softmax: three times) stays in L2.
-//!
-//! A row loop takes `UNROLL` (4) points per thread at a time while four remain
-//! (`unrolled_loop`: all four values, so four loads in flight, then folded or
-//! stored in the loop's order, so results are bit-identical to the plain loop).
-//! Scatter kernels run on one thread.
-//!
-//! `kernel_ptx` emits a kernel twice when it can: the first emission finds which
-//! storages the kernel reads back from memory, and the second leaves out the
-//! stores to private temporaries no load reads (with `row.rs`, a softmax's
-//! `exp(x - max)` row lives only in registers).
+//! Pointwise kernels: a grid-stride loop, one element per thread (or 4, `vector.rs`).
+//! Row kernels: a thread per row (rows of at most `SHORT_ROW` points, or strided
+//! rows), a warp per row (at most `WARP_ROW` points; shuffles only), else a block per
+//! row (`BLOCK`, or `LONG_BLOCK` threads for rows of `LONG_ROW` points or more); row
+//! loops take `UNROLL` points per thread, in the plain loop's order (bit-identical).
+//! Scatter kernels run on one thread. `kernel_ptx` emits twice where it can: the
+//! second emission drops stores to private temporaries that no load reads.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt::Write;

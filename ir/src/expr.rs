@@ -10,17 +10,10 @@
 //! Floor semantics throughout (Python's `//` and `%`), matching PyTorch.
 //!
 //! Simplification uses what [`Ctx`] knows of variable ranges and symbol values:
-//!
-//! - `(6·i0 + i1) // 6 = i0` and `(6·i0 + i1) % 6 = i1` when `0 ≤ i1 < 6`;
-//! - `k·(e // k) + e % k = e` (times any factor), which folds a reshape of a
-//!   contiguous buffer back into a plain index; the quotient may also be written
-//!   `z // (m·k)` for `e = z // m` (nested divisions combine), as a view of a
-//!   view leaves it (a 4-D weight viewed as a matrix, then transposed);
-//! - a common factor splits off a division: `(g·B + S) // (g·m) = B // m` when
-//!   `0 ≤ S < g`, so merging the leading dims of a strided view (4-D matmul
-//!   operands) stays a view;
-//! - a variable over a size-1 range is 0.
-//!
+//! `(6·i0 + i1) // 6 = i0` when `0 ≤ i1 < 6`; `k·(e // k) + e % k = e` folds a
+//! reshape back into a plain index (also for `z // (m·k)` with `e = z // m`, a view
+//! of a view); `(g·B + S) // (g·m) = B // m` when `0 ≤ S < g` keeps merged strided
+//! dims a view; a variable over a size-1 range is 0.
 //! A property test checks that simplification never changes an expression's value.
 
 use std::collections::BTreeMap;
@@ -427,15 +420,7 @@ impl Expr {
 
     /// `Some(c)` when the expression is `c·var + (terms free of var)`.
     pub fn linear_coef(&self, var: Var) -> Option<i64> {
-        let mut coef = 0;
-        for (atom, c) in &self.terms {
-            match atom {
-                Atom::Var(v) if *v == var => coef = *c,
-                other if other.mentions_var(var) => return None,
-                _ => {}
-            }
-        }
-        Some(coef)
+        self.linear_coef_expr(var)?.as_const()
     }
 
     /// `Some(k)` when the expression is `k·var + (terms free of var)` for
@@ -449,7 +434,7 @@ impl Expr {
                 Atom::Prod(factors) if factors.iter().filter(|f| **f == Atom::Var(var)).count() == 1 => {
                     let mut rest = Expr::c(*c);
                     for f in factors.iter().filter(|f| **f != Atom::Var(var)) {
-                        if f.mentions_var(var) || f.max_var().is_some() {
+                        if f.max_var().is_some() {
                             return None;
                         }
                         rest = rest.mul(&Expr::atom(f.clone()));
