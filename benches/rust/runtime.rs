@@ -4,13 +4,15 @@
 use std::hint::black_box;
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use rdyn_codegen_cpu::plan::BufPlan;
 use rdyn_ir::graph::{Arg, Graph, Input, Node, TensorMeta, ValueId};
 use rdyn_ir::loops::{contiguous_strides, BufId};
 use rdyn_ir::op::parse_target;
 use rdyn_ir::{Ctx, DType, Device, Expr};
-use rdyn_runtime::compiled::{execute, Backend, CompiledGraph, Host};
+use rdyn_memplan::BufPlan;
+use rdyn_runtime::compiled::{execute, CompiledGraph};
+use rdyn_runtime::devices::cpu::Cpu;
 use rdyn_runtime::guard::{CallArg, TensorArg};
+use rdyn_runtime::host::Host;
 use rdyn_runtime::RuntimeError;
 
 fn meta(sizes: &[i64]) -> TensorMeta {
@@ -97,7 +99,7 @@ fn args(data: &[Vec<f32>], sizes: &[i64]) -> Vec<CallArg> {
 fn guard_check(c: &mut Criterion) {
     let sizes = [8, 16, 32, 32];
     let inputs = 4;
-    let graph = CompiledGraph::new(add_chain(inputs, &sizes), Backend::Cpu);
+    let graph = CompiledGraph::new(add_chain(inputs, &sizes), std::sync::Arc::new(Cpu));
     let data: Vec<Vec<f32>> = (0..inputs).map(|_| vec![1.0; 8 * 16 * 32 * 32]).collect();
     let call = args(&data, &sizes);
     let mut key = Vec::new();
@@ -124,8 +126,11 @@ fn compile(c: &mut Criterion) {
     c.bench_function("compile: lower + plan, 7-op graph", |b| {
         b.iter(|| {
             let lowered = rdyn_lowering::lower(black_box(&graph), &layouts, &Ctx::default());
-            let plan = lowered.map(|l| rdyn_codegen_cpu::plan::plan(&l.program, &Ctx::default()));
-            black_box(plan.is_ok())
+            let planned = lowered.ok().and_then(|l| {
+                let mem = rdyn_memplan::plan(&l.program, &Ctx::default()).ok()?;
+                rdyn_codegen_cpu::plan::plan(&l.program, &mem, &Ctx::default()).ok()
+            });
+            black_box(planned.is_some())
         })
     });
 }
@@ -133,7 +138,7 @@ fn compile(c: &mut Criterion) {
 fn throughput(c: &mut Criterion) {
     let n = 1 << 22;
     let sizes = [n];
-    let graph = CompiledGraph::new(add_chain(2, &sizes), Backend::Cpu);
+    let graph = CompiledGraph::new(add_chain(2, &sizes), std::sync::Arc::new(Cpu));
     let data: Vec<Vec<f32>> = (0..2).map(|_| vec![1.0; n as usize]).collect();
     let call = args(&data, &sizes);
     let mut key = Vec::new();

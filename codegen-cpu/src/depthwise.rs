@@ -338,7 +338,7 @@ mod tests {
             strides: contiguous(&sizes),
             sizes: sizes.into_iter().map(|v| v as i64).collect(),
             offset: 0,
-            storage: crate::plan::Storage::Arena(0),
+            storage: rdyn_memplan::Storage::Arena(0),
         };
         let bufs = vec![buf(vec![n, c, h, wd]), buf(vec![c, 1, k[0], k[1]]), buf(vec![n, c, oh, ow])];
         let ptrs = [x.as_ptr() as usize, w.as_ptr() as usize, out.as_mut_ptr() as usize];

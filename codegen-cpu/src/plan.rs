@@ -1,96 +1,37 @@
-//! Loop IR (with concrete sizes) → CPU kernel plans.
+//! Loop IR (with concrete sizes) + its memory plan → CPU kernel plans.
 //!
 //! A plan is built once per specialization (the shape-generic program is
-//! planned per call): outer dimensions that indices divide are split
-//! (`split.rs`), those every index walks contiguously are collapsed (a dim of
-//! size 1 joins its neighbours whatever its strides), each kernel picks a tile
-//! axis ([`TileMode`]), each stage's scalar DAG becomes a register program over
-//! tiles (registers reused by liveness, sized to the widest tile a kernel uses),
-//! each index an affine part plus a residual evaluated once per tile, and
-//! temporaries get arena offsets by liveness. The plan's text form is what
-//! `explain()` shows as the kernel's source (`[jit]` marks compiled stages,
-//! `[jit rows]` stages run over several rows per call; "by columns of N" and
-//! "as blocked transposes" name the kernel shapes of `lower_kernel.rs` and
-//! `transpose.rs`).
+//! planned per call), over the buffers and storage `rdyn_memplan` assigned:
+//! outer dimensions that indices divide are split (`split.rs`), those every
+//! index walks contiguously are collapsed (a dim of size 1 joins its
+//! neighbours whatever its strides), each kernel picks a tile axis
+//! ([`TileMode`]), each stage's scalar DAG becomes a register program over
+//! tiles (registers reused by liveness, sized to the widest tile a kernel
+//! uses), each index an affine part plus a residual evaluated once per tile.
+//! The plan's text form is what `explain()` shows as the kernel's source
+//! (`[jit]` marks compiled stages, `[jit rows]` stages run over several rows
+//! per call; "by columns of N" and "as blocked transposes" name the kernel
+//! shapes of `lower_kernel.rs` and `transpose.rs`).
 //!
-//! Memory ([`Storage`]): temporaries live in a per-call arena (reused across
-//! calls); outputs and tensors that eager ops read are allocated by torch
-//! (`Host`); tensors only library calls read (a convolution's input) are
-//! `Pooled`, kept by the compiled graph for its next call, since allocating them
-//! again page-faulted on every call. A kernel that reads no input (only what
-//! such kernels wrote, or nothing: a mask from `arange`, `diff` and `cumsum`)
-//! computes the same values on every call ([`CpuProgram::once`], from
-//! `input_free`): its buffers get arena space no other buffer reuses, each pooled
-//! arena remembers whether it holds them, and later calls with that arena skip
-//! those kernels. A buffer such a kernel writes for a library call (a
-//! convolution's weight computed from `arange`) is `Kept`: the graph keeps that
-//! torch tensor per specialization after a successful call, and a call that gets
-//! it back (`Host::alloc_kept`) skips its kernels too. The shape-generic program
-//! gets a fresh arena per call and keeps nothing, so it always runs them. Buffers
-//! handed to torch (outputs, eager calls' inputs) are fresh tensors each call.
+//! [`plan`] plans every step (the CPU device); [`plan_steps`] only some (the
+//! steps wgpu runs on the CPU). Both count the kernels they plan
+//! ([`kernels_planned`]), so tests can pin that GPU devices plan none.
 
 use std::fmt::Write;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use rdyn_ir::loops::{
-    BinaryOp, BufId, BufRole, ExternKind, Negatives, Program, ProgramOutput, ReduceOp, ScalarId, ScalarOp, ScanOp,
-    SortSpec, Step, UnaryOp,
+    BinaryOp, BufId, ExternKind, Negatives, Program, ReduceOp, ScalarId, ScalarOp, ScanOp, SortSpec, Step, UnaryOp,
 };
 use rdyn_ir::{Atom, Ctx, DType, Expr, Kind, Var};
+
+use rdyn_memplan::MemPlan;
+pub(crate) use rdyn_memplan::{storage_root, BufPlan};
 
 use crate::CodegenError;
 
 /// A register number.
 pub type Reg = u16;
-
-/// Where a buffer's storage comes from at run time.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Storage {
-    Input(usize),
-    /// Scratch at a byte offset of the per-call arena.
-    Arena(usize),
-    /// Allocated by the host as a torch tensor (graph outputs, and buffers
-    /// that eager fallbacks read).
-    Host,
-    /// A torch tensor only library calls read (a convolution's input): the
-    /// host may keep it for the next call instead of allocating again.
-    Pooled,
-    /// A torch tensor only library calls read, written only by input-free
-    /// steps ([`CpuProgram::once`]): the host keeps it for the plan with its
-    /// values, so those steps run on the plan's first call only (GPT-2's
-    /// attention mask, an input of ATen's attention).
-    Kept,
-    /// Produced by an extern call.
-    Extern,
-    View(BufId),
-}
-
-#[derive(Clone, Debug)]
-pub struct BufPlan {
-    pub dtype: DType,
-    pub sizes: Vec<i64>,
-    pub strides: Vec<i64>,
-    pub offset: i64,
-    pub storage: Storage,
-}
-
-impl BufPlan {
-    /// Elements from storage element 0 to one past the last element reached.
-    pub fn extent_elems(&self) -> i64 {
-        (self.extent_bytes() / self.dtype.itemsize()) as i64
-    }
-
-    /// Bytes from storage element 0 to one past the last element reached.
-    pub fn extent_bytes(&self) -> usize {
-        if self.sizes.contains(&0) {
-            return 0;
-        }
-        let mut last = self.offset;
-        for (s, st) in self.sizes.iter().zip(&self.strides) {
-            last += (s - 1) * st.max(&0);
-        }
-        ((last + 1).max(0) as usize) * self.dtype.itemsize()
-    }
-}
 
 /// An index as a function of the stage variables: an affine part
 /// `c0 + Σ coef·var` plus, when needed, a residual expression of the terms
@@ -344,262 +285,113 @@ pub enum CpuStep {
     },
 }
 
-#[derive(Clone, Debug)]
-pub enum OutputPlan {
-    Buffer(BufId),
-    Int(i64),
-    None,
-}
-
-/// A program ready to run on the CPU.
+/// A program's steps planned for the CPU, one per program step (its
+/// buffers are the memory plan's).
 #[derive(Clone, Debug)]
 pub struct CpuProgram {
-    pub buffers: Vec<BufPlan>,
     pub steps: Vec<CpuStep>,
-    /// Per step: whether it depends on no input (a causal mask built from
-    /// `arange`), so an arena that already holds its results may skip it.
-    pub once: Vec<bool>,
-    pub arena_bytes: usize,
-    pub outputs: Vec<OutputPlan>,
 }
 
-fn concrete(e: &Expr, ctx: &Ctx, what: &str) -> Result<i64, CodegenError> {
-    e.simplify(ctx).as_const().ok_or_else(|| CodegenError::Symbolic(format!("{what} {e}")))
+static KERNELS_PLANNED: AtomicU64 = AtomicU64::new(0);
+static STAGES_COMPILED: AtomicU64 = AtomicU64::new(0);
+static STAGES_INTERPRETED: AtomicU64 = AtomicU64::new(0);
+
+/// What this process has planned for the CPU so far.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PlanCounts {
+    /// Kernels planned (tests pin that a CUDA or wgpu specialization plans
+    /// none of its own kernels for the CPU).
+    pub kernels: u64,
+    /// Stages compiled to machine code by the JIT.
+    pub stages_compiled: u64,
+    /// Stages left to the tile interpreter (blocked transposes, which run
+    /// as native copies, are neither).
+    pub stages_interpreted: u64,
 }
 
-fn concrete_all(es: &[Expr], ctx: &Ctx, what: &str) -> Result<Vec<i64>, CodegenError> {
-    es.iter().map(|e| concrete(e, ctx, what)).collect()
+/// The process's [`PlanCounts`].
+pub fn plan_counts() -> PlanCounts {
+    PlanCounts {
+        kernels: KERNELS_PLANNED.load(Ordering::Relaxed),
+        stages_compiled: STAGES_COMPILED.load(Ordering::Relaxed),
+        stages_interpreted: STAGES_INTERPRETED.load(Ordering::Relaxed),
+    }
 }
 
-const ARENA_ALIGN: usize = 64;
+/// Plan every step of `program` for the CPU, over `mem`'s buffers.
+pub fn plan(program: &Program, mem: &MemPlan, syms: &Ctx) -> Result<CpuProgram, CodegenError> {
+    let steps = plan_steps(program, mem, syms, |_| true)?.into_iter().map(|(_, step)| step).collect();
+    Ok(CpuProgram { steps })
+}
 
-/// Build the CPU plan of `program` with the symbol values in `syms`.
-pub fn plan(program: &Program, syms: &Ctx) -> Result<CpuProgram, CodegenError> {
-    // Torch tensors: what the caller gets or an eager call may keep
-    // (`host_visible`), and what only library calls read (`library_read`),
-    // which never alias their inputs into their results.
-    let mut host_visible = vec![false; program.buffers.len()];
-    let mut library_read = vec![false; program.buffers.len()];
-    for out in &program.outputs {
-        if let ProgramOutput::Buffer(b) = out {
-            host_visible[program.storage_of(*b).0 as usize] = true;
-        }
-    }
-    for step in &program.steps {
-        if let Step::Extern(ext) = step {
-            let seen = match ext.kind {
-                ExternKind::Library { .. } => &mut library_read,
-                ExternKind::Fallback { .. } => &mut host_visible,
-                _ => continue,
-            };
-            for b in &ext.inputs {
-                seen[program.storage_of(*b).0 as usize] = true;
-            }
-        }
-    }
-    let mut buffers = Vec::with_capacity(program.buffers.len());
-    for (k, buf) in program.buffers.iter().enumerate() {
-        let storage = match &buf.role {
-            BufRole::Input(n) => Storage::Input(*n),
-            BufRole::ExternOut => Storage::Extern,
-            BufRole::View(base) => Storage::View(*base),
-            BufRole::Temp if host_visible[k] => Storage::Host,
-            BufRole::Temp if library_read[k] => Storage::Pooled,
-            BufRole::Temp => Storage::Arena(0),
-        };
-        buffers.push(BufPlan {
-            dtype: buf.dtype,
-            sizes: concrete_all(&buf.sizes, syms, "buffer size")?,
-            strides: concrete_all(&buf.strides, syms, "buffer stride")?,
-            offset: concrete(&buf.offset, syms, "buffer offset")?,
-            storage,
-        });
-    }
+/// Plan the steps of `program` that `keep` selects (by step index), with
+/// their indices; kernels keep their program-wide names (`k3`).
+pub fn plan_steps(
+    program: &Program,
+    mem: &MemPlan,
+    syms: &Ctx,
+    keep: impl Fn(usize) -> bool,
+) -> Result<Vec<(usize, CpuStep)>, CodegenError> {
+    let buffers = &mem.buffers;
+    let mut indices = Vec::new();
     let mut steps = Vec::new();
     let mut kernel_count = 0;
-    for step in &program.steps {
-        steps.push(match step {
-            Step::Kernel(kernel) => {
-                let name = format!("k{kernel_count}");
-                kernel_count += 1;
-                CpuStep::Kernel(crate::lower_kernel::kernel_plan(program, &buffers, kernel, syms, name)?)
-            }
-            Step::Extern(ext) => match &ext.kind {
-                ExternKind::Gemm { scale_bits } => CpuStep::Gemm {
-                    a: ext.inputs[0],
-                    b: ext.inputs[1],
-                    out: ext.outputs[0],
-                    scale: f64::from_bits(*scale_bits),
-                },
-                ExternKind::DepthwiseConv2d { stride, padding, dilation } => CpuStep::Depthwise {
-                    x: ext.inputs[0],
-                    w: ext.inputs[1],
-                    out: ext.outputs[0],
-                    geometry: crate::depthwise::Geometry { stride: *stride, padding: *padding, dilation: *dilation },
-                },
-                ExternKind::Scan { op, dim } => {
-                    CpuStep::Scan { op: *op, dim: *dim, x: ext.inputs[0], outs: ext.outputs.clone() }
-                }
-                ExternKind::Sort(spec) => CpuStep::Sort { spec: *spec, x: ext.inputs[0], outs: ext.outputs.clone() },
-                ExternKind::Search { right } => {
-                    CpuStep::Search { right: *right, seq: ext.inputs[0], values: ext.inputs[1], out: ext.outputs[0] }
-                }
-                ExternKind::Library { node, target } | ExternKind::Fallback { node, target } => CpuStep::Host {
-                    node: *node,
-                    target: target.clone(),
-                    fallback: matches!(ext.kind, ExternKind::Fallback { .. }),
-                    inputs: ext.inputs.clone(),
-                    outputs: ext.outputs.clone(),
-                },
-            },
-        });
-    }
-    crate::jit::compile_program(&mut steps, &buffers);
-    let once = input_free(&buffers, &steps);
-    for (step, _) in steps.iter().zip(&once).filter(|(_, &once)| once) {
-        for w in step.io(&buffers).1 {
-            if buffers[w].storage == Storage::Pooled {
-                buffers[w].storage = Storage::Kept;
-            }
-        }
-    }
-    let arena_bytes = assign_arena(&mut buffers, &steps, &once);
-    let outputs = program
-        .outputs
-        .iter()
-        .map(|o| match o {
-            ProgramOutput::Buffer(b) => Ok(OutputPlan::Buffer(*b)),
-            ProgramOutput::Int(e) => Ok(OutputPlan::Int(concrete(e, syms, "output")?)),
-            ProgramOutput::None => Ok(OutputPlan::None),
-        })
-        .collect::<Result<_, CodegenError>>()?;
-    Ok(CpuProgram { buffers, steps, once, arena_bytes, outputs })
-}
-
-/// The kernels whose results depend on no input: they read only what such
-/// kernels wrote (or nothing: `arange`, `full`), and write arena (or
-/// library-read, then kept) buffers no other step writes. Their values are
-/// the same on every call of the plan.
-fn input_free(buffers: &[BufPlan], steps: &[CpuStep]) -> Vec<bool> {
-    let n = buffers.len();
-    let mut writers = vec![0usize; n];
-    for step in steps {
-        let (_, mut writes) = step.io(buffers);
-        writes.sort_unstable();
-        writes.dedup();
-        writes.into_iter().for_each(|w| writers[w] += 1);
-    }
-    let mut constant = vec![false; n];
-    let mut once = vec![false; steps.len()];
-    for (i, step) in steps.iter().enumerate() {
-        if !matches!(step, CpuStep::Kernel(_)) {
+    for (i, step) in program.steps.iter().enumerate() {
+        let name = format!("k{kernel_count}");
+        kernel_count += matches!(step, Step::Kernel(_)) as usize;
+        if !keep(i) {
             continue;
         }
-        let (reads, writes) = step.io(buffers);
-        let own = writes
-            .iter()
-            .all(|&w| writers[w] == 1 && matches!(buffers[w].storage, Storage::Arena(_) | Storage::Pooled));
-        if own && reads.iter().all(|r| constant[*r] || writes.contains(r)) {
-            once[i] = true;
-            writes.into_iter().for_each(|w| constant[w] = true);
-        }
+        indices.push(i);
+        steps.push(match step {
+            Step::Kernel(kernel) => {
+                KERNELS_PLANNED.fetch_add(1, Ordering::Relaxed);
+                CpuStep::Kernel(crate::lower_kernel::kernel_plan(program, buffers, kernel, syms, name)?)
+            }
+            Step::Extern(ext) => extern_step(ext),
+        });
     }
-    once
+    crate::jit::compile_program(&mut steps, buffers);
+    for step in &steps {
+        let CpuStep::Kernel(kernel) = step else { continue };
+        if kernel.transpose.is_some() {
+            continue;
+        }
+        let compiled = kernel.stages.iter().filter(|s| s.jit.is_some()).count() as u64;
+        STAGES_COMPILED.fetch_add(compiled, Ordering::Relaxed);
+        STAGES_INTERPRETED.fetch_add(kernel.stages.len() as u64 - compiled, Ordering::Relaxed);
+    }
+    Ok(indices.into_iter().zip(steps).collect())
 }
 
-/// Give arena buffers offsets, reusing space whose buffer is dead. What
-/// input-free steps (`once`) write stays for the arena's next call: live
-/// throughout, its space never reused.
-fn assign_arena(buffers: &mut [BufPlan], steps: &[CpuStep], once: &[bool]) -> usize {
-    let n = buffers.len();
-    let mut first = vec![usize::MAX; n];
-    let mut last = vec![0usize; n];
-    for (at, step) in steps.iter().enumerate() {
-        let (reads, writes) = step.io(buffers);
-        if once[at] {
-            for &b in &writes {
-                (first[b], last[b]) = (0, usize::MAX);
-            }
+fn extern_step(ext: &rdyn_ir::loops::Extern) -> CpuStep {
+    match &ext.kind {
+        ExternKind::Gemm { scale_bits } => CpuStep::Gemm {
+            a: ext.inputs[0],
+            b: ext.inputs[1],
+            out: ext.outputs[0],
+            scale: f64::from_bits(*scale_bits),
+        },
+        ExternKind::DepthwiseConv2d { stride, padding, dilation } => CpuStep::Depthwise {
+            x: ext.inputs[0],
+            w: ext.inputs[1],
+            out: ext.outputs[0],
+            geometry: crate::depthwise::Geometry { stride: *stride, padding: *padding, dilation: *dilation },
+        },
+        ExternKind::Scan { op, dim } => {
+            CpuStep::Scan { op: *op, dim: *dim, x: ext.inputs[0], outs: ext.outputs.clone() }
         }
-        for b in reads.into_iter().chain(writes) {
-            first[b] = first[b].min(at);
-            last[b] = last[b].max(at);
+        ExternKind::Sort(spec) => CpuStep::Sort { spec: *spec, x: ext.inputs[0], outs: ext.outputs.clone() },
+        ExternKind::Search { right } => {
+            CpuStep::Search { right: *right, seq: ext.inputs[0], values: ext.inputs[1], out: ext.outputs[0] }
         }
-    }
-    let mut order: Vec<usize> =
-        (0..n).filter(|&b| matches!(buffers[b].storage, Storage::Arena(_)) && first[b] != usize::MAX).collect();
-    order.sort_by_key(|&b| first[b]);
-    // (offset, size, last use) of placed blocks.
-    let mut placed: Vec<(usize, usize, usize)> = Vec::new();
-    let mut total = 0usize;
-    for b in order {
-        let size = buffers[b].extent_bytes().div_ceil(ARENA_ALIGN) * ARENA_ALIGN;
-        let live: Vec<&(usize, usize, usize)> = placed.iter().filter(|(_, _, end)| *end >= first[b]).collect();
-        let mut offset = 0usize;
-        let mut sorted: Vec<(usize, usize)> = live.iter().map(|(o, s, _)| (*o, *s)).collect();
-        sorted.sort();
-        for (o, s) in sorted {
-            if offset + size <= o {
-                break;
-            }
-            offset = offset.max(o + s);
-        }
-        buffers[b].storage = Storage::Arena(offset);
-        placed.push((offset, size, last[b]));
-        total = total.max(offset + size);
-    }
-    total
-}
-
-/// The buffer that owns `b`'s storage (a view's base, else `b` itself).
-pub fn storage_root(bufs: &[BufPlan], b: BufId) -> usize {
-    match bufs[b.0 as usize].storage {
-        Storage::View(base) => base.0 as usize,
-        _ => b.0 as usize,
-    }
-}
-
-/// Point every view at its base's address (after the bases are known).
-pub fn resolve_views(bufs: &[BufPlan], ptrs: &mut [usize]) {
-    for (k, buf) in bufs.iter().enumerate() {
-        if let Storage::View(base) = buf.storage {
-            ptrs[k] = ptrs[base.0 as usize];
-        }
-    }
-}
-
-impl CpuStep {
-    /// Storage roots the step reads and writes. A scatter reads the buffer
-    /// it updates; an accumulating GEMM reads its output.
-    pub fn io(&self, bufs: &[BufPlan]) -> (Vec<usize>, Vec<usize>) {
-        let root = |b: &BufId| storage_root(bufs, *b);
-        match self {
-            CpuStep::Kernel(k) => {
-                let mut reads = Vec::new();
-                let mut writes = Vec::new();
-                for s in &k.stages {
-                    writes.push(root(&s.out));
-                    for inst in &s.insts {
-                        if let InstOp::Load { buf, .. } = &inst.op {
-                            reads.push(root(buf));
-                        }
-                    }
-                    if !s.store_indirect.is_empty() {
-                        reads.push(root(&s.out));
-                    }
-                }
-                (reads, writes)
-            }
-            CpuStep::Gemm { a, b, out, .. } => (vec![root(a), root(b)], vec![root(out)]),
-            CpuStep::Search { seq, values, out, .. } => (vec![root(seq), root(values)], vec![root(out)]),
-            CpuStep::Depthwise { x, w, out, .. } => (vec![root(x), root(w)], vec![root(out)]),
-            CpuStep::Scan { x, outs, .. } | CpuStep::Sort { x, outs, .. } => {
-                (vec![root(x)], outs.iter().map(root).collect())
-            }
-            CpuStep::Host { inputs, outputs, .. } => {
-                (inputs.iter().map(root).collect(), outputs.iter().map(root).collect())
-            }
-        }
+        ExternKind::Library { node, target } | ExternKind::Fallback { node, target } => CpuStep::Host {
+            node: *node,
+            target: target.clone(),
+            fallback: matches!(ext.kind, ExternKind::Fallback { .. }),
+            inputs: ext.inputs.clone(),
+            outputs: ext.outputs.clone(),
+        },
     }
 }
 

@@ -10,11 +10,11 @@ use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyList, PyTuple};
 
-use rdyn_codegen_cpu::plan::{storage_root, BufPlan};
 use rdyn_ir::loops::BufId;
 use rdyn_ir::{DType, Device};
-use rdyn_runtime::compiled::Host;
+use rdyn_memplan::{storage_root, BufPlan};
 use rdyn_runtime::guard::{CallArg, TensorArg};
+use rdyn_runtime::host::Host;
 use rdyn_runtime::RuntimeError;
 
 use crate::node_call::{with_layout, NodeCall, NodeCalls};
@@ -149,7 +149,7 @@ pub fn call_args(
     Ok((out, objects))
 }
 
-/// A tensor kept between calls for a [`rdyn_codegen_cpu::plan::Storage::Pooled`]
+/// A tensor kept between calls for a [`rdyn_memplan::Storage::Pooled`]
 /// buffer of this layout (on the graph's device).
 pub struct Pooled {
     dtype: DType,
@@ -165,7 +165,7 @@ pub type Pool = std::sync::Mutex<Vec<Pooled>>;
 const POOL_LIMIT: usize = 64;
 
 /// Tensors a graph keeps with the values of its plans' input-free steps
-/// ([`rdyn_codegen_cpu::plan::Storage::Kept`]), by plan address and buffer,
+/// ([`rdyn_memplan::Storage::Kept`]), by plan address and buffer,
 /// each with its data pointer.
 pub type Kept = std::sync::Mutex<std::collections::HashMap<(usize, u32), (Py<PyAny>, usize)>>;
 

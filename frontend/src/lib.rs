@@ -34,11 +34,10 @@ use pyo3::exceptions::{PyIndexError, PyNotImplementedError, PyRuntimeError, PyVa
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
 
-use rdyn_codegen_cpu::plan::{CpuProgram, CpuStep, OutputPlan, Storage};
 use rdyn_codegen_cuda::IndexChecks;
-use rdyn_runtime::compiled::{execute, Backend, CompiledGraph as RtGraph, Selected};
-use rdyn_runtime::cuda::CudaStep;
-use rdyn_runtime::gpu::GpuStep;
+use rdyn_memplan::{MemPlan, OutputPlan, Storage};
+use rdyn_runtime::compiled::{execute, CompiledGraph as RtGraph, Selected};
+use rdyn_runtime::devices::{self, DeviceOptions};
 use rdyn_runtime::guard::CallArg;
 use rdyn_runtime::stats::STATS;
 use rdyn_runtime::RuntimeError;
@@ -169,17 +168,6 @@ impl CompiledGraph {
         cuda_gemm: &str,
     ) -> PyResult<Self> {
         guarded(|| {
-            let backend = match device {
-                "cpu" => Backend::Cpu,
-                "wgpu" => Backend::Wgpu,
-                "cuda" => Backend::Cuda,
-                "cuda-sim" => Backend::CudaSim,
-                other => {
-                    return Err(PyValueError::new_err(format!(
-                        "rdyn: unknown device {other:?}; use 'cpu', 'cuda', 'cuda-sim' or 'wgpu'"
-                    )))
-                }
-            };
             let index_checks = match index_checks {
                 "device" => IndexChecks::Device,
                 "sync" => IndexChecks::Sync,
@@ -198,10 +186,15 @@ impl CompiledGraph {
                     )))
                 }
             };
+            let options = DeviceOptions { index_checks, cublas };
+            let device = devices::by_name(device, options).ok_or_else(|| {
+                PyValueError::new_err(format!(
+                    "rdyn: unknown device {device:?}; use one of {}",
+                    devices::NAMES.map(|n| format!("'{n}'")).join(", ")
+                ))
+            })?;
             let graph = import::graph(graph_data)?;
-            let mut inner = RtGraph::new(graph, backend);
-            inner.index_checks = index_checks;
-            inner.cublas = cublas;
+            let inner = RtGraph::new(graph, device);
             Ok(CompiledGraph {
                 id: NEXT_GRAPH.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
                 inner,
@@ -219,7 +212,7 @@ impl CompiledGraph {
         guarded(|| {
             let torch = torch(py)?;
             // Only the wgpu input cache reads tensors' version counters.
-            let with_version = self.inner.backend == Backend::Wgpu;
+            let with_version = self.inner.caps().input_versions;
             // The previous call's record (unless another thread's call holds it).
             let mut last = self.last.try_lock().ok();
             if let Some(record) = last.as_deref_mut().and_then(Option::as_mut) {
@@ -271,114 +264,8 @@ impl CompiledGraph {
             let out = PyDict::new(py);
             out.set_item("graph", self.inner.graph.to_string())?;
             let kernels = PyList::empty(py);
-            let wgpu = match &selected {
-                Selected::Spec(spec) => spec.wgpu.as_ref(),
-                Selected::Generic(_) => None,
-            };
-            let on_device: Vec<Option<&rdyn_codegen_wgsl::WgslKernel>> = match wgpu {
-                Some(plan) => plan
-                    .steps
-                    .iter()
-                    .map(|s| match s {
-                        GpuStep::Shader { kernel, .. } => Some(kernel),
-                        GpuStep::Cpu(_) => None,
-                    })
-                    .collect(),
-                None => vec![None; selected.plan().steps.len()],
-            };
-            // Each CUDA step's name and text: a kernel's PTX, a GEMM's cuBLAS call.
-            let cuda: Vec<Option<(String, String)>> = match &selected {
-                Selected::Spec(spec) => match &spec.cuda {
-                    Some(plan) => plan
-                        .steps
-                        .iter()
-                        .map(|s| match s {
-                            CudaStep::Kernel(k) => Some((k.name.clone(), k.source.clone())),
-                            CudaStep::Gemm { call, a, b, out } => {
-                                Some(("gemm".to_string(), format!("cuBLAS: {out} = {a} @ {b}\n{call}")))
-                            }
-                            CudaStep::Host(_) => None,
-                        })
-                        .collect(),
-                    None => vec![None; selected.plan().steps.len()],
-                },
-                Selected::Generic(_) => vec![None; selected.plan().steps.len()],
-            };
-            // Library and eager steps run where the graph's tensors are.
-            let device = if self.inner.backend == Backend::Cuda { "cuda" } else { "cpu" };
-            for ((step, shader), cuda) in selected.plan().steps.iter().zip(on_device).zip(cuda) {
-                if let Some((name, source)) = cuda {
-                    kernels.append((name, "cuda", source))?;
-                    continue;
-                }
-                if let Some(kernel) = shader {
-                    let name = if kernel.name.starts_with("gemm") { "gemm".to_string() } else { kernel.name.clone() };
-                    kernels.append((name, "wgpu", kernel.source.clone()))?;
-                    continue;
-                }
-                match step {
-                    CpuStep::Kernel(k) => kernels.append((k.name.clone(), "cpu", CpuProgram::kernel_source(k)))?,
-                    CpuStep::Gemm { a, b, out: o, scale } => kernels.append((
-                        "gemm",
-                        "cpu",
-                        format!(
-                            "gemm (torch's BLAS or the gemm crate): {o} = {}{a} @ {b}\n",
-                            if *scale == 1.0 { String::new() } else { format!("{scale} * ") }
-                        ),
-                    ))?,
-                    CpuStep::Scan { op, dim, x, outs } => kernels.append((
-                        "scan",
-                        "cpu",
-                        format!(
-                            "{op} (rdyn's scan kernel) along dim {dim}: {} = {op}({x})\n",
-                            outs.iter().map(|b| b.to_string()).collect::<Vec<_>>().join(", ")
-                        ),
-                    ))?,
-                    CpuStep::Search { right, seq, values, out } => kernels.append((
-                        "searchsorted",
-                        "cpu",
-                        format!(
-                            "searchsorted (rdyn's binary search kernel), {} side: {out} = searchsorted({seq}, {values})\n",
-                            if *right { "right" } else { "left" }
-                        ),
-                    ))?,
-                    CpuStep::Sort { spec, x, outs } => kernels.append((
-                        "sort",
-                        "cpu",
-                        format!(
-                            "{spec} (rdyn's sort kernel): {} = sort({x})\n",
-                            outs.iter().map(|b| b.to_string()).collect::<Vec<_>>().join(", ")
-                        ),
-                    ))?,
-                    CpuStep::Depthwise { x, w, out: o, geometry } => kernels.append((
-                        "depthwise_conv2d",
-                        "cpu",
-                        format!(
-                            "depthwise_conv2d (rdyn's kernel): {o} = conv({x}, {w}) stride {:?} padding {:?} dilation {:?}\n",
-                            geometry.stride, geometry.padding, geometry.dilation
-                        ),
-                    ))?,
-                    CpuStep::Host { target, fallback, inputs, outputs, .. } => {
-                        // Each tensor with its layout: a library call's
-                        // inputs may be laid out for it (channels-last).
-                        let bufs = &selected.plan().buffers;
-                        let layout = |b: &rdyn_ir::loops::BufId| {
-                            let plan = &bufs[b.0 as usize];
-                            format!("{b} {:?} strides {:?}", plan.sizes, plan.strides)
-                        };
-                        let list = |ids: &[rdyn_ir::loops::BufId]| ids.iter().map(layout).collect::<Vec<_>>().join(", ");
-                        kernels.append((
-                            if *fallback { "fallback" } else { "library" },
-                            device,
-                            format!(
-                                "{} {target} (ATen)\n  in: {}\n  out: {}\n",
-                                if *fallback { "eager fallback" } else { "library call" },
-                                list(inputs),
-                                list(outputs)
-                            ),
-                        ))?
-                    }
-                }
+            for step in selected.planned().device.describe(selected.mem()) {
+                kernels.append((step.name, step.device, step.source))?;
             }
             out.set_item("kernels", kernels)?;
             if let Selected::Spec(spec) = &selected {
@@ -421,7 +308,7 @@ impl CompiledGraph {
         objects: &[Bound<'py, PyAny>],
     ) -> PyResult<Bound<'py, PyList>> {
         let runner = self.runner.bind(py);
-        let n = selected.plan().buffers.len();
+        let n = selected.mem().buffers.len();
         let mut host = PyHost {
             py,
             torch,
@@ -429,7 +316,7 @@ impl CompiledGraph {
             tensors: vec![None; n],
             exact: vec![false; n],
             error: None,
-            cuda: self.inner.backend == Backend::Cuda,
+            cuda: self.inner.caps().cuda_tensors,
             scratch: Vec::new(),
             pool: &self.pool,
             pooled: Vec::new(),
@@ -437,7 +324,7 @@ impl CompiledGraph {
             fresh_kept: Vec::new(),
             calls: &self.calls,
         };
-        for (k, buf) in selected.plan().buffers.iter().enumerate() {
+        for (k, buf) in selected.mem().buffers.iter().enumerate() {
             if let Storage::Input(n) = buf.storage {
                 if let (Some(obj), Some(CallArg::Tensor(_))) = (objects.get(n), call.get(n)) {
                     host.tensors[k] = Some((obj.clone(), None));
@@ -445,17 +332,17 @@ impl CompiledGraph {
             }
         }
         let result = execute(selected, call, &mut host);
-        host.return_pooled(&selected.plan().buffers);
+        host.return_pooled(&selected.mem().buffers);
         if let Some(err) = host.error.take() {
             return Err(err);
         }
         result.map_err(to_py)?;
         host.keep_fresh();
-        outputs(&host, selected.plan())
+        outputs(&host, selected.mem())
     }
 }
 
-fn outputs<'py>(host: &PyHost<'py, '_>, plan: &CpuProgram) -> PyResult<Bound<'py, PyList>> {
+fn outputs<'py>(host: &PyHost<'py, '_>, plan: &MemPlan) -> PyResult<Bound<'py, PyList>> {
     let list = PyList::empty(host.py);
     for out in &plan.outputs {
         match out {
@@ -486,7 +373,7 @@ fn stats<'py>(py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
 /// saying why there is none.
 #[pyfunction]
 fn wgpu_adapter() -> PyResult<String> {
-    guarded(|| rdyn_runtime::gpu::adapter_description().map_err(to_py))
+    guarded(|| rdyn_runtime::devices::wgpu_adapter().map_err(to_py))
 }
 
 #[pyfunction]

@@ -2,32 +2,28 @@
 //! program) → run.
 //!
 //! A specialization is the graph lowered with this call's symbol values
-//! (`LowerOptions` per backend: cuBLAS GEMMs and `opmath_scalars` on CUDA,
-//! rdyn's CPU-only kernels on the CPU, `RDYN_PIECEWISE_MIN`), planned for the
-//! CPU (`rdyn_codegen_cpu::plan`: also the buffer layouts of the GPU devices,
-//! and wgpu's fallback for steps without WGSL) and, for wgpu or CUDA, planned
-//! for that device too (with `cuda_gemm="aten"`, CUDA GEMMs are ATen calls).
-//! Execution (`execute`) runs the steps in order: kernels, GEMMs, rdyn's own
-//! CPU kernels, and library and eager nodes through the [`Host`]. Temporaries
-//! live in a per-call arena taken from a pool (`Storage::Kept` buffers and
-//! input-free kernels: `rdyn_codegen_cpu::plan`). `RDYN_PROFILE=1` times every
-//! CPU step (`stats.rs`).
+//! (`LowerOptions` from the device's [`Caps`], and `RDYN_PIECEWISE_MIN`),
+//! memory-planned (`rdyn_memplan`) and planned for its device
+//! ([`Device::plan`]). Execution ([`execute`]) places the buffers (inputs,
+//! host tensors, a per-call arena taken from a pool for devices with a host
+//! arena) and hands the call to the device plan. The shape-generic program
+//! runs on the CPU device.
 
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use rdyn_codegen_cpu::depthwise::run_depthwise;
-use rdyn_codegen_cpu::exec::{run_kernel, Memory};
-use rdyn_codegen_cpu::gemm::run_gemm;
-use rdyn_codegen_cpu::plan::{plan, resolve_views, BufPlan, CpuProgram, CpuStep, Storage};
 use rdyn_ir::expr::Sym;
 use rdyn_ir::graph::{Graph, Input};
 use rdyn_ir::loops::{BufId, Program};
 use rdyn_ir::op::Op;
 use rdyn_ir::{Atom, Ctx, Expr};
-use rdyn_lowering::{lower_with, InputLayout, LowerOptions, Lowered, NodeCounts};
+use rdyn_lowering::{lower_with, InputLayout, Lowered, NodeCounts};
+use rdyn_memplan::{resolve_views, MemPlan, Storage};
 
+use crate::device::{Call, Caps, Device, DevicePlan, Purpose};
+use crate::devices::cpu::Cpu;
 use crate::guard::{CallArg, GuardKey};
+use crate::host::Host;
 use crate::stats::STATS;
 use crate::RuntimeError;
 
@@ -36,78 +32,21 @@ pub const MAX_SPECIALIZATIONS: usize = 8;
 /// CUDA graphs have no generic program; they keep this many.
 pub const MAX_CUDA_SPECIALIZATIONS: usize = 64;
 
-/// What the runtime needs from its host (the Python frontend): torch-owned
-/// memory and eager ATen calls.
-pub trait Host {
-    /// Allocate a tensor with this layout; return the address of its storage
-    /// element 0.
-    fn alloc(&mut self, buf: BufId, plan: &BufPlan) -> Result<usize, RuntimeError>;
-    /// As `alloc`, for a buffer only library calls read ([`Storage::Pooled`]):
-    /// the host may hand out a tensor of this layout kept from an earlier
-    /// call.
-    fn alloc_pooled(&mut self, buf: BufId, plan: &BufPlan) -> Result<usize, RuntimeError> {
-        self.alloc(buf, plan)
-    }
-    /// As `alloc`, for a buffer input-free steps write ([`Storage::Kept`]):
-    /// the host may hand back the tensor it kept for this buffer of the
-    /// plan `owner` (its address; `None`: keep nothing) from an earlier,
-    /// successful call. Returns the address and whether the tensor holds
-    /// the steps' values.
-    fn alloc_kept(&mut self, buf: BufId, plan: &BufPlan, _owner: Option<usize>) -> Result<(usize, bool), RuntimeError> {
-        Ok((self.alloc(buf, plan)?, false))
-    }
-    /// Run graph node `node` eagerly on the given buffers; fill `ptrs` for
-    /// its outputs.
-    fn run_node(
-        &mut self,
-        node: u32,
-        inputs: &[BufId],
-        outputs: &[BufId],
-        bufs: &[BufPlan],
-        ptrs: &mut [usize],
-    ) -> Result<(), RuntimeError>;
-    /// The CUDA stream PyTorch is using (a `CUstream` address).
-    fn cuda_stream(&mut self) -> Result<usize, RuntimeError> {
-        Err(RuntimeError::Unavailable("CUDA not available in this host".into()))
-    }
-    /// Device scratch memory of `bytes` bytes, alive until the call ends.
-    fn alloc_device(&mut self, _bytes: usize) -> Result<usize, RuntimeError> {
-        Err(RuntimeError::Unavailable("CUDA not available in this host".into()))
-    }
-}
-
-/// Where a graph's kernels run.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Backend {
-    Cpu,
-    Wgpu,
-    Cuda,
-    /// CUDA's PTX run by the PTX simulator on CPU tensors (for testing the
-    /// CUDA code generator without a GPU).
-    CudaSim,
-}
-
-impl Backend {
-    /// Whether graphs are generated as PTX.
-    pub fn is_cuda(self) -> bool {
-        matches!(self, Backend::Cuda | Backend::CudaSim)
-    }
+/// A program's memory plan and its device plan.
+pub struct Planned {
+    pub mem: Arc<MemPlan>,
+    pub device: Box<dyn DevicePlan>,
 }
 
 /// One cached specialization.
 pub struct Specialization {
     pub key: Vec<i64>,
     pub program: Arc<Program>,
-    pub plan: Arc<CpuProgram>,
-    /// The wgpu plan, for graphs compiled for wgpu.
-    pub wgpu: Option<crate::gpu::WgpuPlan>,
-    /// The CUDA plan, for graphs compiled for CUDA.
-    pub cuda: Option<crate::cuda::CudaPlan>,
+    pub planned: Planned,
     pub counts: NodeCounts,
     /// Arenas between calls, each with whether it holds the results of the
-    /// plan's input-free steps (`CpuProgram::once`).
+    /// plan's input-free steps (`MemPlan::once`).
     arena_pool: Mutex<Vec<(Vec<u64>, bool)>>,
-    inputs: crate::gpu::InputCache,
 }
 
 /// The shape-generic program: lowered once with symbolic sizes and strides,
@@ -121,12 +60,7 @@ struct Generic {
 /// A graph plus its specializations.
 pub struct CompiledGraph {
     pub graph: Graph,
-    pub backend: Backend,
-    /// How CUDA kernels report an index out of range.
-    pub index_checks: rdyn_codegen_cuda::IndexChecks,
-    /// CUDA GEMMs run as cuBLAS calls rdyn plans (emulated on `cuda-sim`),
-    /// else as ATen library calls.
-    pub cublas: bool,
+    pub device: Arc<dyn Device>,
     guard_offsets: bool,
     specs: Mutex<Vec<Arc<Specialization>>>,
     generic: Mutex<Option<Arc<Generic>>>,
@@ -136,31 +70,28 @@ pub struct CompiledGraph {
 #[derive(Clone)]
 pub enum Selected {
     Spec(Arc<Specialization>),
-    Generic(Arc<CpuProgram>),
+    Generic(Arc<Planned>),
 }
 
 impl Selected {
-    pub fn plan(&self) -> &CpuProgram {
+    pub fn planned(&self) -> &Planned {
         match self {
-            Selected::Spec(s) => &s.plan,
+            Selected::Spec(s) => &s.planned,
             Selected::Generic(p) => p,
         }
+    }
+
+    /// Every buffer's layout and storage, and the outputs.
+    pub fn mem(&self) -> &MemPlan {
+        &self.planned().mem
     }
 }
 
 impl CompiledGraph {
-    pub fn new(graph: Graph, backend: Backend) -> CompiledGraph {
+    pub fn new(graph: Graph, device: Arc<dyn Device>) -> CompiledGraph {
         let guard_offsets = graph.nodes.iter().any(|n| n.op == Op::AsStrided);
         STATS.graphs.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        CompiledGraph {
-            graph,
-            backend,
-            index_checks: Default::default(),
-            cublas: true,
-            guard_offsets,
-            specs: Mutex::new(Vec::new()),
-            generic: Mutex::new(None),
-        }
+        CompiledGraph { graph, device, guard_offsets, specs: Mutex::new(Vec::new()), generic: Mutex::new(None) }
     }
 
     pub fn specializations(&self) -> Vec<Arc<Specialization>> {
@@ -252,10 +183,9 @@ impl CompiledGraph {
             .collect()
     }
 
-    /// Whether this graph's GEMMs on CUDA are cuBLAS calls rdyn makes
-    /// (emulated on `cuda-sim`).
-    fn uses_cublas(&self) -> bool {
-        self.cublas && self.backend.is_cuda()
+    /// What the graph's device can do.
+    pub fn caps(&self) -> Caps {
+        self.device.caps()
     }
 
     /// Whether guards include storage offsets (the graph addresses input
@@ -269,8 +199,8 @@ impl CompiledGraph {
         self.select_for(args, key, false)
     }
 
-    /// As [`CompiledGraph::select`]; with `describe_only`, a wgpu plan is
-    /// generated and validated without opening a device.
+    /// As [`CompiledGraph::select`]; with `describe_only`, a device plan is
+    /// generated and validated without opening the device.
     pub fn select_for(
         &self,
         args: &[CallArg],
@@ -287,48 +217,33 @@ impl CompiledGraph {
         }
         STATS.guard_misses.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let ctx = self.bind(args)?;
-        // CUDA kernels need concrete sizes: CUDA graphs keep specializing,
-        // up to a bound past which calls run eagerly.
+        // Devices whose kernels need concrete sizes keep specializing, up
+        // to a bound past which calls run eagerly.
+        let caps = self.device.caps();
         let count = self.specs.lock().map_err(|_| RuntimeError::Poisoned)?.len();
-        if self.backend.is_cuda() && count >= MAX_CUDA_SPECIALIZATIONS {
-            return Err(RuntimeError::Unsupported(format!(
-                "a CUDA graph called with more than {MAX_CUDA_SPECIALIZATIONS} shapes runs eagerly for new ones"
-            )));
-        }
-        let full = !self.backend.is_cuda() && count >= MAX_SPECIALIZATIONS;
-        if full {
-            return self.run_generic(args, ctx);
+        match caps.specialize_up_to {
+            Some(limit) if count >= limit => {
+                return Err(RuntimeError::Unsupported(format!(
+                    "a {} graph called with more than {limit} shapes runs eagerly for new ones",
+                    self.device.name()
+                )))
+            }
+            None if count >= MAX_SPECIALIZATIONS => return self.run_generic(args, ctx),
+            _ => {}
         }
         let start = Instant::now();
-        let options = LowerOptions {
-            cublas: self.uses_cublas(),
-            cpu_kernels: self.backend == Backend::Cpu,
-            piecewise_min: piecewise_min(),
-            opmath_scalars: self.backend.is_cuda(),
-        };
+        let options = caps.lower_options(piecewise_min());
         let Lowered { program, counts } = lower_with(&self.graph, &self.layouts(args), &ctx, options)?;
-        let cpu = Arc::new(plan(&program, &ctx)?);
-        let wgpu = match self.backend {
-            Backend::Wgpu => Some(crate::gpu::plan_wgpu(&program, cpu.clone(), &ctx, !describe_only)?),
-            Backend::Cpu | Backend::Cuda | Backend::CudaSim => None,
-        };
-        let cuda = match self.backend {
-            Backend::Cuda | Backend::CudaSim => {
-                let simulated = self.backend == Backend::CudaSim;
-                Some(crate::cuda::plan_cuda(&program, cpu.clone(), &ctx, simulated, self.index_checks)?)
-            }
-            Backend::Cpu | Backend::Wgpu => None,
-        };
+        let mem = Arc::new(rdyn_memplan::plan(&program, &ctx)?);
+        let purpose = if describe_only { Purpose::Describe } else { Purpose::Run };
+        let device = self.device.plan(&program, &mem, &ctx, purpose)?;
         STATS.record_lowering(&counts, program.kernels().count(), start.elapsed().as_nanos() as u64);
         let spec = Arc::new(Specialization {
             key: key.clone(),
             program: Arc::new(program),
-            plan: cpu,
-            wgpu,
-            cuda,
+            planned: Planned { mem, device },
             counts,
             arena_pool: Mutex::new(Vec::new()),
-            inputs: Default::default(),
         });
         self.specs.lock().map_err(|_| RuntimeError::Poisoned)?.push(spec.clone());
         Ok(Selected::Spec(spec))
@@ -356,7 +271,9 @@ impl CompiledGraph {
                 }
             }
         }
-        Ok(Selected::Generic(Arc::new(plan(&generic.program, &ctx)?)))
+        let mem = Arc::new(rdyn_memplan::plan(&generic.program, &ctx)?);
+        let device = Cpu.plan(&generic.program, &mem, &ctx, Purpose::Run)?;
+        Ok(Selected::Generic(Arc::new(Planned { mem, device })))
     }
 
     fn build_generic(&self) -> Result<Generic, RuntimeError> {
@@ -387,8 +304,7 @@ impl CompiledGraph {
             }
         }
         // The generic program runs on the CPU.
-        let options =
-            LowerOptions { cublas: false, cpu_kernels: true, piecewise_min: piecewise_min(), opmath_scalars: false };
+        let options = Cpu.caps().lower_options(piecewise_min());
         let lowered = lower_with(&self.graph, &layouts, &Ctx::default(), options)?;
         Ok(Generic { program: lowered.program, stride_syms })
     }
@@ -397,23 +313,17 @@ impl CompiledGraph {
 /// Run a selected program on the call's tensors. Returns each buffer's
 /// address (for building outputs).
 pub fn execute(selected: &Selected, args: &[CallArg], host: &mut dyn Host) -> Result<Vec<usize>, RuntimeError> {
-    let cuda_plan = match selected {
-        Selected::Spec(spec) => spec.cuda.as_ref(),
-        Selected::Generic(_) => None,
-    };
-    if cuda_plan.is_some_and(|p| !p.simulated) {
-        // Before any output is allocated on a device that may be missing.
-        crate::cuda::available()?;
-    }
-    let plan = selected.plan();
-    let bufs = &plan.buffers;
+    let Planned { mem, device } = selected.planned();
+    // Before any output is allocated on a device that may be missing.
+    device.ready()?;
+    let bufs = &mem.buffers;
     let mut ptrs = vec![0usize; bufs.len()];
     let (mut arena, mut ready) = match selected {
         Selected::Spec(s) => s.arena_pool.lock().ok().and_then(|mut p| p.pop()).unwrap_or_default(),
         Selected::Generic(_) => (Vec::new(), false),
     };
-    // CUDA programs keep their scratch on the device.
-    let words = if cuda_plan.is_some() { 0 } else { plan.arena_bytes.div_ceil(8) + 8 };
+    // Devices without a host arena keep their scratch themselves.
+    let words = if device.host_arena() { mem.arena_bytes.div_ceil(8) + 8 } else { 0 };
     if arena.len() < words {
         (arena, ready) = (scratch_words(words)?, false);
     }
@@ -422,7 +332,7 @@ pub fn execute(selected: &Selected, args: &[CallArg], host: &mut dyn Host) -> Re
     // keeps none); the input-free steps are skipped only when every one
     // came back with its values.
     let owner = match selected {
-        Selected::Spec(s) => Some(Arc::as_ptr(&s.plan) as usize),
+        Selected::Spec(s) => Some(Arc::as_ptr(&s.planned.mem) as usize),
         Selected::Generic(_) => None,
     };
     let mut kept = true;
@@ -447,33 +357,11 @@ pub fn execute(selected: &Selected, args: &[CallArg], host: &mut dyn Host) -> Re
         };
     }
     resolve_views(bufs, &mut ptrs);
-    if let Some(cuda_plan) = cuda_plan {
-        crate::cuda::execute_cuda(cuda_plan, host, &mut ptrs)?;
-        return Ok(ptrs);
-    }
-    if let Selected::Spec(spec) = selected {
-        if let Some(wgpu_plan) = &spec.wgpu {
-            crate::gpu::execute_wgpu(wgpu_plan, args, host, &mut ptrs, &spec.inputs)?;
-            if let Ok(mut pool) = spec.arena_pool.lock() {
-                pool.push((arena, false));
-            }
-            return Ok(ptrs);
-        }
-    }
-    let profile = crate::stats::profiling();
-    for (step, &once) in plan.steps.iter().zip(&plan.once) {
-        if once && ready && kept {
-            continue;
-        }
-        let start = profile.then(Instant::now);
-        run_cpu_step(step, bufs, &mut ptrs, host)?;
-        if let Some(start) = start {
-            crate::stats::STATS.record_step(&step_label(step, bufs), start.elapsed().as_nanos() as u64);
-        }
-    }
+    let mut call = Call { args, host, ptrs: &mut ptrs, skip_once: ready && kept };
+    device.run(mem, &mut call)?;
     if let Selected::Spec(s) = selected {
         if let Ok(mut pool) = s.arena_pool.lock() {
-            pool.push((arena, true));
+            pool.push((arena, device.fills_once()));
         }
     }
     Ok(ptrs)
@@ -492,64 +380,6 @@ fn scratch_words(words: usize) -> Result<Vec<u64>, RuntimeError> {
     })?;
     arena.resize(words, 0);
     Ok(arena)
-}
-
-/// Run one step of a CPU program over the buffers at `ptrs` (the CPU
-/// path, and the CPU steps of a wgpu program).
-pub(crate) fn run_cpu_step(
-    step: &CpuStep,
-    bufs: &[BufPlan],
-    ptrs: &mut [usize],
-    host: &mut dyn Host,
-) -> Result<(), RuntimeError> {
-    let mem = Memory { ptrs, bufs };
-    match step {
-        CpuStep::Kernel(kernel) => {
-            if !run_kernel(kernel, &mem) {
-                return Err(RuntimeError::Kernel(format!(
-                    "kernel {} read an index out of range or divided an integer by zero",
-                    kernel.name
-                )));
-            }
-        }
-        CpuStep::Gemm { a, b, out, scale } => run_gemm(*a, *b, *out, *scale, &mem)?,
-        CpuStep::Depthwise { x, w, out, geometry } => run_depthwise(*x, *w, *out, geometry, &mem)?,
-        CpuStep::Scan { op, dim, x, outs } => rdyn_codegen_cpu::scan::run_scan(*op, *dim, *x, outs, &mem)?,
-        CpuStep::Sort { spec, x, outs } => rdyn_codegen_cpu::sort::run_sort(*spec, *x, outs, &mem)?,
-        CpuStep::Search { right, seq, values, out } => {
-            rdyn_codegen_cpu::search::run_search(*right, *seq, *values, *out, &mem)?
-        }
-        CpuStep::Host { node, inputs, outputs, .. } => {
-            host.run_node(*node, inputs, outputs, bufs, ptrs)?;
-            resolve_views(bufs, ptrs);
-        }
-    }
-    Ok(())
-}
-
-/// How `RDYN_PROFILE` names a step: what it runs and on which sizes.
-fn step_label(step: &CpuStep, bufs: &[BufPlan]) -> String {
-    match step {
-        CpuStep::Kernel(k) => {
-            let stages: Vec<String> = k.stages.iter().map(|s| s.summary()).collect();
-            format!("kernel {:?} {:?} tile {} [{}]", k.outer, k.mode, k.tile, stages.join("; "))
-        }
-        CpuStep::Gemm { a, b, .. } => {
-            format!("gemm {:?} @ {:?}", bufs[a.0 as usize].sizes, bufs[b.0 as usize].sizes)
-        }
-        CpuStep::Scan { op, dim, x, .. } => format!("{op} dim {dim} {:?}", bufs[x.0 as usize].sizes),
-        CpuStep::Sort { spec, x, .. } => format!("{spec} {:?}", bufs[x.0 as usize].sizes),
-        CpuStep::Search { seq, values, .. } => {
-            format!("searchsorted {:?} in {:?}", bufs[values.0 as usize].sizes, bufs[seq.0 as usize].sizes)
-        }
-        CpuStep::Depthwise { x, w, .. } => {
-            format!("depthwise_conv2d {:?} * {:?}", bufs[x.0 as usize].sizes, bufs[w.0 as usize].sizes)
-        }
-        CpuStep::Host { target, inputs, .. } => {
-            let sizes: Vec<_> = inputs.iter().map(|i| &bufs[i.0 as usize].sizes).collect();
-            format!("{target} {sizes:?}")
-        }
-    }
 }
 
 /// The fewest elements per piece for which a CPU stage is split where its
@@ -594,7 +424,7 @@ mod tests {
             }],
             ..Graph::default()
         };
-        CompiledGraph::new(graph, Backend::Cpu)
+        CompiledGraph::new(graph, Arc::new(Cpu))
     }
 
     fn tensor(n: i64) -> CallArg {

@@ -1,28 +1,30 @@
-//! The runtime: compiled graphs, their guards and specializations, execution on
-//! each device, and process-wide stats.
+//! The runtime: compiled graphs, their guards and specializations, the
+//! device layer, and process-wide stats.
 //!
 //! A [`compiled::CompiledGraph`] keeps up to
 //! [`compiled::MAX_SPECIALIZATIONS`] specializations keyed by the packed
 //! metadata of a call ([`guard::GuardKey`]); past that, calls run the
 //! shape-generic program (lowered once with symbolic sizes and strides,
-//! planned per call). CUDA graphs have no generic program (PTX needs concrete
-//! sizes): they keep specializing, up to
+//! planned per call, on the CPU). Devices whose kernels need concrete sizes
+//! (CUDA: PTX) have no generic program: they keep specializing, up to
 //! [`compiled::MAX_CUDA_SPECIALIZATIONS`], and calls with further shapes run
-//! eagerly. Memory that PyTorch must own (outputs, tensors handed to
-//! eager ops) and eager calls go through the [`compiled::Host`] trait, which
-//! the Python frontend implements.
+//! eagerly. Memory that PyTorch must own (outputs, tensors handed to eager
+//! ops) and eager calls go through the [`host::Host`] trait, which the Python
+//! frontend implements.
 //!
-//! Modules: `guard.rs` (the key), `compiled.rs` (specializations, the generic
-//! program, CPU execution), `gpu.rs` (the wgpu device and mixed GPU/CPU
-//! execution), `cuda.rs` (the CUDA driver through cudarc, and the PTX simulator
-//! for `cuda-sim`), `cublas.rs` (GEMM steps through cuBLAS), `stats.rs`
-//! (`rdyn.stats()`).
+//! Modules, top down: `compiled.rs` (specializations, the generic program,
+//! placing a call's buffers), `devices/` (one module per device behind the
+//! [`device::Device`] and [`device::DevicePlan`] traits: `cpu.rs`, `wgpu.rs`,
+//! `cuda.rs` with cuBLAS, `cuda_sim.rs`; `devices::by_name` is the one place a
+//! device name is matched), `device.rs` (the traits, [`device::Caps`], step
+//! text), `host.rs`, `guard.rs` (the key), `stats.rs` (`rdyn.stats()`).
+//! Memory plans come from `rdyn_memplan`, shared by every device.
 
 pub mod compiled;
-pub mod cublas;
-pub mod cuda;
-pub mod gpu;
+pub mod device;
+pub mod devices;
 pub mod guard;
+pub mod host;
 pub mod stats;
 
 /// Why a call could not run.
@@ -33,6 +35,8 @@ pub enum RuntimeError {
     Input(String),
     #[error(transparent)]
     Lower(#[from] rdyn_lowering::LowerError),
+    #[error(transparent)]
+    Plan(#[from] rdyn_memplan::PlanError),
     #[error(transparent)]
     Codegen(#[from] rdyn_codegen_cpu::CodegenError),
     /// A kernel detected bad data (index out of range).

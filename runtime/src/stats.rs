@@ -1,16 +1,18 @@
 //! Process-wide counters behind `rdyn.stats()` (and `rdyn.reset_stats()`):
 //! graphs, specializations and generic programs, kernels, nodes lowered, run as
 //! library calls and fallen back (`nodes_fallback`, `fallback_ops`), guard hits
-//! and misses, compile time, wgpu steps run on the CPU, and the `cuda-sim`
-//! simulator's traffic. With `RDYN_PROFILE=1` every CPU step is timed:
-//! `rdyn.stats()["profile"]` lists `(step, calls, seconds)`, slowest first (a
-//! step is named by its kernel's sizes and stages, its GEMM operand sizes, or its
-//! ATen op and input sizes; `compiled.rs`'s `step_label`).
+//! and misses, compile time, wgpu steps run on the CPU, the `cuda-sim`
+//! simulator's traffic, and the CPU planner's kernels and stages (compiled by
+//! the JIT or left to the interpreter). With `RDYN_PROFILE=1` every CPU step
+//! is timed: `rdyn.stats()["profile"]` lists `(step, calls, seconds)`, slowest
+//! first (a step is named by its kernel's sizes and stages, its GEMM operand
+//! sizes, or its ATen op and input sizes; `devices/cpu.rs`'s `step_label`).
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
+use rdyn_codegen_cpu::plan::{plan_counts, PlanCounts};
 use rdyn_lowering::NodeCounts;
 
 #[derive(Default)]
@@ -35,6 +37,9 @@ pub struct Stats {
     pub fallback_ops: Mutex<BTreeMap<String, u64>>,
     /// Per step label: calls and nanoseconds, when `RDYN_PROFILE` is set.
     pub profile: Mutex<BTreeMap<String, (u64, u64)>>,
+    /// The CPU planner's counts at the last reset (they are the code
+    /// generator's, process-wide).
+    cpu_base: Mutex<PlanCounts>,
 }
 
 /// Whether `RDYN_PROFILE` asks for per-step timings (read once).
@@ -78,6 +83,7 @@ impl Stats {
 
     pub fn snapshot(&self) -> Snapshot {
         let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        let (now, base) = (plan_counts(), self.cpu_base.lock().map(|b| *b).unwrap_or_default());
         Snapshot {
             counters: vec![
                 ("graphs", get(&self.graphs)),
@@ -93,6 +99,9 @@ impl Stats {
                 ("cuda_sim_bytes_loaded", get(&self.sim_bytes_loaded)),
                 ("cuda_sim_bytes_stored", get(&self.sim_bytes_stored)),
                 ("cuda_sim_instructions", get(&self.sim_instructions)),
+                ("cpu_kernels_planned", now.kernels - base.kernels),
+                ("cpu_stages_compiled", now.stages_compiled - base.stages_compiled),
+                ("cpu_stages_interpreted", now.stages_interpreted - base.stages_interpreted),
             ],
             compile_seconds: get(&self.compile_ns) as f64 * 1e-9,
             fallback_ops: self.fallback_ops.lock().map(|m| m.clone()).unwrap_or_default(),
@@ -146,6 +155,9 @@ impl Stats {
         }
         if let Ok(mut ops) = self.fallback_ops.lock() {
             ops.clear();
+        }
+        if let Ok(mut base) = self.cpu_base.lock() {
+            *base = plan_counts();
         }
         if let Ok(mut p) = self.profile.lock() {
             p.clear();

@@ -7,7 +7,8 @@ use rdyn_ir::loops::{BinaryOp, BufId, Negatives, ReduceOp, UnaryOp};
 use rdyn_ir::{DType, Expr, Kind};
 
 use crate::exec::{run_kernel, Memory};
-use crate::plan::{BufPlan, CpuStep, IndexFn, Inst, InstOp, KernelPlan, StagePlan, Storage, TileMode};
+use crate::plan::{BufPlan, CpuStep, IndexFn, Inst, InstOp, KernelPlan, StagePlan, TileMode};
+use rdyn_memplan::Storage;
 
 pub(super) fn buf(sizes: &[i64], strides: &[i64], dtype: DType) -> BufPlan {
     BufPlan { dtype, sizes: sizes.to_vec(), strides: strides.to_vec(), offset: 0, storage: Storage::Input(0) }

@@ -24,7 +24,7 @@ static HANDLE: OnceLock<Result<Mutex<usize>, String>> = OnceLock::new();
 
 /// Whether the cuBLAS library loads here (CUDA 13's `libcublas.so.13`,
 /// which PyTorch's CUDA 13 builds load, or CUDA 12's).
-pub fn available() -> bool {
+pub(crate) fn available() -> bool {
     // SAFETY: only probes for the library; nothing is called through it.
     unsafe { sys::is_culib_present() }
 }
@@ -66,7 +66,7 @@ fn op(t: Trans) -> sys::cublasOperation_t {
 /// # Safety
 /// The addresses must be device buffers of the layouts the call was made
 /// from, live until the stream has run the call.
-pub unsafe fn gemm(call: &GemmCall, inputs: [usize; 2], c: usize, stream: usize) -> Result<(), RuntimeError> {
+pub(crate) unsafe fn gemm(call: &GemmCall, inputs: [usize; 2], c: usize, stream: usize) -> Result<(), RuntimeError> {
     let compute = call.types().map_err(RuntimeError::Internal)?;
     let (alpha32, alpha64) = (call.alpha as f32, call.alpha);
     let (beta32, beta64) = (0f32, 0f64);

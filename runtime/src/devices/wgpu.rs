@@ -1,9 +1,9 @@
 //! The wgpu device and running programs on it.
 //!
-//! `options={"device": "wgpu"}` plans each specialization twice: the CPU plan
-//! (buffer layouts, and the fallback for any step) and, per step, a WGSL
-//! module when the step has one (`rdyn_codegen_wgsl`; naga validates every
-//! module, and a rejection is a compiler bug).
+//! `options={"device": "wgpu"}` plans each step of a specialization as a
+//! WGSL module when the step has one (`rdyn_codegen_wgsl`; naga validates
+//! every module, and a rejection is a compiler bug), and only the other
+//! steps for the CPU (`rdyn_codegen_cpu::plan::plan_steps`).
 //! Every step of a program runs on the GPU when it has a WGSL form (kernels,
 //! GEMM) and on the CPU otherwise (float64, functions WGSL lacks, the depthwise
 //! kernel, convolution and other ATen calls). A residency table per storage
@@ -22,14 +22,47 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
 use half::{bf16, f16};
-use rdyn_codegen_cpu::plan::{storage_root, BufPlan, CpuProgram, Storage};
+use rdyn_codegen_cpu::plan::{plan_steps, CpuStep};
 use rdyn_codegen_wgsl::{gemm_wgsl, kernel_wgsl, validate, WgslError, WgslKernel};
 use rdyn_ir::loops::{Program, Step};
 use rdyn_ir::{Ctx, DType};
+use rdyn_memplan::{step_io, storage_root, BufPlan, MemPlan, OutputPlan, Storage};
 
-use crate::compiled::Host;
+use crate::device::{Call, Caps, Device, DevicePlan, Purpose, StepText};
+use crate::devices::cpu::{describe_cpu_step, run_cpu_step};
 use crate::guard::CallArg;
+use crate::stats::STATS;
 use crate::RuntimeError;
+
+/// The wgpu device (Vulkan, Metal, DX12; lavapipe on a machine with no GPU).
+pub struct Wgpu;
+
+impl Device for Wgpu {
+    fn name(&self) -> &'static str {
+        "wgpu"
+    }
+
+    fn caps(&self) -> Caps {
+        Caps {
+            gemm_steps: false,
+            cpu_kernels: false,
+            opmath_scalars: false,
+            specialize_up_to: None,
+            cuda_tensors: false,
+            input_versions: true,
+        }
+    }
+
+    fn plan(
+        &self,
+        program: &Program,
+        mem: &Arc<MemPlan>,
+        syms: &Ctx,
+        purpose: Purpose,
+    ) -> Result<Box<dyn DevicePlan>, RuntimeError> {
+        Ok(Box::new(plan_wgpu(program, mem, syms, purpose == Purpose::Run)?))
+    }
+}
 
 /// The device rdyn runs WGSL on.
 pub struct Gpu {
@@ -119,31 +152,44 @@ impl Gpu {
     }
 }
 
-/// A step on the device, or the index of a CPU step.
+/// A step on the device, or a step on the CPU with the storage roots it
+/// reads and writes.
 pub enum GpuStep {
     Shader { kernel: WgslKernel, pipeline: Option<Arc<wgpu::ComputePipeline>> },
-    Cpu(usize),
+    Cpu { step: Box<CpuStep>, reads: Vec<usize>, writes: Vec<usize> },
 }
 
 /// A specialization planned for wgpu.
 pub struct WgpuPlan {
-    pub cpu: Arc<CpuProgram>,
     pub steps: Vec<GpuStep>,
-    /// Why each CPU-path kernel is not on the device.
-    pub cpu_reasons: Vec<(usize, String)>,
+    /// Device copies of the graph's inputs kept across calls.
+    inputs: InputCache,
+}
+
+impl DevicePlan for WgpuPlan {
+    fn run(&self, mem: &MemPlan, call: &mut Call<'_>) -> Result<(), RuntimeError> {
+        execute_wgpu(self, mem, call.args, call.host, call.ptrs)
+    }
+
+    fn describe(&self, mem: &MemPlan) -> Vec<StepText> {
+        let text = |step: &GpuStep| match step {
+            GpuStep::Shader { kernel, .. } => StepText {
+                name: if kernel.name.starts_with("gemm") { "gemm".into() } else { kernel.name.clone() },
+                device: "wgpu",
+                source: kernel.source.clone(),
+            },
+            GpuStep::Cpu { step, .. } => describe_cpu_step(step, &mem.buffers),
+        };
+        self.steps.iter().map(text).collect()
+    }
 }
 
 /// Plan `program` for wgpu. With `with_device` false, only generate and
 /// validate WGSL (for `explain` on a machine with no GPU).
-pub fn plan_wgpu(
-    program: &Program,
-    cpu: Arc<CpuProgram>,
-    syms: &Ctx,
-    with_device: bool,
-) -> Result<WgpuPlan, RuntimeError> {
+fn plan_wgpu(program: &Program, mem: &MemPlan, syms: &Ctx, with_device: bool) -> Result<WgpuPlan, RuntimeError> {
     let device = if with_device { Some(gpu()?) } else { None };
     let mut steps = Vec::new();
-    let mut cpu_reasons = Vec::new();
+    let mut on_cpu = Vec::new();
     let mut kernel_index = 0;
     for (i, step) in program.steps.iter().enumerate() {
         let generated = match step {
@@ -164,9 +210,9 @@ pub fn plan_wgpu(
                     .is_some_and(|gpu| kernel.bindings.len() as u32 + kernel.error_flag as u32 > gpu.max_bindings) =>
             {
                 // More buffers than the adapter can bind at once.
-                crate::stats::STATS.wgpu_cpu_kernels.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                cpu_reasons.push((i, format!("{} bindings, over the adapter's limit", kernel.bindings.len())));
-                steps.push(GpuStep::Cpu(i));
+                STATS.wgpu_cpu_kernels.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                on_cpu.push(i);
+                steps.push(None);
             }
             Ok(kernel) => {
                 validate(&kernel).map_err(|e| RuntimeError::Internal(e.to_string()))?;
@@ -174,19 +220,28 @@ pub fn plan_wgpu(
                     Some(gpu) => Some(gpu.pipeline(&kernel)?),
                     None => None,
                 };
-                steps.push(GpuStep::Shader { kernel, pipeline });
+                steps.push(Some(GpuStep::Shader { kernel, pipeline }));
             }
-            Err(WgslError::Unsupported(reason)) => {
+            Err(WgslError::Unsupported(_)) => {
                 if !matches!(step, Step::Extern(e) if !matches!(e.kind, rdyn_ir::loops::ExternKind::Gemm { .. })) {
-                    crate::stats::STATS.wgpu_cpu_kernels.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    STATS.wgpu_cpu_kernels.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 }
-                cpu_reasons.push((i, reason));
-                steps.push(GpuStep::Cpu(i));
+                on_cpu.push(i);
+                steps.push(None);
             }
             Err(other) => return Err(RuntimeError::Internal(other.to_string())),
         }
     }
-    Ok(WgpuPlan { cpu, steps, cpu_reasons })
+    // Only the steps without a WGSL form are planned for the CPU.
+    for (i, step) in plan_steps(program, mem, syms, |i| on_cpu.contains(&i))? {
+        let (reads, writes) = step_io(program, &mem.buffers, &program.steps[i]);
+        steps[i] = Some(GpuStep::Cpu { step: Box::new(step), reads, writes });
+    }
+    let steps = steps
+        .into_iter()
+        .collect::<Option<Vec<_>>>()
+        .ok_or(RuntimeError::Internal("a wgpu step has neither a shader nor a CPU plan".into()))?;
+    Ok(WgpuPlan { steps, inputs: InputCache::default() })
 }
 
 /// A device copy of one input: tensor identity, address, version, size in
@@ -195,7 +250,7 @@ type CachedInput = (usize, usize, u64, usize, Arc<wgpu::Buffer>);
 
 /// Device copies of a graph's inputs kept across calls.
 #[derive(Default)]
-pub struct InputCache {
+struct InputCache {
     entries: Mutex<HashMap<usize, CachedInput>>,
 }
 
@@ -331,15 +386,16 @@ fn read_back(res: &mut Residency, buffer: &wgpu::Buffer) -> Result<Vec<u8>, Runt
 /// Run a wgpu plan; `ptrs` are the host addresses of every buffer (as the
 /// CPU executor sets them up). Returns with every program output valid on
 /// the host.
-pub fn execute_wgpu(
+fn execute_wgpu(
     plan: &WgpuPlan,
+    mem: &MemPlan,
     args: &[CallArg],
-    host: &mut dyn Host,
+    host: &mut dyn crate::host::Host,
     ptrs: &mut [usize],
-    cache: &InputCache,
 ) -> Result<(), RuntimeError> {
     let gpu = gpu()?;
-    let bufs = &plan.cpu.buffers;
+    let cache = &plan.inputs;
+    let bufs = &mem.buffers;
     let n = bufs.len();
     let mut res = Residency {
         gpu,
@@ -434,16 +490,14 @@ pub fn execute_wgpu(
                     res.host_valid[r] = false;
                 }
             }
-            GpuStep::Cpu(i) => {
-                let cpu_step = &plan.cpu.steps[*i];
-                let (reads, writes) = cpu_step.io(bufs);
-                for r in reads.iter().chain(&writes) {
+            GpuStep::Cpu { step, reads, writes } => {
+                for r in reads.iter().chain(writes) {
                     if !res.host_valid[*r] && res.device_valid[*r] {
                         res.download(*r, ptrs)?;
                     }
                 }
-                crate::compiled::run_cpu_step(cpu_step, bufs, ptrs, host)?;
-                for r in writes {
+                run_cpu_step(step, bufs, ptrs, host)?;
+                for &r in writes {
                     res.host_valid[r] = true;
                     res.device_valid[r] = false;
                 }
@@ -461,8 +515,8 @@ pub fn execute_wgpu(
             }
         }
     }
-    for out in &plan.cpu.outputs {
-        if let rdyn_codegen_cpu::plan::OutputPlan::Buffer(b) = out {
+    for out in &mem.outputs {
+        if let OutputPlan::Buffer(b) = out {
             let r = storage_root(bufs, *b);
             if !res.host_valid[r] && res.device_valid[r] {
                 res.download(r, ptrs)?;

@@ -6,7 +6,7 @@
 //! A kernel the generator cannot express (float64 transcendentals, symbolic
 //! sizes) raises `RuntimeError::Unsupported` → Python `NotImplementedError` →
 //! the graph runs eagerly, counted as fallback nodes.
-//! GEMM steps are cuBLAS calls (`cublas.rs`); eager and library steps
+//! GEMM steps are cuBLAS calls (`cuda/cublas.rs`); eager and library steps
 //! (convolution) run through the host on CUDA tensors. Scratch buffers live in one
 //! allocation from PyTorch's caching allocator per call (none when a program has
 //! no scratch and no error flag); outputs are torch
@@ -27,60 +27,137 @@
 //! scratch allocation instead, read back after every call of a program that can
 //! set it (one stream synchronisation), and the call raises `IndexError`, for
 //! division by zero too. The `cuda-sim` device runs the same programs through
-//! `rdyn_codegen_cuda::sim` on CPU tensors.
+//! `rdyn_codegen_cuda::sim` on CPU tensors (`cuda_sim.rs`).
 //!
 //! The driver is loaded at run time: with no driver the first call says
 //! "CUDA not available" as a normal error (cudarc would panic if called
 //! blindly).
 
+mod cublas;
+
 use std::ffi::{c_void, CString};
 use std::sync::{Arc, OnceLock};
 
 use cudarc::driver::{result, sys};
-use rdyn_codegen_cpu::plan::{CpuProgram, CpuStep, Storage};
 use rdyn_codegen_cuda::gemm::{GemmCall, Layout};
-use rdyn_codegen_cuda::{kernel_ptx, sim, IndexChecks, PtxError, PtxKernel};
+use rdyn_codegen_cuda::{kernel_ptx, IndexChecks, PtxError, PtxKernel};
 use rdyn_ir::loops::{BufId, ExternKind, Program, Step};
 use rdyn_ir::Ctx;
+use rdyn_memplan::{resolve_views, MemPlan, Storage};
 
-use crate::compiled::Host;
+use crate::device::{extern_call_text, Call, Caps, Device, DevicePlan, Purpose, StepText};
+use crate::host::Host;
 use crate::RuntimeError;
+
+/// The CUDA device, with how its kernels check indices and whether its
+/// GEMMs are cuBLAS calls rdyn plans (else ATen library calls).
+pub struct Cuda {
+    pub index_checks: IndexChecks,
+    pub cublas: bool,
+}
+
+/// What CUDA and the simulated CUDA device can do.
+pub(crate) fn cuda_caps(cublas: bool, cuda_tensors: bool) -> Caps {
+    Caps {
+        gemm_steps: cublas,
+        cpu_kernels: false,
+        opmath_scalars: true,
+        specialize_up_to: Some(crate::compiled::MAX_CUDA_SPECIALIZATIONS),
+        cuda_tensors,
+        input_versions: false,
+    }
+}
+
+impl Device for Cuda {
+    fn name(&self) -> &'static str {
+        "cuda"
+    }
+
+    fn caps(&self) -> Caps {
+        cuda_caps(self.cublas, true)
+    }
+
+    fn plan(
+        &self,
+        program: &Program,
+        mem: &Arc<MemPlan>,
+        syms: &Ctx,
+        _purpose: Purpose,
+    ) -> Result<Box<dyn DevicePlan>, RuntimeError> {
+        let program = plan_cuda(program, mem, syms, self.index_checks)?;
+        Ok(Box::new(CudaPlan { program, functions: OnceLock::new() }))
+    }
+}
 
 /// One step of a CUDA program.
 pub enum CudaStep {
     /// A generated kernel.
     Kernel(PtxKernel),
-    /// Step `n` of the CPU plan, run by the host (an eager or library call).
-    Host(usize),
+    /// An eager or library call, run by the host on CUDA tensors.
+    Host { node: u32, target: String, fallback: bool, inputs: Vec<BufId>, outputs: Vec<BufId> },
     /// A GEMM step, one cuBLAS call (emulated by the simulator).
     Gemm { call: GemmCall, a: BufId, b: BufId, out: BufId },
 }
 
-/// A program's CUDA form.
-pub struct CudaPlan {
-    pub cpu: Arc<CpuProgram>,
+/// A program's CUDA form, run on a GPU or by the simulator.
+pub struct CudaProgram {
     pub steps: Vec<CudaStep>,
     /// Some kernel can set the error flag (then each call reads it back).
-    checks_errors: bool,
-    /// Run by the PTX simulator on host memory, not on a GPU.
-    pub simulated: bool,
+    pub(crate) checks_errors: bool,
+}
+
+/// A program planned for a GPU.
+pub struct CudaPlan {
+    pub program: CudaProgram,
     /// The loaded function of each kernel step, on first use.
     functions: OnceLock<Result<Vec<Option<usize>>, String>>,
-    /// Each kernel step decoded for the simulator, on first use.
-    decoded: OnceLock<Result<Vec<Option<sim::Kernel>>, String>>,
+}
+
+impl DevicePlan for CudaPlan {
+    fn ready(&self) -> Result<(), RuntimeError> {
+        available()
+    }
+
+    fn host_arena(&self) -> bool {
+        false
+    }
+
+    fn run(&self, mem: &MemPlan, call: &mut Call<'_>) -> Result<(), RuntimeError> {
+        execute_cuda(self, mem, call.host, call.ptrs)
+    }
+
+    fn describe(&self, mem: &MemPlan) -> Vec<StepText> {
+        self.program.describe(mem, "cuda")
+    }
+}
+
+impl CudaProgram {
+    /// Each step's text: a kernel's PTX, a GEMM's cuBLAS call, a host call
+    /// (on `device`'s tensors).
+    pub(crate) fn describe(&self, mem: &MemPlan, device: &'static str) -> Vec<StepText> {
+        let text = |step: &CudaStep| match step {
+            CudaStep::Kernel(k) => StepText { name: k.name.clone(), device: "cuda", source: k.source.clone() },
+            CudaStep::Gemm { call, a, b, out } => {
+                StepText { name: "gemm".into(), device: "cuda", source: format!("cuBLAS: {out} = {a} @ {b}\n{call}") }
+            }
+            CudaStep::Host { target, fallback, inputs, outputs, .. } => {
+                extern_call_text(target, *fallback, inputs, outputs, &mem.buffers, device)
+            }
+        };
+        self.steps.iter().map(text).collect()
+    }
 }
 
 /// The PTX for every kernel of `program`; extern steps run on the host.
-pub fn plan_cuda(
+pub(crate) fn plan_cuda(
     program: &Program,
-    cpu: Arc<CpuProgram>,
+    mem: &MemPlan,
     syms: &Ctx,
-    simulated: bool,
     checks: IndexChecks,
-) -> Result<CudaPlan, RuntimeError> {
+) -> Result<CudaProgram, RuntimeError> {
     let mut steps = Vec::new();
     let mut kernel_index = 0;
-    for (i, step) in program.steps.iter().enumerate() {
+    for step in &program.steps {
         match step {
             Step::Kernel(k) => {
                 let kernel = kernel_ptx(program, k, syms, format!("k{kernel_index}"), checks).map_err(|e| match e {
@@ -91,20 +168,31 @@ pub fn plan_cuda(
                 steps.push(CudaStep::Kernel(kernel));
             }
             Step::Extern(e) => match &e.kind {
-                ExternKind::Gemm { scale_bits } => steps.push(gemm_step(&cpu, e, f64::from_bits(*scale_bits))?),
-                _ => steps.push(CudaStep::Host(i)),
+                ExternKind::Gemm { scale_bits } => steps.push(gemm_step(mem, e, f64::from_bits(*scale_bits))?),
+                ExternKind::Library { node, target } | ExternKind::Fallback { node, target } => {
+                    steps.push(CudaStep::Host {
+                        node: *node,
+                        target: target.clone(),
+                        fallback: matches!(e.kind, ExternKind::Fallback { .. }),
+                        inputs: e.inputs.clone(),
+                        outputs: e.outputs.clone(),
+                    })
+                }
+                other => {
+                    return Err(RuntimeError::Internal(format!("a CPU kernel in a CUDA program: {other:?}")));
+                }
             },
         }
     }
     let checks_errors = steps.iter().any(|s| matches!(s, CudaStep::Kernel(k) if k.error_flag));
-    Ok(CudaPlan { cpu, steps, checks_errors, simulated, functions: OnceLock::new(), decoded: OnceLock::new() })
+    Ok(CudaProgram { steps, checks_errors })
 }
 
 /// A GEMM step's cuBLAS call, from its buffers' planned layouts.
-fn gemm_step(cpu: &CpuProgram, e: &rdyn_ir::loops::Extern, scale: f64) -> Result<CudaStep, RuntimeError> {
+fn gemm_step(mem: &MemPlan, e: &rdyn_ir::loops::Extern, scale: f64) -> Result<CudaStep, RuntimeError> {
     let (a, b, out) = (e.inputs[0], e.inputs[1], e.outputs[0]);
     let layout = |buf: BufId| {
-        let p = &cpu.buffers[buf.0 as usize];
+        let p = &mem.buffers[buf.0 as usize];
         Layout { dtype: p.dtype, sizes: &p.sizes, strides: &p.strides }
     };
     let call = GemmCall::new(layout(a), layout(b), layout(out), scale)
@@ -113,19 +201,19 @@ fn gemm_step(cpu: &CpuProgram, e: &rdyn_ir::loops::Extern, scale: f64) -> Result
 }
 
 /// The address of a buffer's first element (`ptrs` holds storage bases).
-fn first_element(cpu: &CpuProgram, ptrs: &[usize], buf: BufId) -> usize {
-    let p = &cpu.buffers[buf.0 as usize];
+pub(crate) fn first_element(mem: &MemPlan, ptrs: &[usize], buf: BufId) -> usize {
+    let p = &mem.buffers[buf.0 as usize];
     (ptrs[buf.0 as usize] as isize + p.offset as isize * p.dtype.itemsize() as isize) as usize
 }
 
 /// The process's CUDA driver state: PyTorch's primary context on device 0.
-struct Cuda {
+struct Driver {
     ctx: usize,
 }
 
-static CUDA: OnceLock<Result<Cuda, String>> = OnceLock::new();
+static CUDA: OnceLock<Result<Driver, String>> = OnceLock::new();
 
-fn cuda() -> Result<&'static Cuda, RuntimeError> {
+fn cuda() -> Result<&'static Driver, RuntimeError> {
     let state = CUDA.get_or_init(|| {
         // SAFETY: only probes for the driver library; nothing is called
         // through it when it is absent.
@@ -137,7 +225,7 @@ fn cuda() -> Result<&'static Cuda, RuntimeError> {
         // SAFETY: `dev` is a valid device handle; the primary context is
         // the one PyTorch uses and stays retained for the process.
         let ctx = unsafe { result::primary_ctx::retain(dev) }.map_err(|e| format!("CUDA context: {e}"))?;
-        Ok(Cuda { ctx: ctx as usize })
+        Ok(Driver { ctx: ctx as usize })
     });
     state.as_ref().map_err(|e| RuntimeError::Unavailable(e.clone()))
 }
@@ -152,7 +240,7 @@ fn driver(what: &str, e: result::DriverError) -> RuntimeError {
 }
 
 /// Load each kernel's module once; the function handles (as addresses).
-fn load(plan: &CudaPlan) -> Result<Vec<Option<usize>>, String> {
+fn load(plan: &CudaProgram) -> Result<Vec<Option<usize>>, String> {
     let mut out = Vec::new();
     for step in &plan.steps {
         let CudaStep::Kernel(k) = step else {
@@ -175,24 +263,22 @@ fn load(plan: &CudaPlan) -> Result<Vec<Option<usize>>, String> {
 
 /// Run a CUDA program. `ptrs` holds every buffer's device address (inputs
 /// and host-allocated outputs); scratch buffers are placed here.
-pub fn execute_cuda(plan: &CudaPlan, host: &mut dyn Host, ptrs: &mut [usize]) -> Result<(), RuntimeError> {
-    if plan.simulated {
-        return execute_simulated(plan, host, ptrs);
-    }
+fn execute_cuda(plan: &CudaPlan, mem: &MemPlan, host: &mut dyn Host, ptrs: &mut [usize]) -> Result<(), RuntimeError> {
     let cuda = cuda()?;
     // SAFETY: the context was retained in `cuda()` and is never released.
     unsafe { result::ctx::set_current(cuda.ctx as sys::CUcontext) }.map_err(|e| driver("set context", e))?;
     let functions =
-        plan.functions.get_or_init(|| load(plan)).as_ref().map_err(|e| RuntimeError::Internal(e.clone()))?;
+        plan.functions.get_or_init(|| load(&plan.program)).as_ref().map_err(|e| RuntimeError::Internal(e.clone()))?;
+    let plan = &plan.program;
     let stream = host.cuda_stream()? as sys::CUstream;
     // One scratch allocation: the arena, then the error flag; none when
     // the program has neither (a call then makes no allocation of its own).
-    let arena = scratch_arena(plan);
+    let arena = scratch_arena(mem);
     let flag = if arena == 0 && !plan.checks_errors {
         0
     } else {
         let scratch = host.alloc_device(arena + 256)?;
-        place_scratch(plan, scratch, ptrs);
+        place_scratch(mem, scratch, ptrs);
         scratch + arena
     };
     if plan.checks_errors {
@@ -220,13 +306,15 @@ pub fn execute_cuda(plan: &CudaPlan, host: &mut dyn Host, ptrs: &mut [usize]) ->
                 }
                 .map_err(|e| driver(&format!("launch of {}", k.name), e))?;
             }
-            (CudaStep::Host(i), _) => run_host_step(plan, *i, host, ptrs)?,
+            (CudaStep::Host { node, inputs, outputs, .. }, _) => {
+                run_host_step(mem, *node, inputs, outputs, host, ptrs)?
+            }
             (CudaStep::Gemm { call, a, b, out }, _) => {
-                let at = |buf| first_element(&plan.cpu, ptrs, buf);
+                let at = |buf| first_element(mem, ptrs, buf);
                 // SAFETY: the buffers are live device buffers of the
                 // planned layouts (inputs checked by the guards; the rest
                 // allocated for this call), kept until the call returns.
-                unsafe { crate::cublas::gemm(call, [at(*a), at(*b)], at(*out), stream as usize)? }
+                unsafe { cublas::gemm(call, [at(*a), at(*b)], at(*out), stream as usize)? }
             }
             (CudaStep::Kernel(_), None) => return Err(RuntimeError::Internal("kernel without a function".into())),
         }
@@ -247,100 +335,34 @@ pub fn execute_cuda(plan: &CudaPlan, host: &mut dyn Host, ptrs: &mut [usize]) ->
 }
 
 /// Bytes of a call's scratch arena (the error flag follows it).
-fn scratch_arena(plan: &CudaPlan) -> usize {
-    plan.cpu.arena_bytes.div_ceil(256) * 256
+pub(crate) fn scratch_arena(mem: &MemPlan) -> usize {
+    mem.arena_bytes.div_ceil(256) * 256
 }
 
 /// Point the arena buffers (and views of them) into scratch at `base`.
-fn place_scratch(plan: &CudaPlan, base: usize, ptrs: &mut [usize]) {
-    let bufs = &plan.cpu.buffers;
-    for (k, buf) in bufs.iter().enumerate() {
+pub(crate) fn place_scratch(mem: &MemPlan, base: usize, ptrs: &mut [usize]) {
+    for (k, buf) in mem.buffers.iter().enumerate() {
         if let Storage::Arena(offset) = buf.storage {
             ptrs[k] = base + offset;
         }
     }
-    rdyn_codegen_cpu::plan::resolve_views(bufs, ptrs);
+    resolve_views(&mem.buffers, ptrs);
 }
 
-/// Step `i` of the CPU plan, an eager or library call, run by the host.
-fn run_host_step(plan: &CudaPlan, i: usize, host: &mut dyn Host, ptrs: &mut [usize]) -> Result<(), RuntimeError> {
-    let bufs = &plan.cpu.buffers;
-    match &plan.cpu.steps[i] {
-        CpuStep::Host { node, inputs, outputs, .. } => {
-            host.run_node(*node, inputs, outputs, bufs, ptrs)?;
-            rdyn_codegen_cpu::plan::resolve_views(bufs, ptrs);
-            Ok(())
-        }
-        _ => Err(RuntimeError::Internal("a CPU step in a CUDA program".into())),
-    }
-}
-
-/// What a trapped kernel means, for the simulator's error (on a GPU the
-/// driver reports the failure at the next synchronisation).
-const TRAPPED: &str = "an index was out of range. On a GPU this surfaces at the next synchronisation as a CUDA \
-error and leaves the CUDA context unusable, as eager's device-side asserts do; options={'index_checks': 'sync'} \
-raises an IndexError at the call instead";
-
-fn error_raised() -> RuntimeError {
-    RuntimeError::Kernel("a CUDA kernel read an index out of range or divided an integer by zero".into())
-}
-
-/// Run a CUDA program's kernels in the PTX simulator, on host memory (the
-/// `cuda-sim` device): the buffers are CPU tensors, the scratch arena and
-/// the error flag a host allocation. Each launch may touch only the
-/// program's buffers.
-fn execute_simulated(plan: &CudaPlan, host: &mut dyn Host, ptrs: &mut [usize]) -> Result<(), RuntimeError> {
-    let decoded = plan
-        .decoded
-        .get_or_init(|| {
-            let kernel = |s: &CudaStep| match s {
-                CudaStep::Kernel(k) => sim::parse(&k.source).map(Some).map_err(|e| e.to_string()),
-                CudaStep::Host(_) | CudaStep::Gemm { .. } => Ok(None),
-            };
-            plan.steps.iter().map(kernel).collect()
-        })
-        .as_ref()
-        .map_err(|e| RuntimeError::Internal(e.clone()))?;
-    let bufs = &plan.cpu.buffers;
-    let arena = scratch_arena(plan);
-    let mut scratch = vec![0u64; (arena + 256) / 8];
-    let base = scratch.as_mut_ptr() as usize;
-    place_scratch(plan, base, ptrs);
-    let flag = base + arena;
-    for (step, kernel) in plan.steps.iter().zip(decoded) {
-        match (step, kernel) {
-            (CudaStep::Kernel(k), Some(kernel)) => {
-                let mut memory = sim::Memory::new();
-                for (buf, &ptr) in bufs.iter().zip(ptrs.iter()) {
-                    let start = buf.offset.max(0) as usize * buf.dtype.itemsize();
-                    if ptr != 0 {
-                        memory.allow(ptr + start, buf.extent_bytes().saturating_sub(start));
-                    }
-                }
-                memory.allow(flag, 4);
-                let mut params: Vec<u64> = k.params.iter().map(|b| ptrs[b.0 as usize] as u64).collect();
-                params.push(flag as u64);
-                // SAFETY: every region is a live buffer of this call (torch
-                // tensors the host holds, or `scratch`), and nothing else
-                // touches them while the kernel runs.
-                let t = unsafe { kernel.launch(k.grid, k.block, &params, &memory) }.map_err(|e| match e {
-                    sim::SimError::Trap { .. } => RuntimeError::DeviceCheck(format!("simulated CUDA: {e}: {TRAPPED}")),
-                    other => RuntimeError::Internal(format!("simulated CUDA: {other}")),
-                })?;
-                crate::stats::STATS.record_simulated(t.bytes_loaded, t.bytes_stored, t.instructions);
-            }
-            (CudaStep::Host(i), _) => run_host_step(plan, *i, host, ptrs)?,
-            (CudaStep::Gemm { call, a, b, out }, _) => {
-                let at = |buf| first_element(&plan.cpu, ptrs, buf);
-                // SAFETY: the buffers are the call's host tensors and
-                // scratch, of the planned layouts; nothing else runs.
-                unsafe { call.emulate([at(*a), at(*b)], at(*out)) }
-            }
-            (CudaStep::Kernel(_), None) => return Err(RuntimeError::Internal("kernel without a decoding".into())),
-        }
-    }
-    if plan.checks_errors && scratch[arena / 8] as u32 != 0 {
-        return Err(error_raised());
-    }
+/// An eager or library call, run by the host.
+pub(crate) fn run_host_step(
+    mem: &MemPlan,
+    node: u32,
+    inputs: &[BufId],
+    outputs: &[BufId],
+    host: &mut dyn Host,
+    ptrs: &mut [usize],
+) -> Result<(), RuntimeError> {
+    host.run_node(node, inputs, outputs, &mem.buffers, ptrs)?;
+    resolve_views(&mem.buffers, ptrs);
     Ok(())
+}
+
+pub(crate) fn error_raised() -> RuntimeError {
+    RuntimeError::Kernel("a CUDA kernel read an index out of range or divided an integer by zero".into())
 }
