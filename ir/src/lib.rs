@@ -10,8 +10,8 @@
 //! - [`loops`]: the loop-level IR — buffers defined by index → value functions,
 //!   grouped into kernels — that every backend generates code from; `loops/simplify.rs`
 //!   is what `cast`, `binary` and `select` fold as they build nodes.
-//! - `print`: the text form (`RDYN_LOG=ir`, the IR tests); [`verify`]: structural
-//!   checks run after every lowering pass in debug builds.
+//! - `print`: the text form (`RDYN_LOG=ir`, the IR tests); [`parse`]: reading it
+//!   back; [`verify`]: structural checks run after every lowering pass in debug builds.
 //! - [`approx`]: approximation coefficients several backends evaluate (ndtri's).
 //! - [`blas`]: which strided layouts a BLAS reads as matrices, shared by the GEMM
 //!   lowering and the cuBLAS call.
@@ -21,6 +21,19 @@
 //! structural equality is identity; expressions are canonical, so two indices
 //! that address the same element compare equal; [`verify::verify`] holds after
 //! every pass.
+//!
+//! # Text form
+//!
+//! A [`loops::Program`] prints one line per buffer
+//! (`buf1: float32[8, 16] strides [16, 1] offset 0 (temp)`), then its steps: a
+//! kernel (`kernel k0 outer [8]`) with, per stage, a header
+//! (`buf1[16*i0 + i1] = stage inner [16]:`, `sum over [16]` before the colon
+//! for a reduction), the scalar nodes the stage reaches, operands first
+//! (`t3: float32 = exp t1`), and its value (`-> t3`); or an extern call
+//! (`extern gemm (buf0, buf1) -> (buf2)`). `return (...)` ends it.
+//! [`parse::program`] reads the text back with every id kept, so for any
+//! program `p`, `program(&p.to_string())?.to_string() == p.to_string()`: IR
+//! can be written by hand (lowering's filetests) and a logged program rebuilt.
 
 pub mod approx;
 pub mod blas;
@@ -29,6 +42,7 @@ pub mod expr;
 pub mod graph;
 pub mod loops;
 pub mod op;
+pub mod parse;
 mod print;
 pub mod random;
 pub mod sym;

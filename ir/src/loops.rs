@@ -90,8 +90,16 @@ macro_rules! simple_enum {
         #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
         pub enum $name { $($variant,)* }
         impl $name {
+            /// Every variant, in declaration order.
+            pub const ALL: &'static [$name] = &[$($name::$variant,)*];
+
             pub fn name(self) -> &'static str {
                 match self { $($name::$variant => $text,)* }
+            }
+
+            /// The variant printed as `name` (the text parser reads it back).
+            pub fn from_name(name: &str) -> Option<$name> {
+                Self::ALL.iter().copied().find(|v| v.name() == name)
             }
         }
         impl fmt::Display for $name {
@@ -267,6 +275,23 @@ pub enum ScalarOp {
     /// out of range (`Negatives`); a value still outside `0..size` is an
     /// error the kernel reports (and reads 0).
     Bounded(ScalarId, Expr, Negatives),
+}
+
+impl ScalarOp {
+    /// The nodes this one reads (a load's mask first, then its indirect parts).
+    pub fn operands(&self) -> Vec<ScalarId> {
+        match self {
+            ScalarOp::Load { indirect, mask, .. } => {
+                let mut out: Vec<ScalarId> = mask.iter().copied().collect();
+                out.extend(indirect.iter().map(|(s, _)| *s));
+                out
+            }
+            ScalarOp::Const { .. } | ScalarOp::Index(_) => Vec::new(),
+            ScalarOp::Unary(_, x) | ScalarOp::Cast(x) | ScalarOp::Bounded(x, _, _) => vec![*x],
+            ScalarOp::Binary(_, a, b) => vec![*a, *b],
+            ScalarOp::Where(c, a, b) => vec![*c, *a, *b],
+        }
+    }
 }
 
 /// What a negative index read from data means, as the eager op has it.
@@ -548,17 +573,7 @@ impl Scalars {
     }
 
     pub fn operands(&self, id: ScalarId) -> Vec<ScalarId> {
-        match &self.get(id).op {
-            ScalarOp::Load { indirect, mask, .. } => {
-                let mut out: Vec<ScalarId> = mask.iter().copied().collect();
-                out.extend(indirect.iter().map(|(s, _)| *s));
-                out
-            }
-            ScalarOp::Const { .. } | ScalarOp::Index(_) => Vec::new(),
-            ScalarOp::Unary(_, x) | ScalarOp::Cast(x) | ScalarOp::Bounded(x, _, _) => vec![*x],
-            ScalarOp::Binary(_, a, b) => vec![*a, *b],
-            ScalarOp::Where(c, a, b) => vec![*c, *a, *b],
-        }
+        self.get(id).op.operands()
     }
 
     /// Buffers read under `roots`.
@@ -590,10 +605,16 @@ impl Scalars {
                 text
             }
             ScalarOp::Const { bits } => {
-                if node.dtype.is_float() {
-                    format!("const {:?}", f64::from_bits(*bits))
-                } else {
+                let value = f64::from_bits(*bits);
+                if !node.dtype.is_float() {
                     format!("const {}", *bits as i64)
+                } else if value.is_nan() && *bits != f64::NAN.to_bits() {
+                    // `{:?}` writes every NaN as `NaN`: a sign or payload
+                    // other than the usual one is written as bits, so the
+                    // text keeps every constant apart.
+                    format!("const NaN({bits:#018x})")
+                } else {
+                    format!("const {value:?}")
                 }
             }
             ScalarOp::Index(e) => format!("index {e}"),

@@ -1,5 +1,6 @@
 //! Text form of a [`Program`]: what `RDYN_LOG=ir` prints and what the IR
-//! tests compare against.
+//! tests compare against. `parse.rs` reads it back, so everything needed to
+//! rebuild the program is written (an ATen call's graph node included).
 
 use std::fmt::{self, Write};
 
@@ -15,12 +16,18 @@ impl Program {
         let mut out = String::new();
         let _ = writeln!(out, "kernel k{index} outer [{}]", join(&kernel.outer));
         for stage in &kernel.stages {
-            let inner = &stage.ranges[kernel.outer.len().min(stage.ranges.len())..];
             let red = match &stage.reduce {
                 Some(r) => format!(" {} over [{}]", r.op, join(&r.ranges)),
                 None => String::new(),
             };
-            let _ = writeln!(out, "  {}[{}] = stage inner [{}]{red}:", stage.out, stage.store, join(inner));
+            // A stage's ranges start with its kernel's outer ranges (`verify`
+            // holds it), so only the rest is written; a stage that breaks the
+            // rule is written whole, for the text to say what is wrong.
+            let space = match stage.ranges.strip_prefix(&kernel.outer[..]) {
+                Some(inner) => format!("inner [{}]", join(inner)),
+                None => format!("ranges [{}]", join(&stage.ranges)),
+            };
+            let _ = writeln!(out, "  {}[{}] = stage {space}{red}:", stage.out, stage.store);
             let mut roots = vec![stage.value];
             roots.extend(stage.store_indirect.iter().map(|(s, _)| *s));
             if !stage.store_indirect.is_empty() {
@@ -79,7 +86,13 @@ impl fmt::Display for Program {
                         ExternKind::Library { target, .. } => format!("library {target}"),
                         ExternKind::Fallback { target, .. } => format!("fallback {target}"),
                     };
-                    writeln!(f, "extern {what} ({}) -> ({})", join(&ext.inputs), join(&ext.outputs))?;
+                    // The graph node an ATen call runs, last so that the line
+                    // still reads as the call.
+                    let node = match &ext.kind {
+                        ExternKind::Library { node, .. } | ExternKind::Fallback { node, .. } => format!(" node {node}"),
+                        _ => String::new(),
+                    };
+                    writeln!(f, "extern {what} ({}) -> ({}){node}", join(&ext.inputs), join(&ext.outputs))?;
                 }
             }
         }

@@ -29,6 +29,20 @@
 //!   `piecewise.rs` (CPU only: a stage split where its sources change), `schedule.rs`
 //!   (fusion), `forward.rs` (a stored value folded into its only reader), `reuse.rs`
 //!   (a stored value read back where its kernel's other stages would recompute it).
+//!   `passes.rs`: the same passes by name, on a program alone ([`run_pass`]).
+//!
+//! # Filetests
+//!
+//! `tests/filetests/*.loop` pin the passes' decisions without torch: loop IR
+//! in the text form (`rdyn_ir::parse`), a `; run: cse, dce` line naming the
+//! passes ([`Pass`]) to run on it, and `; check:` / `; not:` lines matched in
+//! order against the printed result (`; error:` lines for a program the parser
+//! or a pass must reject). `cargo test -p rdyn-lowering --test filetests` runs
+//! them all (`RDYN_FILETESTS=word` those whose name contains `word`). To add
+//! one, write the IR (print a program a pass's unit test builds, or start from
+//! a file here) with its `; run:` line and a first comment saying what it
+//! pins; run it without checks, and it fails printing the result: check that
+//! the passes decided what they should, and write the checks from it.
 //!
 //! # When a lazy becomes a buffer
 //!
@@ -80,6 +94,7 @@ mod index;
 mod lazy;
 mod lower;
 mod norm;
+mod passes;
 mod permuted;
 mod piecewise;
 mod pointwise;
@@ -93,6 +108,7 @@ mod sort;
 mod testing;
 
 pub use lower::{lower, lower_with, InputLayout, LowerOptions, Lowered, NodeCounts};
+pub use passes::{run_pass, Pass, PassError};
 pub use piecewise::PIECEWISE_MIN_ELEMENTS;
 
 /// Why a node or graph could not be lowered.

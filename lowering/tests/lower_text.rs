@@ -79,7 +79,13 @@ impl Builder {
             })
             .collect();
         match lower_with(&self.graph, &layouts, &Ctx::default(), options) {
-            Ok(l) => (l.program.to_string(), l.counts),
+            Ok(l) => {
+                // Every program lowered here also reads back from its text.
+                let text = l.program.to_string();
+                let back = rdyn_ir::parse::program(&text).map(|p| p.to_string());
+                assert_eq!(back, Ok(text.clone()));
+                (text, l.counts)
+            }
             Err(e) => (format!("error: {e}"), Default::default()),
         }
     }

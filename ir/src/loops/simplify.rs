@@ -26,12 +26,65 @@
 //! - `Scalars::rounded`: a float16/bfloat16 value rounded to its dtype where it was
 //!   computed, for readers that stand for eager reading a stored tensor (a GEMM
 //!   operand); other fused readers read the float32 value.
+//!
+//! `Program::simplify` rebuilds a whole program through these constructors
+//! (for nodes that were added without them: text written by hand).
 
-use super::{BinaryOp, ScalarId, ScalarOp, Scalars, UnaryOp};
+use std::collections::HashMap;
+
+use super::{BinaryOp, Program, ScalarId, ScalarOp, Scalars, Step, UnaryOp};
 use crate::dtype::DType;
 use crate::expr::Ctx;
 
+impl Program {
+    /// Rebuild every stage's scalar DAG through the constructors below, so
+    /// that nodes added as they are (written by hand in the text form, or
+    /// by `Scalars::add` directly) get the folds lowering's nodes got as it
+    /// built them. Nodes shared between stages stay shared; the old nodes
+    /// stay in the arena, unread.
+    pub fn simplify(&mut self) {
+        let mut memo = HashMap::new();
+        for step in &mut self.steps {
+            let Step::Kernel(kernel) = step else { continue };
+            for stage in &mut kernel.stages {
+                stage.value = self.scalars.rebuild(stage.value, &mut memo);
+                for (s, _) in &mut stage.store_indirect {
+                    *s = self.scalars.rebuild(*s, &mut memo);
+                }
+            }
+        }
+    }
+}
+
 impl Scalars {
+    /// `root` rebuilt bottom-up through the folding constructors; `memo`
+    /// maps each node rebuilt so far to its new id.
+    fn rebuild(&mut self, root: ScalarId, memo: &mut HashMap<ScalarId, ScalarId>) -> ScalarId {
+        for id in self.topo(&[root]) {
+            if memo.contains_key(&id) {
+                continue;
+            }
+            let node = self.get(id).clone();
+            let get = |x: ScalarId| memo.get(&x).copied().unwrap_or(x);
+            let dtype = node.dtype;
+            let out = match node.op {
+                ScalarOp::Load { buf, index, indirect, mask } => {
+                    let indirect = indirect.into_iter().map(|(s, stride)| (get(s), stride)).collect();
+                    self.add(ScalarOp::Load { buf, index, indirect, mask: mask.map(get) }, dtype)
+                }
+                ScalarOp::Index(e) if dtype == DType::I64 => self.index(e),
+                op @ (ScalarOp::Const { .. } | ScalarOp::Index(_)) => self.add(op, dtype),
+                ScalarOp::Unary(op, x) => self.unary(op, get(x), dtype),
+                ScalarOp::Binary(op, a, b) => self.binary(op, get(a), get(b), dtype),
+                ScalarOp::Where(c, a, b) => self.select(get(c), get(a), get(b), dtype),
+                ScalarOp::Cast(x) => self.cast(get(x), dtype),
+                ScalarOp::Bounded(x, size, negatives) => self.add(ScalarOp::Bounded(get(x), size, negatives), dtype),
+            };
+            memo.insert(id, out);
+        }
+        memo.get(&root).copied().unwrap_or(root)
+    }
+
     /// `x` converted to `dtype` (no node when it already has it).
     /// `x`, a float16/bfloat16 value, rounded to its dtype where it was
     /// computed: backends compute half-precision values in float32 and

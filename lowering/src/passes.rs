@@ -1,0 +1,151 @@
+//! The passes that run on a loop-IR [`Program`] alone, by name: what a
+//! filetest's `; run:` line names (`tests/filetests.rs`). `lower_with`
+//! runs the transforming ones itself, in its own order, with its options.
+//!
+//! Every transforming pass is followed by [`verify`], whatever the build
+//! (`lower_with` verifies in debug builds only): a file that pins a pass's
+//! decision also pins that its result is well formed.
+
+use crate::ir::loops::Program;
+use crate::ir::parse::{self, ParseError};
+use crate::ir::verify::{verify, VerifyError};
+
+/// A pass over a [`Program`].
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Pass {
+    /// Print, parse back and print again: fails unless the text is the same.
+    Print,
+    /// [`verify`] alone.
+    Verify,
+    /// `Program::simplify`: every node rebuilt through the folding
+    /// constructors (`loops/simplify.rs`).
+    Simplify,
+    /// `cse.rs`: repeated stores kept once.
+    Cse,
+    /// `permuted.rs`: permuted repeats of copies as views.
+    Permuted,
+    /// `dce.rs`: dead stages dropped.
+    Dce,
+    /// `piecewise.rs` with this fewest number of elements per piece
+    /// (`piecewise=N`; `piecewise` alone: [`crate::PIECEWISE_MIN_ELEMENTS`]).
+    Piecewise(i64),
+    /// `schedule.rs`: fusion.
+    Schedule,
+    /// `forward.rs`: a stored value folded into its only reader.
+    Forward,
+    /// `reuse.rs`: a stored value read back by its kernel.
+    Reuse,
+}
+
+/// Why a pass failed.
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum PassError {
+    #[error("unknown pass `{0}` (known: print, verify, simplify, cse, permuted, dce, piecewise[=N], schedule, forward, reuse)")]
+    Unknown(String),
+    /// `verify` rejects the program as it was given: every other pass
+    /// verifies its own result.
+    #[error("malformed program: {0}")]
+    Malformed(VerifyError),
+    #[error("loop IR verification failed after {pass}: {error}")]
+    Verify { pass: &'static str, error: VerifyError },
+    #[error("the printed program does not parse back: {0}")]
+    Parse(#[from] ParseError),
+    #[error("the printed program prints differently once parsed back:\n{printed}\nparsed back:\n{reprinted}")]
+    RoundTrip { printed: String, reprinted: String },
+}
+
+impl Pass {
+    /// The pass a `; run:` line names.
+    pub fn from_name(name: &str) -> Result<Pass, PassError> {
+        Ok(match name {
+            "print" => Pass::Print,
+            "verify" => Pass::Verify,
+            "simplify" => Pass::Simplify,
+            "cse" => Pass::Cse,
+            "permuted" => Pass::Permuted,
+            "dce" => Pass::Dce,
+            "piecewise" => Pass::Piecewise(crate::PIECEWISE_MIN_ELEMENTS),
+            "schedule" => Pass::Schedule,
+            "forward" => Pass::Forward,
+            "reuse" => Pass::Reuse,
+            other => match other.strip_prefix("piecewise=").and_then(|n| n.parse().ok()) {
+                Some(min) => Pass::Piecewise(min),
+                None => return Err(PassError::Unknown(other.to_string())),
+            },
+        })
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Pass::Print => "print",
+            Pass::Verify => "verify",
+            Pass::Simplify => "simplify",
+            Pass::Cse => "cse",
+            Pass::Permuted => "permuted",
+            Pass::Dce => "dce",
+            Pass::Piecewise(_) => "piecewise",
+            Pass::Schedule => "schedule",
+            Pass::Forward => "forward",
+            Pass::Reuse => "reuse",
+        }
+    }
+
+    /// Run the pass on `program` (then [`verify`], for a transforming one).
+    pub fn run(self, program: &mut Program) -> Result<(), PassError> {
+        match self {
+            Pass::Print => return round_trip(program),
+            Pass::Verify => return verify(program).map_err(PassError::Malformed),
+            Pass::Simplify => program.simplify(),
+            Pass::Cse => crate::cse::run(program),
+            Pass::Permuted => crate::permuted::run(program),
+            Pass::Dce => crate::dce::run(program),
+            Pass::Piecewise(min) => crate::piecewise::run(program, min),
+            Pass::Schedule => crate::schedule::run(program),
+            Pass::Forward => crate::forward::run(program),
+            Pass::Reuse => crate::reuse::run(program),
+        }
+        verify(program).map_err(|error| PassError::Verify { pass: self.name(), error })
+    }
+}
+
+/// Run the pass `name` ([`Pass::from_name`]) on `program`.
+pub fn run_pass(name: &str, program: &mut Program) -> Result<(), PassError> {
+    Pass::from_name(name)?.run(program)
+}
+
+fn round_trip(program: &Program) -> Result<(), PassError> {
+    let printed = program.to_string();
+    let reprinted = parse::program(&printed)?.to_string();
+    if reprinted == printed {
+        Ok(())
+    } else {
+        Err(PassError::RoundTrip { printed, reprinted })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_read_back() {
+        let all = [
+            Pass::Print,
+            Pass::Verify,
+            Pass::Simplify,
+            Pass::Cse,
+            Pass::Permuted,
+            Pass::Dce,
+            Pass::Piecewise(crate::PIECEWISE_MIN_ELEMENTS),
+            Pass::Schedule,
+            Pass::Forward,
+            Pass::Reuse,
+        ];
+        for pass in all {
+            assert_eq!(Pass::from_name(pass.name()), Ok(pass));
+        }
+        assert_eq!(Pass::from_name("piecewise=16"), Ok(Pass::Piecewise(16)));
+        assert_eq!(Pass::from_name("fuse"), Err(PassError::Unknown("fuse".into())));
+        assert_eq!(Pass::from_name("piecewise=x"), Err(PassError::Unknown("piecewise=x".into())));
+    }
+}
