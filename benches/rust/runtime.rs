@@ -128,7 +128,7 @@ fn compile(c: &mut Criterion) {
             let lowered = rdyn_lowering::lower(black_box(&graph), &layouts, &Ctx::default());
             let planned = lowered.ok().and_then(|l| {
                 let mem = rdyn_memplan::plan(&l.program, &Ctx::default()).ok()?;
-                rdyn_codegen_cpu::plan::plan(&l.program, &mem, &Ctx::default()).ok()
+                rdyn_codegen_cpu::build::plan(&l.program, &mem, &Ctx::default()).ok()
             });
             black_box(planned.is_some())
         })

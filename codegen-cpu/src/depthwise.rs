@@ -11,17 +11,9 @@
 use rdyn_ir::loops::BufId;
 use rdyn_ir::DType;
 
-use crate::exec::Memory;
-use crate::plan::BufPlan;
+use crate::plan::{BufPlan, Geometry};
+use crate::tile::Memory;
 use crate::CodegenError;
-
-/// Stride, padding and dilation, as (height, width).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Geometry {
-    pub stride: [i64; 2],
-    pub padding: [i64; 2],
-    pub dilation: [i64; 2],
-}
 
 /// Below this many multiply-adds a convolution runs on the calling thread.
 const PARALLEL_MIN_MACS: i64 = 1 << 15;

@@ -12,7 +12,7 @@ use rdyn_ir::loops::BufId;
 use rdyn_ir::DType;
 
 use crate::blas;
-use crate::exec::Memory;
+use crate::tile::Memory;
 use crate::CodegenError;
 
 /// `out = scale · (a @ b)`; 2-D, or 3-D batched with matching batch sizes.

@@ -3,7 +3,7 @@
 //!
 //! [`plan::plan`] turns a program (with concrete sizes) into a
 //! [`plan::CpuProgram`], once per specialization: each kernel a set of register
-//! programs over tiles of up to [`exec::TILE`] (1024) lanes, so every operation is
+//! programs over tiles of up to [`tile::TILE`] (1024) lanes, so every operation is
 //! one tight, auto-vectorised loop and no dispatch happens per element.
 //! [`exec::run_kernel`] runs a kernel on raw buffer addresses; [`gemm::run_gemm`]
 //! runs matrix products.
@@ -33,10 +33,12 @@
 //! ones it was built for (the runtime's guards ensure it).
 
 pub mod blas;
+pub mod build;
 pub mod depthwise;
 pub mod exec;
 mod fastmath;
 pub mod gemm;
+mod index;
 pub mod jit;
 mod lower_kernel;
 mod ops;
@@ -47,6 +49,7 @@ pub mod search;
 pub mod sort;
 pub mod special;
 mod split;
+pub mod tile;
 mod transpose;
 
 /// Why a CPU plan could not be built or run.

@@ -249,7 +249,7 @@ pub(crate) fn kernel_plan(
         && kernel.stages.len() == 1
         && (stages[0].accumulate.is_some() || !reads_storage_of(program, kernel.stages[0].value, kernel.stages[0].out));
     let tile = match (serial, columns) {
-        (true, _) if tiled_serial => crate::exec::TILE.min(new_outer.last().copied().unwrap_or(1).max(1) as usize),
+        (true, _) if tiled_serial => crate::tile::TILE.min(new_outer.last().copied().unwrap_or(1).max(1) as usize),
         (true, _) => 1,
         (false, Some(tile)) => tile,
         (false, None) => outer_tile(&new_outer, mode, &stages, crate::parallel::threads()),
@@ -270,13 +270,13 @@ pub(crate) fn kernel_plan(
     Ok(kernel)
 }
 
-/// The tile of a parallel kernel: [`crate::exec::TILE`] lanes, narrower
+/// The tile of a parallel kernel: [`crate::tile::TILE`] lanes, narrower
 /// when an outer-tiled kernel has too few rows to give each thread two
 /// tiles (a column reduction `[1, 1024]` over many rows would otherwise be
 /// one tile, on one thread). Never below 64 lanes, a multiple of 16.
 fn outer_tile(outer: &[i64], mode: TileMode, stages: &[StagePlan], threads: usize) -> usize {
     const NARROWEST: usize = 64;
-    let full = crate::exec::TILE;
+    let full = crate::tile::TILE;
     let Some(&last) = outer.last().filter(|_| mode == TileMode::Outer) else {
         return full;
     };
@@ -285,7 +285,7 @@ fn outer_tile(outer: &[i64], mode: TileMode, stages: &[StagePlan], threads: usiz
     let per_point = stages.iter().map(StagePlan::points_per_outer).max().unwrap_or(1);
     let want = 2 * threads;
     let items = rows * last.div_ceil(full);
-    if threads < 2 || items >= want || rows * last * per_point < crate::exec::PARALLEL_MIN_WORK {
+    if threads < 2 || items >= want || rows * last * per_point < crate::tile::PARALLEL_MIN_WORK {
         return full;
     }
     let per_row = want.div_ceil(rows);
@@ -325,7 +325,7 @@ fn column_tile(outer: &[i64], mode: TileMode, stages: &[StagePlan]) -> Option<us
     if outer[m - 1] * widest <= L1_BYTES {
         return None;
     }
-    let tile = ((L1_BYTES / widest) as usize / 16 * 16).clamp(32, crate::exec::TILE);
+    let tile = ((L1_BYTES / widest) as usize / 16 * 16).clamp(32, crate::tile::TILE);
     // A column as wide as the rows is the rows themselves.
     (tile < outer[m - 1] as usize).then_some(tile)
 }

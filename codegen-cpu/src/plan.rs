@@ -18,78 +18,14 @@
 //! ([`kernels_planned`]), so tests can pin that GPU devices plan none.
 
 use std::fmt::Write;
-use std::sync::atomic::{AtomicU64, Ordering};
 
-use rdyn_ir::loops::{
-    BinaryOp, BufId, ExternKind, Negatives, Program, ReduceOp, ScalarId, ScalarOp, ScanOp, SortSpec, Step, UnaryOp,
-};
-use rdyn_ir::{Atom, Ctx, DType, Expr, Kind, Var};
+use rdyn_ir::loops::{BinaryOp, BufId, Negatives, Program, ReduceOp, ScalarId, ScalarOp, ScanOp, SortSpec, UnaryOp};
+use rdyn_ir::{DType, Kind};
 
-use rdyn_memplan::MemPlan;
 pub(crate) use rdyn_memplan::{storage_root, BufPlan};
 
-use crate::CodegenError;
-
-/// A register number.
-pub type Reg = u16;
-
-/// An index as a function of the stage variables: an affine part
-/// `c0 + Σ coef·var` plus, when needed, a residual expression of the terms
-/// that are not affine (divisions and moduli from reshapes and pooling).
-#[derive(Clone, Debug)]
-pub struct IndexFn {
-    pub c0: i64,
-    pub coefs: Vec<(u32, i64)>,
-    pub rest: Option<Expr>,
-}
-
-impl IndexFn {
-    pub fn new(expr: &Expr) -> IndexFn {
-        let mut coefs = Vec::new();
-        let mut rest = Expr::zero();
-        for (atom, coef) in expr.terms() {
-            match atom {
-                Atom::Var(v) => coefs.push((v.0, *coef)),
-                other => rest = rest.add(&Expr::atom_expr(other.clone()).scale(*coef)),
-            }
-        }
-        IndexFn { c0: expr.constant(), coefs, rest: if rest.is_const(0) { None } else { Some(rest) } }
-    }
-
-    #[inline]
-    pub fn eval(&self, env: &[i64]) -> i64 {
-        let affine = self.coefs.iter().fold(self.c0, |acc, (v, c)| acc + c * env[*v as usize]);
-        match &self.rest {
-            None => affine,
-            Some(e) => affine + e.eval(env, &[]),
-        }
-    }
-
-    /// Step per unit of `var`, when the index is affine in it.
-    pub fn step(&self, var: u32) -> Option<i64> {
-        if self.rest.as_ref().is_some_and(|e| e.mentions_var(Var(var))) {
-            return None;
-        }
-        Some(self.coefs.iter().find(|(v, _)| *v == var).map_or(0, |(_, c)| *c))
-    }
-
-    pub fn is_affine(&self) -> bool {
-        self.rest.is_none()
-    }
-}
-
-impl std::fmt::Display for IndexFn {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let mut e = Expr::c(self.c0);
-        for (v, c) in &self.coefs {
-            e = e.add(&Expr::v(*v).scale(*c));
-        }
-        if let Some(rest) = &self.rest {
-            e = e.add(rest);
-        }
-        write!(f, "{e}")
-    }
-}
+pub use crate::index::{IndexFn, Reg};
+use crate::jit::stage::{JitStage, Rows};
 
 #[derive(Clone, Debug)]
 pub enum InstOp {
@@ -145,7 +81,7 @@ pub struct StagePlan {
     /// Registers holding constants (filled once per thread, never written).
     pub consts: Vec<(Reg, InstOp)>,
     /// The register program as machine code, when the JIT compiled it.
-    pub jit: Option<crate::jit::JitStage>,
+    pub jit: Option<JitStage>,
     /// Instructions whose value is the same on every lane of a tile along
     /// `.0` (broadcast loads, constants, arithmetic on them): the executor
     /// computes one lane and copies it.
@@ -232,7 +168,32 @@ pub struct KernelPlan {
     pub columns: bool,
     /// Every stage is a copy into the transposed layout, run as blocked
     /// transposes instead of tiles ([`crate::transpose`]).
-    pub transpose: Option<Vec<crate::transpose::TransposeCopy>>,
+    pub transpose: Option<Vec<TransposeCopy>>,
+}
+
+/// Stride, padding and dilation, as (height, width).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Geometry {
+    pub stride: [i64; 2],
+    pub padding: [i64; 2],
+    pub dilation: [i64; 2],
+}
+
+/// One stage of a transposing copy: over the kernel's outer ranges,
+/// `dst[.. + b * dst_b + a] = src[.. + a * src_a + b]`.
+#[derive(Clone, Debug)]
+pub struct TransposeCopy {
+    pub(crate) src: BufId,
+    pub(crate) dst: BufId,
+    pub(crate) itemsize: usize,
+    /// The outer variable along which the store steps by one element.
+    pub(crate) a: usize,
+    /// The outer variable along which the load steps by one element.
+    pub(crate) b: usize,
+    pub(crate) src_index: IndexFn,
+    pub(crate) dst_index: IndexFn,
+    pub(crate) src_a: i64,
+    pub(crate) dst_b: i64,
 }
 
 #[derive(Clone, Debug)]
@@ -250,7 +211,7 @@ pub enum CpuStep {
         x: BufId,
         w: BufId,
         out: BufId,
-        geometry: crate::depthwise::Geometry,
+        geometry: Geometry,
     },
     /// rdyn's scan kernel ([`crate::scan`]): `outs[0]` the running values,
     /// `outs[1]` the indices of max and min.
@@ -292,109 +253,6 @@ pub struct CpuProgram {
     pub steps: Vec<CpuStep>,
 }
 
-static KERNELS_PLANNED: AtomicU64 = AtomicU64::new(0);
-static STAGES_COMPILED: AtomicU64 = AtomicU64::new(0);
-static STAGES_INTERPRETED: AtomicU64 = AtomicU64::new(0);
-
-/// What this process has planned for the CPU so far.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct PlanCounts {
-    /// Kernels planned (tests pin that a CUDA or wgpu specialization plans
-    /// none of its own kernels for the CPU).
-    pub kernels: u64,
-    /// Stages compiled to machine code by the JIT.
-    pub stages_compiled: u64,
-    /// Stages left to the tile interpreter (blocked transposes, which run
-    /// as native copies, are neither).
-    pub stages_interpreted: u64,
-}
-
-/// The process's [`PlanCounts`].
-pub fn plan_counts() -> PlanCounts {
-    PlanCounts {
-        kernels: KERNELS_PLANNED.load(Ordering::Relaxed),
-        stages_compiled: STAGES_COMPILED.load(Ordering::Relaxed),
-        stages_interpreted: STAGES_INTERPRETED.load(Ordering::Relaxed),
-    }
-}
-
-/// Plan every step of `program` for the CPU, over `mem`'s buffers.
-pub fn plan(program: &Program, mem: &MemPlan, syms: &Ctx) -> Result<CpuProgram, CodegenError> {
-    let steps = plan_steps(program, mem, syms, |_| true)?.into_iter().map(|(_, step)| step).collect();
-    Ok(CpuProgram { steps })
-}
-
-/// Plan the steps of `program` that `keep` selects (by step index), with
-/// their indices; kernels keep their program-wide names (`k3`).
-pub fn plan_steps(
-    program: &Program,
-    mem: &MemPlan,
-    syms: &Ctx,
-    keep: impl Fn(usize) -> bool,
-) -> Result<Vec<(usize, CpuStep)>, CodegenError> {
-    let buffers = &mem.buffers;
-    let mut indices = Vec::new();
-    let mut steps = Vec::new();
-    let mut kernel_count = 0;
-    for (i, step) in program.steps.iter().enumerate() {
-        let name = format!("k{kernel_count}");
-        kernel_count += matches!(step, Step::Kernel(_)) as usize;
-        if !keep(i) {
-            continue;
-        }
-        indices.push(i);
-        steps.push(match step {
-            Step::Kernel(kernel) => {
-                KERNELS_PLANNED.fetch_add(1, Ordering::Relaxed);
-                CpuStep::Kernel(crate::lower_kernel::kernel_plan(program, buffers, kernel, syms, name)?)
-            }
-            Step::Extern(ext) => extern_step(ext),
-        });
-    }
-    crate::jit::compile_program(&mut steps, buffers);
-    for step in &steps {
-        let CpuStep::Kernel(kernel) = step else { continue };
-        if kernel.transpose.is_some() {
-            continue;
-        }
-        let compiled = kernel.stages.iter().filter(|s| s.jit.is_some()).count() as u64;
-        STAGES_COMPILED.fetch_add(compiled, Ordering::Relaxed);
-        STAGES_INTERPRETED.fetch_add(kernel.stages.len() as u64 - compiled, Ordering::Relaxed);
-    }
-    Ok(indices.into_iter().zip(steps).collect())
-}
-
-fn extern_step(ext: &rdyn_ir::loops::Extern) -> CpuStep {
-    match &ext.kind {
-        ExternKind::Gemm { scale_bits } => CpuStep::Gemm {
-            a: ext.inputs[0],
-            b: ext.inputs[1],
-            out: ext.outputs[0],
-            scale: f64::from_bits(*scale_bits),
-        },
-        ExternKind::DepthwiseConv2d { stride, padding, dilation } => CpuStep::Depthwise {
-            x: ext.inputs[0],
-            w: ext.inputs[1],
-            out: ext.outputs[0],
-            geometry: crate::depthwise::Geometry { stride: *stride, padding: *padding, dilation: *dilation },
-        },
-        ExternKind::Scan { op, dim } => {
-            CpuStep::Scan { op: *op, dim: *dim, x: ext.inputs[0], outs: ext.outputs.clone() }
-        }
-        ExternKind::Sort(spec) => CpuStep::Sort { spec: *spec, x: ext.inputs[0], outs: ext.outputs.clone() },
-        ExternKind::Search { right } => {
-            CpuStep::Search { right: *right, seq: ext.inputs[0], values: ext.inputs[1], out: ext.outputs[0] }
-        }
-        ExternKind::Library { node, target } | ExternKind::Fallback { node, target } => CpuStep::Host {
-            node: *node,
-            target: target.clone(),
-            fallback: matches!(ext.kind, ExternKind::Fallback { .. }),
-            inputs: ext.inputs.clone(),
-            outputs: ext.outputs.clone(),
-        },
-    }
-}
-
 impl CpuProgram {
     /// The kernel plan as text: what `RDYN_LOG=kernels` and `explain()` show.
     pub fn kernel_source(kernel: &KernelPlan) -> String {
@@ -420,7 +278,7 @@ impl CpuProgram {
                 None => String::new(),
             };
             let jit = match &stage.jit {
-                Some(j) if j.rows == crate::jit::Rows::Points => " [jit rows]",
+                Some(j) if j.rows == Rows::Points => " [jit rows]",
                 Some(_) => " [jit]",
                 None => "",
             };

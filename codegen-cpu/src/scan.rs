@@ -20,8 +20,8 @@
 use rdyn_ir::loops::{BufId, ScanOp};
 use rdyn_ir::DType;
 
-use crate::exec::Memory;
 use crate::plan::BufPlan;
+use crate::tile::Memory;
 use crate::CodegenError;
 
 /// Below this many elements a scan runs on the calling thread.

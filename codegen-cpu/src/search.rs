@@ -11,7 +11,7 @@
 use rdyn_ir::loops::BufId;
 use rdyn_ir::DType;
 
-use crate::exec::Memory;
+use crate::tile::Memory;
 use crate::CodegenError;
 
 /// Values per block of work.

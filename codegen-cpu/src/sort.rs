@@ -20,7 +20,7 @@
 use rdyn_ir::loops::{BufId, SortSelect, SortSpec};
 use rdyn_ir::DType;
 
-use crate::exec::Memory;
+use crate::tile::Memory;
 use crate::CodegenError;
 
 /// Up to this many leading elements (a small topk) are kept sorted as they

@@ -16,10 +16,8 @@
 //! tried and dropped: 57 to 55 µs, the 4-lane arithmetic, not the
 //! gathers, being what that kernel waits on.
 
-use rdyn_ir::loops::BufId;
-
-use crate::exec::Memory;
-use crate::plan::{storage_root, BufPlan, IndexFn, InstOp, KernelPlan, TileMode};
+use crate::plan::{storage_root, BufPlan, IndexFn, InstOp, KernelPlan, TileMode, TransposeCopy};
+use crate::tile::Memory;
 
 /// Block edge: a 64 x 64 block of float32 is 16 KiB on each side, in L1.
 const BLOCK: usize = 64;
@@ -27,23 +25,6 @@ const BLOCK: usize = 64;
 /// Outer dimensions a transposing copy may have (a block's point lives on
 /// the stack: no allocation per block).
 const MAX_DIMS: usize = 16;
-
-/// One stage of a transposing copy: over the kernel's outer ranges,
-/// `dst[.. + b * dst_b + a] = src[.. + a * src_a + b]`.
-#[derive(Clone, Debug)]
-pub struct TransposeCopy {
-    src: BufId,
-    dst: BufId,
-    itemsize: usize,
-    /// The outer variable along which the store steps by one element.
-    a: usize,
-    /// The outer variable along which the load steps by one element.
-    b: usize,
-    src_index: IndexFn,
-    dst_index: IndexFn,
-    src_a: i64,
-    dst_b: i64,
-}
 
 /// The stages of `kernel` as transposing copies, when every stage is one.
 pub(crate) fn detect(kernel: &KernelPlan, bufs: &[BufPlan]) -> Option<Vec<TransposeCopy>> {
@@ -143,7 +124,7 @@ fn run_one(copy: &TransposeCopy, outer: &[i64], mem: &Memory) {
             }
         }
     };
-    if items == 1 || na * nb * heads < crate::exec::PARALLEL_MIN_WORK {
+    if items == 1 || na * nb * heads < crate::tile::PARALLEL_MIN_WORK {
         (0..items).for_each(item);
     } else {
         crate::parallel::for_each(items, &item);

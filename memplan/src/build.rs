@@ -184,3 +184,108 @@ fn assign_arena(program: &Program, buffers: &mut [BufPlan], once: &[bool]) -> us
     }
     total
 }
+
+#[cfg(test)]
+mod tests {
+    use rdyn_ir::{Ctx, Sym};
+
+    use super::*;
+
+    fn program(text: &str) -> Program {
+        rdyn_ir::parse::program(text).expect("the test program parses")
+    }
+
+    /// `x → a = exp(x) → b = -a → out = b + 1`: `a` and `out`'s producer
+    /// overlap only through `b`, so `a`'s block is free again when `out`'s
+    /// kernel would need one; the output is a host tensor.
+    const CHAIN: &str = "\
+buf0: float32[64] strides [1] offset 0 (input 0)
+buf1: float32[64] strides [1] offset 0 (temp)
+buf2: float32[64] strides [1] offset 0 (temp)
+buf3: float32[64] strides [1] offset 0 (temp)
+buf4: float32[64] strides [1] offset 0 (temp)
+kernel k0 outer [64]
+  buf1[i0] = stage inner []:
+    t0: float32 = load buf0[i0]
+    t1: float32 = exp t0
+    -> t1
+kernel k1 outer [64]
+  buf2[i0] = stage inner []:
+    t2: float32 = load buf1[i0]
+    t3: float32 = neg t2
+    -> t3
+kernel k2 outer [64]
+  buf3[i0] = stage inner []:
+    t4: float32 = load buf2[i0]
+    t5: float32 = exp t4
+    -> t5
+kernel k3 outer [64]
+  buf4[i0] = stage inner []:
+    t6: float32 = load buf3[i0]
+    t7: float32 = neg t6
+    -> t7
+return (buf4)
+";
+
+    #[test]
+    fn dead_temporaries_share_arena_space_and_outputs_are_host_tensors() {
+        let mem = plan(&program(CHAIN), &Ctx::default()).expect("plans");
+        let storage = |b: usize| mem.buffers[b].storage.clone();
+        assert_eq!(storage(0), Storage::Input(0));
+        assert_eq!(storage(4), Storage::Host);
+        // buf1 is dead once k1 ran, so buf3 (written by k2) takes its block.
+        assert_eq!(storage(1), Storage::Arena(0));
+        assert_eq!(storage(2), Storage::Arena(256));
+        assert_eq!(storage(3), Storage::Arena(0));
+        assert_eq!(mem.arena_bytes, 512);
+        assert_eq!(mem.once, vec![false; 4]);
+    }
+
+    #[test]
+    fn an_input_free_kernel_runs_once_and_keeps_its_block() {
+        // k0 reads nothing (an `arange`), so its buffer is computed once
+        // per arena and no later buffer may reuse its space.
+        let text = "\
+buf0: float32[16] strides [1] offset 0 (input 0)
+buf1: int64[16] strides [1] offset 0 (temp)
+buf2: float32[16] strides [1] offset 0 (temp)
+buf3: float32[16] strides [1] offset 0 (temp)
+kernel k0 outer [16]
+  buf1[i0] = stage inner []:
+    t0: int64 = index i0
+    -> t0
+kernel k1 outer [16]
+  buf2[i0] = stage inner []:
+    t1: float32 = load buf0[i0]
+    t2: float32 = exp t1
+    -> t2
+kernel k2 outer [16]
+  buf3[i0] = stage inner []:
+    t3: float32 = load buf2[i0]
+    t4: int64 = load buf1[i0]
+    t5: float32 = cast t4
+    t6: float32 = add t3, t5
+    -> t6
+return (buf3)
+";
+        let mem = plan(&program(text), &Ctx::default()).expect("plans");
+        assert_eq!(mem.once, vec![true, false, false]);
+        let arena = |b: usize| match mem.buffers[b].storage {
+            Storage::Arena(offset) => Some(offset),
+            _ => None,
+        };
+        assert!(arena(1).is_some() && arena(2).is_some(), "{:?}", mem.buffers);
+        assert_ne!(arena(1), arena(2));
+        assert_eq!(step_io(&program(text), &mem.buffers, &program(text).steps[2]), (vec![2, 1], vec![3]));
+    }
+
+    #[test]
+    fn a_symbolic_size_is_an_error_naming_it() {
+        let text = CHAIN.replace("buf2: float32[64]", "buf2: float32[s0]");
+        let err = plan(&program(&text), &Ctx::default()).expect_err("s0 is unbound");
+        assert!(err.to_string().contains("concrete buffer size s0"), "{err}");
+        let mut ctx = Ctx::default();
+        ctx.sym_values.insert(Sym(0), 64);
+        assert!(plan(&program(&text), &ctx).is_ok());
+    }
+}

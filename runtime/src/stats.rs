@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
-use rdyn_codegen_cpu::plan::{plan_counts, PlanCounts};
+use rdyn_codegen_cpu::build::{plan_counts, PlanCounts};
 use rdyn_lowering::NodeCounts;
 
 #[derive(Default)]

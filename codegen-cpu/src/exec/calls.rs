@@ -14,7 +14,7 @@
 //! once per point of any other reduction dimensions).
 
 use super::{exec_inst, indirect, Memory, Scratch, Tile};
-use crate::jit::{JitLoad, JitStage};
+use crate::jit::stage::{JitLoad, JitStage};
 use crate::plan::StagePlan;
 
 /// Run a compiled stage's function for `len` lanes at the current point

@@ -5,7 +5,7 @@ use half::{bf16, f16};
 use rdyn_ir::loops::BinaryOp;
 use rdyn_ir::DType;
 
-use super::Tile;
+use super::regs::Tile;
 use crate::ops;
 
 #[inline(always)]

@@ -22,104 +22,26 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use rdyn_ir::loops::{Negatives, ReduceOp};
-use rdyn_ir::{DType, Kind};
+use rdyn_ir::DType;
 
 mod calls;
 mod convert;
 mod indirect;
 mod reduce;
+mod regs;
 mod rows;
 mod spare;
 
 use calls::{call_jit, call_jit_rows, run_jit};
 use convert::{accumulate_tile, cast, fill_f, fill_i, load, select, wrap, write_f64, write_i64};
-pub(crate) use reduce::FOLD_LANES;
 use reduce::{combine_lanes, fold_lanes, fold_tile, init_acc};
+use regs::{Scratch, Tile};
 
-use crate::jit::{JitStage, Output, Rows};
+use crate::jit::stage::{JitStage, Output, Rows};
 use crate::ops;
-use crate::plan::{BufPlan, IndexFn, Inst, InstOp, KernelPlan, StagePlan, TileMode};
-
-/// Lanes per tile (the default for parallel kernels).
-pub const TILE: usize = 1024;
-/// Below this many elements a kernel runs on the calling thread.
-pub(crate) const PARALLEL_MIN_WORK: usize = 1 << 15;
-
-#[derive(Clone, Debug)]
-enum Tile {
-    F32(Vec<f32>),
-    F64(Vec<f64>),
-    I64(Vec<i64>),
-}
-
-impl Tile {
-    /// Copy lane 0 to lanes `1..len`.
-    fn splat(&mut self, len: usize) {
-        match self {
-            Tile::F32(v) => splat_lane(v, len),
-            Tile::F64(v) => splat_lane(v, len),
-            Tile::I64(v) => splat_lane(v, len),
-        }
-    }
-
-    fn new(kind: Kind, len: usize) -> Tile {
-        spare::take(kind, len)
-    }
-}
-
-/// Per-thread registers and scratch.
-struct Scratch {
-    regs: Vec<Vec<Tile>>,
-    env: Vec<i64>,
-    lane_index: Vec<i64>,
-    acc: Tile,
-    acc_index: Vec<i64>,
-    error: bool,
-    /// Load addresses for a compiled stage.
-    addrs: Vec<i64>,
-}
-
-impl Scratch {
-    /// Registers of `lanes` elements: as wide as the kernel's tiles get,
-    /// not the maximum tile (short rows would otherwise pay for the maximum).
-    fn new(kernel: &KernelPlan, vars: usize, lanes: usize) -> Scratch {
-        Scratch {
-            regs: kernel
-                .stages
-                .iter()
-                .map(|s| {
-                    let mut regs: Vec<Tile> = s.regs.iter().map(|k| Tile::new(*k, lanes)).collect();
-                    for (reg, op) in &s.consts {
-                        let tile = &mut regs[*reg as usize];
-                        match op {
-                            InstOp::ConstF(x) => fill_f(tile, *x, lanes),
-                            InstOp::ConstI(x) => fill_i(tile, *x, lanes),
-                            _ => {}
-                        }
-                    }
-                    regs
-                })
-                .collect(),
-            env: vec![0; vars + 1],
-            lane_index: spare::take_i64(lanes),
-            acc: Tile::new(Kind::F64, lanes),
-            acc_index: spare::take_i64(lanes),
-            error: false,
-            addrs: Vec::new(),
-        }
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        for tile in self.regs.drain(..).flatten() {
-            spare::give(tile);
-        }
-        spare::give(std::mem::replace(&mut self.acc, Tile::F32(Vec::new())));
-        spare::give(Tile::I64(std::mem::take(&mut self.lane_index)));
-        spare::give(Tile::I64(std::mem::take(&mut self.acc_index)));
-    }
-}
+use crate::plan::{IndexFn, Inst, InstOp, KernelPlan, StagePlan, TileMode};
+use crate::tile::Memory;
+use crate::tile::{FOLD_LANES, PARALLEL_MIN_WORK};
 
 /// The widest tile `kernel` evaluates.
 fn lanes(kernel: &KernelPlan) -> usize {
@@ -140,12 +62,6 @@ fn lanes(kernel: &KernelPlan) -> usize {
             .unwrap_or(1),
     };
     widest.min(kernel.tile).max(1)
-}
-
-/// Addresses and layouts of the buffers, by buffer id.
-pub struct Memory<'a> {
-    pub ptrs: &'a [usize],
-    pub bufs: &'a [BufPlan],
 }
 
 /// Run `kernel`. Returns false if a data-dependent index was out of range or
@@ -210,13 +126,6 @@ fn interpreted_weight(stage: &StagePlan) -> usize {
         1
     } else {
         stage.insts.len().max(1)
-    }
-}
-
-fn splat_lane<T: Copy>(v: &mut [T], len: usize) {
-    let len = len.min(v.len());
-    if let Some((first, rest)) = v[..len].split_first_mut() {
-        rest.fill(*first);
     }
 }
 

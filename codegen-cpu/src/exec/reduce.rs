@@ -16,8 +16,9 @@
 use rdyn_ir::loops::ReduceOp;
 use rdyn_ir::Kind;
 
-use super::Tile;
+use super::regs::Tile;
 use crate::ops::{self, Reducible};
+use crate::tile::FOLD_LANES;
 
 /// `$body` with `$c` bound to `$op` as a constant, once per op.
 macro_rules! by_op {
@@ -33,10 +34,6 @@ macro_rules! by_op {
         }
     };
 }
-
-/// Partials of a reduction along the tile (all but arg reductions): tile
-/// lane l combines into partial l % FOLD_LANES, in lane order.
-pub const FOLD_LANES: usize = 32;
 
 /// Combine a tile of `len` values into the FOLD_LANES partials: each
 /// partial first reduces its lanes of this tile (from the identity), then

@@ -14,7 +14,7 @@
 //! can (not scatters or accumulations).
 
 use super::{advance, call_jit_rows, f32_output, run_stage_inner, run_stage_outer, unravel, Memory, Scratch};
-use crate::jit::Rows;
+use crate::jit::stage::Rows;
 use crate::plan::{KernelPlan, StagePlan, TileMode};
 
 /// Lanes one call covers at most: a stage's rows stay in L1 for the next

@@ -12,7 +12,7 @@ use std::cell::RefCell;
 
 use rdyn_ir::Kind;
 
-use super::Tile;
+use super::regs::Tile;
 
 /// Spare tiles kept per kind and thread; beyond this they are freed.
 const KEEP: usize = 256;

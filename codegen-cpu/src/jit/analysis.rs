@@ -12,11 +12,12 @@
 //! passes.
 
 use cranelift_codegen::ir::condcodes::IntCC;
-use rdyn_ir::loops::{BinaryOp, BufId, UnaryOp};
+use rdyn_ir::loops::{BinaryOp, UnaryOp};
 use rdyn_ir::{DType, Kind};
 
-use crate::exec::TILE;
+use super::stage::JitLoad;
 use crate::plan::{IndexFn, InstOp, Reg, StagePlan};
+use crate::tile::TILE;
 
 /// What a definition holds in the compiled code.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -254,21 +255,6 @@ fn compared(stage: &StagePlan, i: usize) -> bool {
 /// [`Class::Pre`] instruction wrote (the last instruction writing it).
 fn pre_register(stage: &StagePlan, a: &Analysis, r: Reg) -> bool {
     stage.insts.iter().rposition(|inst| inst.dst == r).is_some_and(|i| a.class[i] == Class::Pre)
-}
-
-/// A load the compiled function reads from an address the executor
-/// computes: buffer (`None`: an integer index, whose value is passed),
-/// index, element size, and indirect parts (registers of [`Class::Pre`]
-/// instructions, lane 0, times their strides). Registers are reused, so
-/// the address is taken after the first `pre_before` of the stage's `Pre`
-/// instructions ran, and before the rest.
-#[derive(Clone)]
-pub(crate) struct JitLoad {
-    pub buf: Option<BufId>,
-    pub index: IndexFn,
-    pub size: i64,
-    pub indirect: Vec<(Reg, i64)>,
-    pub pre_before: usize,
 }
 
 /// A stage the JIT can compile: its analysis, and its compiled loads in

@@ -26,9 +26,9 @@ use super::emit::{Em, Pool};
 use super::long::{compare_long, load_long, long_operand, splat_long, Long};
 use super::memory::{load, masked_load, store_value};
 use super::phases::Phases;
-use super::Output;
-use crate::exec::{FOLD_LANES, TILE};
+use super::stage::Output;
 use crate::plan::{InstOp, Reg, StagePlan};
+use crate::tile::{FOLD_LANES, TILE};
 
 /// Values of definitions at one width.
 #[derive(Clone)]

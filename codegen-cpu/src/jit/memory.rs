@@ -14,7 +14,7 @@ use rdyn_ir::DType;
 
 use super::emit::Em;
 use super::lower::combine;
-use super::Output;
+use super::stage::Output;
 
 /// Load group `group`'s lanes; `p` is the load at the iteration's first lane.
 pub(super) fn load(em: &mut Em, p: Value, group: i64, step: i64, dtype: DType) -> Value {

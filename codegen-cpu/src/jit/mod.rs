@@ -65,6 +65,7 @@ mod long;
 mod lower;
 mod memory;
 mod phases;
+pub(crate) mod stage;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
@@ -80,119 +81,12 @@ use cranelift_jit::{JITBuilder, JITModule};
 use rdyn_ir::loops::{BufId, ReduceOp, UnaryOp};
 use rdyn_ir::DType;
 
-pub(crate) use analysis::JitLoad;
 use analysis::Supported;
 use lower::RowSteps;
+use stage::{Code, JitLoad, JitStage, Output, Rows, StageFn};
 
-use crate::exec::TILE;
 use crate::plan::{storage_root, BufPlan, CpuStep, IndexFn, InstOp, KernelPlan, StagePlan, TileMode};
-
-/// `fn(load addresses, output, lanes, constants, rows)`: `addrs[k]` is the
-/// byte address of lane 0 of the stage's k-th load; the output is lane 0 of
-/// what [`Output`] names; the constants are [`JitStage::constants`]. A
-/// stage compiled for rows ([`JitStage::rows`]) repeats for `rows` rows,
-/// each a fixed step after the previous one; any other takes `rows = 1`.
-pub(crate) type StageFn = unsafe extern "C" fn(*const i64, *mut f32, i64, *const u32, i64);
-
-/// What a compiled stage does with its value.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Output {
-    /// Writes the value register.
-    Value,
-    /// Stores into the stage's float32 output, `step` elements apart (a
-    /// pointwise stage whose store walks the tile with a constant step).
-    Store(i64),
-    /// Stores a mask into the stage's bool output (bytes 0 or 1), `step`
-    /// elements apart: a comparison kept for later (a dropout's mask).
-    StoreMask(i64),
-    /// Combines lane by lane into the reduction's accumulator (lanes are
-    /// output points: a reduction over an outer tile).
-    Accumulate(ReduceOp),
-    /// Combines the tile into the reduction's 32 accumulator lanes, lane l
-    /// into l % 32 (lanes run along the reduction).
-    Fold(ReduceOp),
-    /// The whole reduction in one call (one tile of at least 16 lanes): the
-    /// 32 partials as for `Fold`, then folded in the executor's pairwise
-    /// order and stored to the stage's float32 output, so no accumulator,
-    /// fold or store is left to the executor.
-    FoldStore(ReduceOp),
-}
-
-/// What one call of a compiled stage may cover beyond one tile at one
-/// point; every address steps by a constant per row (see `row_steps`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Rows {
-    /// One tile, at the executor's current point.
-    One,
-    /// Consecutive points of the next-to-last outer dimension (outer tiles)
-    /// or of the last (inner tiles); a kernel runs so when all its stages
-    /// can (`exec/rows.rs`).
-    Points,
-    /// An [`Output::Accumulate`] stage's whole reduction: one reduction
-    /// step per row, the accumulator the same.
-    Reduction,
-}
-
-/// A compiled stage.
-#[derive(Clone)]
-pub struct JitStage {
-    pub(crate) func: StageFn,
-    /// The variable the lanes walk (`None`: the stage has one lane).
-    pub(crate) tile_var: Option<usize>,
-    /// Per compiled load, in instruction order, what its address is.
-    pub(crate) loads: Vec<analysis::JitLoad>,
-    /// Instructions the executor runs on one lane before each call (their
-    /// registers feed the loads' indirect parts).
-    pub(crate) pre: Vec<usize>,
-    pub(crate) output: Output,
-    /// What one call may cover beyond one tile.
-    pub(crate) rows: Rows,
-    /// The function's constants (bit patterns), read on entry.
-    pub(crate) constants: Arc<[u32]>,
-    _code: Arc<Code>,
-}
-
-impl JitStage {
-    /// Whether a call for several rows reads each row's load addresses
-    /// from a table the executor fills (rows picked by [`Self::pre`], a
-    /// gather's row ids; see `row_steps`) rather than stepping them itself.
-    pub(crate) fn table(&self) -> bool {
-        !self.pre.is_empty()
-    }
-
-    /// Whether the compiled lanes walk `tile_var`, the executor's tile.
-    pub(crate) fn walks(&self, tile_var: usize) -> bool {
-        self.tile_var.is_none_or(|v| v == tile_var)
-    }
-}
-
-impl std::fmt::Debug for JitStage {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "JitStage({} loads)", self.loads.len())
-    }
-}
-
-/// The executable memory of one program's stages, freed with the last plan
-/// that points into it.
-struct Code(Mutex<Option<JITModule>>);
-
-// SAFETY: after `finalize_definitions` the module is only read through the
-// function pointers (immutable code) and touched again only by `Drop`.
-unsafe impl Send for Code {}
-// SAFETY: as above; the mutex serialises the one mutation (`Drop`).
-unsafe impl Sync for Code {}
-
-impl Drop for Code {
-    fn drop(&mut self) {
-        if let Ok(mut m) = self.0.lock() {
-            if let Some(module) = m.take() {
-                // SAFETY: the last `JitStage` holding this code is being
-                // dropped, so no function pointer into it survives.
-                unsafe { module.free_memory() };
-            }
-        }
-    }
-}
+use crate::tile::TILE;
 
 /// Whether stages are compiled (`RDYN_JIT=0` turns it off).
 pub fn enabled() -> bool {
@@ -397,7 +291,7 @@ struct Pending {
     output: Output,
     rows: Rows,
     constants: Vec<u32>,
-    loads: Vec<analysis::JitLoad>,
+    loads: Vec<JitLoad>,
     pre: Vec<usize>,
 }
 

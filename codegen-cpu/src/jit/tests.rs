@@ -6,8 +6,9 @@
 use rdyn_ir::loops::{BinaryOp, BufId, Negatives, ReduceOp, UnaryOp};
 use rdyn_ir::{DType, Expr, Kind};
 
-use crate::exec::{run_kernel, Memory};
+use crate::exec::run_kernel;
 use crate::plan::{BufPlan, CpuStep, IndexFn, Inst, InstOp, KernelPlan, StagePlan, TileMode};
+use crate::tile::Memory;
 use rdyn_memplan::Storage;
 
 pub(super) fn buf(sizes: &[i64], strides: &[i64], dtype: DType) -> BufPlan {

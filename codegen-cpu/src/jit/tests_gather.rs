@@ -7,8 +7,9 @@ use rdyn_ir::{DType, Expr, Kind};
 
 use super::tests::{buf, compile, f32_inst, f32_stage, one_stage};
 use super::Rows;
-use crate::exec::{run_kernel, Memory};
+use crate::exec::run_kernel;
 use crate::plan::{BufPlan, IndexFn, Inst, InstOp, KernelPlan, TileMode};
+use crate::tile::Memory;
 
 /// `table[bounded(ids[i0])][lane]`, the id loaded and bounds-checked by the
 /// executor into registers 0 and 1, the row into `dst`.

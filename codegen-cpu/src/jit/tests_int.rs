@@ -5,8 +5,9 @@ use rdyn_ir::loops::{BinaryOp, BufId};
 use rdyn_ir::{DType, Expr, Kind};
 
 use super::tests::{buf, compile, f32_inst, f32_stage, inputs, load, mask_inst, one_stage};
-use crate::exec::{run_kernel, Memory};
+use crate::exec::run_kernel;
 use crate::plan::{IndexFn, Inst, InstOp, TileMode};
+use crate::tile::Memory;
 
 /// `a > b` (b per column), stored as bytes, contiguous and transposed,
 /// over tiles with and without a tail.

@@ -9,10 +9,12 @@
 use std::sync::Arc;
 use std::time::Instant;
 
+use rdyn_codegen_cpu::build::plan;
 use rdyn_codegen_cpu::depthwise::run_depthwise;
-use rdyn_codegen_cpu::exec::{run_kernel, Memory};
+use rdyn_codegen_cpu::exec::run_kernel;
 use rdyn_codegen_cpu::gemm::run_gemm;
-use rdyn_codegen_cpu::plan::{plan, CpuProgram, CpuStep};
+use rdyn_codegen_cpu::plan::{CpuProgram, CpuStep};
+use rdyn_codegen_cpu::tile::Memory;
 use rdyn_ir::loops::Program;
 use rdyn_ir::Ctx;
 use rdyn_memplan::{resolve_views, BufPlan, MemPlan};

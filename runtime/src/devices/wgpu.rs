@@ -22,7 +22,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
 use half::{bf16, f16};
-use rdyn_codegen_cpu::plan::{plan_steps, CpuStep};
+use rdyn_codegen_cpu::build::plan_steps;
+use rdyn_codegen_cpu::plan::CpuStep;
 use rdyn_codegen_wgsl::{gemm_wgsl, kernel_wgsl, validate, WgslError, WgslKernel};
 use rdyn_ir::loops::{Program, Step};
 use rdyn_ir::{Ctx, DType};
