@@ -27,7 +27,7 @@
 //! scratch allocation instead, read back after every call of a program that can
 //! set it (one stream synchronisation), and the call raises `IndexError`, for
 //! division by zero too. The `cuda-sim` device runs the same programs through
-//! `rdyn_codegen_cuda::sim` on CPU tensors.
+//! `rdyn_ptx_sim` on CPU tensors.
 //!
 //! The driver is loaded at run time: with no driver the first call says
 //! "CUDA not available" as a normal error (cudarc would panic if called
@@ -39,9 +39,10 @@ use std::sync::{Arc, OnceLock};
 use cudarc::driver::{result, sys};
 use rdyn_codegen_cpu::plan::{CpuProgram, CpuStep, Storage};
 use rdyn_codegen_cuda::gemm::{GemmCall, Layout};
-use rdyn_codegen_cuda::{kernel_ptx, sim, IndexChecks, PtxError, PtxKernel};
+use rdyn_codegen_cuda::{kernel_ptx, IndexChecks, PtxError, PtxKernel};
 use rdyn_ir::loops::{BufId, ExternKind, Program, Step};
 use rdyn_ir::Ctx;
+use rdyn_ptx_sim as sim;
 
 use crate::compiled::Host;
 use crate::RuntimeError;
