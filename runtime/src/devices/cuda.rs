@@ -27,7 +27,7 @@
 //! scratch allocation instead, read back after every call of a program that can
 //! set it (one stream synchronisation), and the call raises `IndexError`, for
 //! division by zero too. The `cuda-sim` device runs the same programs through
-//! `rdyn_codegen_cuda::sim` on CPU tensors (`cuda_sim.rs`).
+//! `rdyn_ptx_sim` on CPU tensors (`cuda_sim.rs`).
 //!
 //! The driver is loaded at run time: with no driver the first call says
 //! "CUDA not available" as a normal error (cudarc would panic if called

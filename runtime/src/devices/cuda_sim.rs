@@ -1,15 +1,16 @@
 //! The `cuda-sim` device: CUDA's programs (the same PTX, the same cuBLAS
-//! calls, emulated) run by the PTX simulator (`rdyn_codegen_cuda::sim`) on
+//! calls, emulated) run by the PTX simulator (`rdyn_ptx_sim`) on
 //! CPU tensors, so the CUDA code generator is tested end to end on machines
 //! without a GPU. The scratch arena and the error flag are one host
 //! allocation per call; each launch may touch only the program's buffers.
 
 use std::sync::{Arc, OnceLock};
 
-use rdyn_codegen_cuda::{sim, IndexChecks};
+use rdyn_codegen_cuda::IndexChecks;
 use rdyn_ir::loops::Program;
 use rdyn_ir::Ctx;
 use rdyn_memplan::MemPlan;
+use rdyn_ptx_sim as sim;
 
 use crate::device::{Call, Caps, Device, DevicePlan, Purpose, StepText};
 use crate::devices::cuda::{

@@ -7,8 +7,11 @@
 
 use rdyn_ir::approx::{NDTRI_ACKLAM, NDTRI_TAIL};
 
-use crate::emit::{f64_imm as d64, Class, Func};
-use crate::math::{add, copysign, div, exp, fma, k, log, mul, op1, op2, poly, pow, sub};
+use crate::math::math32::{exp, log, pow};
+use crate::math::math64;
+use crate::math::trig::{trig, Trig};
+use crate::ptx::arith::{add, copysign, div, fma, k, mul, op1, op2, poly, sub};
+use crate::ptx::func::{f64_imm as d64, Class, Func};
 
 const PI: f64 = std::f64::consts::PI;
 
@@ -169,10 +172,10 @@ pub fn erfinv(f: &mut Func, x: &str) -> String {
         -0.000_200_214_257,
     ];
     let wc = sub(f, &w, &k(2.5));
-    let pc = crate::math::poly(f, &wc, &central);
+    let pc = poly(f, &wc, &central);
     let sw = op1(f, "sqrt.rn", &w);
     let wt = sub(f, &sw, &k(3.0));
-    let pt = crate::math::poly(f, &wt, &tail);
+    let pt = poly(f, &wt, &tail);
     let small = f.setp("lt", "f32", &w, &k(5.0));
     let p = f.selp(Class::F32, &pc, &pt, &small);
     let r = mul(f, &p, x);
@@ -308,7 +311,7 @@ pub fn polygamma(f: &mut Func, n: &str, x: &str) -> String {
 /// spherical j0 = sin(x)/x: a series of x² below 0.5 (the CPU backend's),
 /// 0 at ±inf.
 pub fn spherical_j0(f: &mut Func, x: &str) -> String {
-    let s = crate::trig::trig(f, x, crate::trig::Trig::Sin);
+    let s = trig(f, x, Trig::Sin);
     let q = div(f, &s, x);
     let z = mul(f, x, x);
     let mut acc = f.mov(Class::F32, &k(1.0));
@@ -334,7 +337,7 @@ pub fn erfcx(f: &mut Func, x: &str) -> String {
     let x64 = f.reg(Class::F64);
     f.ins(format!("cvt.f64.f32 {x64}, {x}"));
     let sq = f.op(Class::F64, "mul.rn", &[&x64, &x64]);
-    let e = crate::math64::exp(f, &sq);
+    let e = math64::exp(f, &sq);
     let p64 = f.reg(Class::F64);
     f.ins(format!("cvt.f64.f32 {p64}, {pos}"));
     let twice = f.op(Class::F64, "add.rn", &[&e, &e]);
@@ -408,7 +411,7 @@ pub fn ndtri(f: &mut Func, p: &str) -> String {
     let high = f.setp("gt", "f64", &p64, &d64(1.0 - NDTRI_TAIL));
     let upper = f.op(Class::F64, "sub.rn", &[&d64(1.0), &p64]);
     let pt = f.selp(Class::F64, &upper, &p64, &high);
-    let l = crate::math64::log(f, &pt);
+    let l = math64::log(f, &pt);
     let q = f.op(Class::F64, "mul.rn", &[&l, &d64(-2.0)]);
     let q = f.op(Class::F64, "sqrt.rn", &[&q]);
     let num = horner64(f, &NDTRI_ACKLAM[2], &q);

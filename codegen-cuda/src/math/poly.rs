@@ -7,9 +7,10 @@
 
 use rdyn_ir::loops::BinaryOp;
 
-use crate::emit::{f64_imm as c, Class, Func};
-use crate::math::{div, k, mul};
-use crate::trig::{trig, Trig};
+use crate::math::math32::acos;
+use crate::math::trig::{trig, Trig};
+use crate::ptx::arith::{div, k, mul};
+use crate::ptx::func::{f64_imm as c, Class, Func};
 
 /// f64 `op` of registers or immediates into a fresh register.
 fn d(f: &mut Func, op: &str, args: &[&str]) -> String {
@@ -124,7 +125,7 @@ fn chebyshev(f: &mut Func, kind: Cheb, x: &str, n: &str, trig_from: i64, shifted
     f.ins(format!("@!{use_trig} bra {recur}"));
     let y32 = f.reg(Class::F32);
     f.ins(format!("cvt.rn.f32.f64 {y32}, {y}"));
-    let th = crate::math::acos(f, &y32);
+    let th = acos(f, &y32);
     let nf = f.reg(Class::F32);
     f.ins(format!("cvt.rn.f32.s64 {nf}, {nd}"));
     let t32 = match kind {

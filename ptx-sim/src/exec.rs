@@ -4,8 +4,9 @@
 //! half), integers sign- or zero-extended from their type's width,
 //! predicates as 0 or 1. Each instruction reads the low bits its type names.
 
-use super::parse::{Cmp, Ins, Op, Opd, Round, Shfl, Space, Special, Test, Ty};
-use super::{Launch, SimError, Thread, Wait};
+use crate::error::SimError;
+use crate::launch::{Launch, Thread, Wait};
+use crate::parse::{Cmp, Ins, Op, Opd, Round, Shfl, Space, Special, Test, Ty};
 
 /// Instructions one thread may run between two synchronisations before the
 /// simulator calls it an endless loop.
@@ -329,7 +330,7 @@ impl Launch<'_> {
     }
 
     /// Run one thread until it synchronises or ends.
-    pub(super) fn run(&self, t: &mut Thread, tid: u32, shared: &mut [u8]) -> Result<(), SimError> {
+    pub(crate) fn run(&self, t: &mut Thread, tid: u32, shared: &mut [u8]) -> Result<(), SimError> {
         let mut executed = 0;
         let result = self.run_counted(t, tid, shared, &mut executed);
         self.count(|c| c.instructions += executed);
@@ -482,7 +483,7 @@ impl Launch<'_> {
 
     /// Execute the warp-wide instruction at `pc` (a shuffle or
     /// `bar.warp.sync`) for every lane of a warp.
-    pub(super) fn warp_wide(&self, lanes: &mut [Thread], pc: usize) -> Result<(), SimError> {
+    pub(crate) fn warp_wide(&self, lanes: &mut [Thread], pc: usize) -> Result<(), SimError> {
         let ins = &self.kernel.code[pc];
         let Op::Shfl(mode) = ins.op else {
             // `bar.warp.sync`: every lane is here; go on.

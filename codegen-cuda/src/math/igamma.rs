@@ -12,7 +12,9 @@
 
 use rdyn_ir::approx::{LN_GAMMA_1P_ZM1, TEMME_D};
 
-use crate::emit::{f64_imm as d64, Class, Func};
+use crate::math::math64;
+use crate::ptx::arith::series;
+use crate::ptx::func::{f64_imm as d64, Class, Func};
 
 const EPS: f64 = 1.110_223_024_625_156_5e-16;
 /// The continued fraction's guard against division by zero.
@@ -29,7 +31,7 @@ fn dd(f: &mut Func, op: &str, a: &str, b: &str) -> String {
 /// `for i in first..MAX_ITER { body(i) }` over a float64 counter, `body`
 /// branching to its second argument to leave early.
 fn repeat(f: &mut Func, first: f64, body: impl FnOnce(&mut Func, &str, &str)) {
-    crate::bessel::series(f, first, MAX_ITER, body);
+    series(f, first, MAX_ITER, body);
 }
 
 /// ln Γ(z) for z > 0: z·(z+1)…(z+n−1) while z + n < 10, then Stirling's
@@ -59,12 +61,12 @@ fn lgamma64(f: &mut Func, z0: &str) -> String {
     let w2 = dd(f, "mul.rn", &w, &w);
     let series = f.horner(Class::F64, &w2, &B);
     let series = dd(f, "mul.rn", &series, &w);
-    let ln_z = crate::math64::log(f, &z);
+    let ln_z = math64::log(f, &z);
     let zh = dd(f, "sub.rn", &z, &d64(0.5));
     let main = f.op(Class::F64, "fma.rn", &[&zh, &ln_z, &series]);
     let main = dd(f, "sub.rn", &main, &z);
     let main = dd(f, "add.rn", &main, &d64(0.5 * (2.0 * std::f64::consts::PI).ln()));
-    let ln_prod = crate::math64::log(f, &prod);
+    let ln_prod = math64::log(f, &prod);
     dd(f, "sub.rn", &main, &ln_prod)
 }
 
@@ -72,7 +74,7 @@ fn lgamma64(f: &mut Func, z0: &str) -> String {
 fn prefactor(f: &mut Func, a: &str, x: &str) -> String {
     let a1 = dd(f, "add.rn", a, &d64(1.0));
     let lg = lgamma64(f, &a1);
-    let ln_x = crate::math64::log(f, x);
+    let ln_x = math64::log(f, x);
     let t = dd(f, "mul.rn", a, &ln_x);
     let t = dd(f, "sub.rn", &t, x);
     dd(f, "sub.rn", &t, &lg)
@@ -90,7 +92,7 @@ fn series_p(f: &mut Func, a: &str, x: &str, ln_pre: &str) -> String {
         let small = f.setp("le", "f64", &c, &lim);
         f.ins(format!("@{small} bra {out}"));
     });
-    let pre = crate::math64::exp(f, ln_pre);
+    let pre = math64::exp(f, ln_pre);
     dd(f, "mul.rn", &pre, &sum)
 }
 
@@ -130,7 +132,7 @@ fn fraction_q(f: &mut Func, a: &str, x: &str, ln_pre: &str) -> String {
         f.ins(format!("@{done} bra {out}"));
     });
     // x^a e^(−x)/Γ(a) = a·x^a e^(−x)/Γ(a+1).
-    let pre = crate::math64::exp(f, ln_pre);
+    let pre = math64::exp(f, ln_pre);
     let pre = dd(f, "mul.rn", &pre, a);
     dd(f, "mul.rn", &pre, &h)
 }
@@ -148,7 +150,7 @@ fn ln_gamma_1p(f: &mut Func, a: &str) -> String {
     let h = f.horner(Class::F64, &na, &zm1);
     let a2 = dd(f, "mul.rn", a, a);
     let tail = dd(f, "mul.rn", &h, &a2);
-    let l1p = crate::math64::log1p(f, a);
+    let l1p = math64::log1p(f, a);
     let d = dd(f, "sub.rn", a, &l1p);
     let g = dd(f, "mul.rn", a, &d64(-EULER_GAMMA));
     let g = dd(f, "add.rn", &g, &d);
@@ -179,12 +181,12 @@ fn small_x_q(f: &mut Func, a: &str, x: &str) -> String {
         let small = f.setp("le", "f64", &at, &lim);
         f.ins(format!("@{small} bra {out}"));
     });
-    let ln_x = crate::math64::log(f, x);
+    let ln_x = math64::log(f, x);
     let t = dd(f, "mul.rn", a, &ln_x);
     let lg1p = ln_gamma_1p(f, a);
     let lg = dd(f, "sub.rn", &t, &lg1p);
-    let em1 = crate::math64::expm1(f, &lg);
-    let e = crate::math64::exp(f, &lg);
+    let em1 = math64::expm1(f, &lg);
+    let e = math64::exp(f, &lg);
     let ae = dd(f, "mul.rn", a, &e);
     let prod = dd(f, "mul.rn", &ae, &sum);
     let neg = f.op(Class::F64, "neg", &[&em1]);
@@ -263,7 +265,7 @@ fn erfc64(f: &mut Func, w: &str) -> String {
     });
     let nw2 = dd(f, "mul.rn", &aw, &aw);
     let nw2 = f.op(Class::F64, "neg", &[&nw2]);
-    let e = crate::math64::exp(f, &nw2);
+    let e = math64::exp(f, &nw2);
     let den = dd(f, "mul.rn", &frac, &d64(std::f64::consts::PI.sqrt()));
     f.ins(format!("div.rn.f64 {r}, {e}, {den}"));
     f.place(&done);
@@ -290,7 +292,7 @@ fn temme(f: &mut Func, a: &str, x: &str, upper: bool) -> String {
     }
     let na = f.op(Class::F64, "neg", &[a]);
     let arg = dd(f, "mul.rn", &na, &phi);
-    let e = crate::math64::exp(f, &arg);
+    let e = math64::exp(f, &arg);
     let tpa = dd(f, "mul.rn", a, &d64(2.0 * std::f64::consts::PI));
     let root = f.op(Class::F64, "sqrt.rn", &[&tpa]);
     let r = dd(f, "div.rn", &e, &root);
@@ -356,7 +358,7 @@ pub(crate) fn igamma(f: &mut Func, a32: &str, x32: &str, upper: bool) -> String 
         // small-x series.
         let x_big = f.setp("gt", "f64", &x, &d64(1.1));
         let x_lt_a = f.setp("lt", "f64", &x, &a);
-        let ln_x = crate::math64::log(f, &x);
+        let ln_x = math64::log(f, &x);
         let t = dd(f, "div.rn", &d64(-0.4), &ln_x);
         let t_lt_a = f.setp("lt", "f64", &t, &a);
         let x11 = dd(f, "mul.rn", &x, &d64(1.1));

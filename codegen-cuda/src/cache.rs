@@ -1,9 +1,11 @@
-//! Rows held in registers across a block kernel's stages.
+//! Registers already holding loaded elements: rows held across a block
+//! kernel's stages ([`RowCache`]) and a vector group's lanes ([`Lanes`],
+//! `kernel/pointwise.rs`).
 //!
 //! A softmax or layer norm kernel runs several stages over the same row
 //! (a max, a sum, the output). When a stage's row has at most
 //! `max_chunks(block)` points per thread (32, or 16 at 1024 threads), its loop
-//! is unrolled into chunks:
+//! is unrolled into chunks (`kernel/loops.rs` `chunked_loop`):
 //! chunk `k` is point `tid + k·block`, the same point in every stage with
 //! the same row shape. A float element loaded or stored at a chunk's point
 //! is remembered by (storage, canonical index, chunk, row shape), and a
@@ -24,9 +26,6 @@ use std::collections::{HashMap, HashSet};
 
 use rdyn_ir::loops::BufId;
 use rdyn_ir::{Ctx, DType, Expr, Var};
-
-use crate::emit::{Class, Emitter, Func};
-use crate::PtxError;
 
 /// Canonical row variables start here (above any stage's own variables).
 const CANON: u32 = 1 << 16;
@@ -68,7 +67,7 @@ pub struct RowCache {
     /// Storage roots some load read from memory.
     memory_loads: RefCell<HashSet<BufId>>,
     /// Storage roots whose stores are left out: nothing reads them from
-    /// memory (see `kernel::private_storages`).
+    /// memory (see `kernel/mod.rs` `private_storages`).
     pub unstored: HashSet<BufId>,
 }
 
@@ -79,6 +78,22 @@ fn reusable(dtype: DType) -> bool {
 impl RowCache {
     pub fn new(written: HashSet<BufId>, unstored: HashSet<BufId>) -> RowCache {
         RowCache { written, unstored, ..RowCache::default() }
+    }
+
+    /// A chunked loop begins: forget the previous stage's elements of
+    /// written storage.
+    pub fn begin_chunks(&self) {
+        self.stage_values.borrow_mut().clear();
+    }
+
+    /// Code is emitted for chunk `chunk` of a row (see `Point`).
+    pub fn set_point(&mut self, chunk: i64, canon: Vec<Expr>, row: Vec<i64>, partial: bool) {
+        self.point = Some(Point { chunk, canon, row, partial });
+    }
+
+    /// Code is emitted outside any chunk.
+    pub fn clear_point(&mut self) {
+        self.point = None;
     }
 
     /// Storage roots some load of the kernel read from memory.
@@ -152,51 +167,26 @@ pub fn canonical(m: usize, zeroed: usize, row: usize) -> Vec<Expr> {
     canon
 }
 
-/// `for (i = start; i < end; i += step)` unrolled into chunks, each with
-/// its point set for the row cache: every full chunk's value is computed
-/// before any is consumed (their loads are in flight together), then they
-/// are consumed in the loop's order, then the last, partial chunk runs
-/// where its point exists. Results match the plain loop bit for bit.
-#[allow(clippy::too_many_arguments)]
-pub fn chunked_loop<T>(
-    f: &mut Func,
-    em: &mut Emitter<'_>,
-    start: &str,
-    end: i64,
-    step: i64,
-    canon: Vec<Expr>,
-    row: Vec<i64>,
-    mut compute: impl FnMut(&mut Func, &mut Emitter<'_>, &str) -> Result<T, PtxError>,
-    mut consume: impl FnMut(&mut Func, &mut Emitter<'_>, &str, T) -> Result<(), PtxError>,
-) -> Result<(), PtxError> {
-    let full = end / step;
-    em.row.stage_values.borrow_mut().clear();
-    let at = |f: &mut Func, k: i64| {
-        let r = f.reg(Class::S64);
-        f.ins(format!("add.s64 {r}, {start}, {}", k * step));
-        r
-    };
-    let point = |k: i64| Some(Point { chunk: k, canon: canon.clone(), row: row.clone(), partial: k == full });
-    let mut values = Vec::new();
-    for k in 0..full {
-        let i = at(f, k);
-        em.row.point = point(k);
-        values.push((k, i.clone(), compute(f, em, &i)?));
+/// Registers of a group's vector-loaded elements, for the emitter's loads.
+#[derive(Default)]
+pub struct Lanes {
+    /// The point of the group being emitted.
+    pub lane: usize,
+    /// (storage root, simplified index) → one register per point, or one
+    /// register that every point shares.
+    pub loads: HashMap<(BufId, Expr), Vec<String>>,
+}
+
+impl Lanes {
+    /// Whether no group is being emitted (nothing to look up).
+    pub fn is_empty(&self) -> bool {
+        self.loads.is_empty()
     }
-    for (k, i, v) in values {
-        em.row.point = point(k);
-        consume(f, em, &i, v)?;
+
+    /// The register holding element `index` (simplified) of `root` at the
+    /// current point.
+    pub fn lookup(&self, root: BufId, index: &Expr) -> Option<String> {
+        let regs = self.loads.get(&(root, index.clone()))?;
+        regs.get(if regs.len() == 1 { 0 } else { self.lane }).cloned()
     }
-    if end % step != 0 {
-        let i = at(f, full);
-        let skip = f.label("chunk_end");
-        let outside = f.setp("ge", "s64", &i, &end.to_string());
-        f.ins(format!("@{outside} bra {skip}"));
-        em.row.point = point(full);
-        let v = compute(f, em, &i)?;
-        consume(f, em, &i, v)?;
-        f.place(&skip);
-    }
-    em.row.point = None;
-    Ok(())
 }

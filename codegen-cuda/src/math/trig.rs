@@ -1,8 +1,8 @@
 //! float32 trigonometry: sin, cos and tan with a π/2 reduction and Taylor
 //! polynomials; atan2 (and through it atan, asin, acos).
 
-use crate::emit::{Class, Func};
-use crate::math::{add, copysign, div, fma, k, mul, op1, op2, poly, sub};
+use crate::ptx::arith::{add, copysign, div, fma, k, mul, op1, op2, poly, sub};
+use crate::ptx::func::{Class, Func};
 
 const PI: f64 = std::f64::consts::PI;
 

@@ -6,7 +6,7 @@
 //! exp: n = round(x/ln 2), a two-part ln 2 reduction, a Taylor polynomial,
 //! then the scale 2ⁿ applied in two steps so it never overflows early.
 
-use crate::emit::{f64_imm, Class, Func};
+use crate::ptx::func::{f64_imm, Class, Func};
 
 /// ln 2 split so that n·LN2_HI is exact for |n| < 2¹¹ (fdlibm's split).
 const LN2_HI: f64 = f64::from_bits(0x3FE6_2E42_FEE0_0000);

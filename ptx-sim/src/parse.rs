@@ -3,11 +3,11 @@
 
 use std::collections::HashMap;
 
-use super::SimError;
+use crate::error::SimError;
 
 /// An operand or instruction type.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
-pub(super) enum Ty {
+pub(crate) enum Ty {
     Pred,
     U8,
     S8,
@@ -44,7 +44,7 @@ impl Ty {
     }
 
     /// Bytes in memory.
-    pub(super) fn size(self) -> usize {
+    pub(crate) fn size(self) -> usize {
         match self {
             Ty::Pred | Ty::U8 | Ty::S8 => 1,
             Ty::U16 | Ty::S16 | Ty::F16 | Ty::BF16 => 2,
@@ -53,18 +53,18 @@ impl Ty {
         }
     }
 
-    pub(super) fn is_float(self) -> bool {
+    pub(crate) fn is_float(self) -> bool {
         matches!(self, Ty::F16 | Ty::BF16 | Ty::F32 | Ty::F64)
     }
 
-    pub(super) fn is_signed(self) -> bool {
+    pub(crate) fn is_signed(self) -> bool {
         matches!(self, Ty::S8 | Ty::S16 | Ty::S32 | Ty::S64)
     }
 }
 
 /// A `setp` comparison.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
-pub(super) enum Cmp {
+pub(crate) enum Cmp {
     Eq,
     Ne,
     Lt,
@@ -84,7 +84,7 @@ pub(super) enum Cmp {
 
 /// The rounding of a `cvt`.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
-pub(super) enum Round {
+pub(crate) enum Round {
     /// No modifier, or `.rn`/`.rz`/`.rm`/`.rp` between floats.
     Float,
     /// `.rni`, `.rzi`, `.rmi`, `.rpi`: to an integral value.
@@ -96,7 +96,7 @@ pub(super) enum Round {
 
 /// A `shfl.sync` mode.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
-pub(super) enum Shfl {
+pub(crate) enum Shfl {
     Up,
     Down,
     Bfly,
@@ -105,7 +105,7 @@ pub(super) enum Shfl {
 
 /// A `testp` property.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
-pub(super) enum Test {
+pub(crate) enum Test {
     Finite,
     Infinite,
     Number,
@@ -116,7 +116,7 @@ pub(super) enum Test {
 
 /// Special registers.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
-pub(super) enum Special {
+pub(crate) enum Special {
     Tid,
     Ntid,
     Ctaid,
@@ -125,14 +125,14 @@ pub(super) enum Special {
 }
 
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
-pub(super) enum Space {
+pub(crate) enum Space {
     Global,
     Shared,
     Param,
 }
 
 #[derive(Copy, Clone, Debug, PartialEq)]
-pub(super) enum Op {
+pub(crate) enum Op {
     Mov,
     Add,
     Sub,
@@ -188,7 +188,7 @@ pub(super) enum Op {
 
 /// An operand.
 #[derive(Clone, Debug, PartialEq)]
-pub(super) enum Opd {
+pub(crate) enum Opd {
     Reg(u32),
     /// `!%pN`.
     NotReg(u32),
@@ -206,7 +206,7 @@ pub(super) enum Opd {
 }
 
 #[derive(Clone, Debug)]
-pub(super) struct Ins {
+pub(crate) struct Ins {
     pub guard: Option<(u32, bool)>,
     pub op: Op,
     pub ty: Ty,
@@ -219,11 +219,11 @@ pub(super) struct Ins {
 #[derive(Debug)]
 pub struct Kernel {
     pub name: String,
-    pub(super) params: usize,
-    pub(super) shared_bytes: usize,
-    pub(super) registers: usize,
-    pub(super) code: Vec<Ins>,
-    pub(super) lines: Vec<String>,
+    pub(crate) params: usize,
+    pub(crate) shared_bytes: usize,
+    pub(crate) registers: usize,
+    pub(crate) code: Vec<Ins>,
+    pub(crate) lines: Vec<String>,
 }
 
 fn bad(line: usize, text: &str, why: impl Into<String>) -> SimError {

@@ -7,7 +7,9 @@
 //! the standard ones in ln(x/2) + γ and harmonic numbers; every series runs
 //! until its terms are negligible. Loops are branches.
 
-use crate::emit::{f64_imm as d64, Class, Func};
+use crate::math::math64;
+use crate::ptx::arith::series;
+use crate::ptx::func::{f64_imm as d64, Class, Func};
 
 const EPS: f64 = 1.110_223_024_625_156_5e-16;
 const EULER_GAMMA: f64 = 0.577_215_664_901_532_9;
@@ -23,20 +25,6 @@ const K_ASYMPTOTIC: f64 = 9.0;
 
 fn dd(f: &mut Func, op: &str, a: &str, b: &str) -> String {
     f.op(Class::F64, op, &[a, b])
-}
-
-/// `for j in first..end { body(j) }` in f64 with `body` branching to `out`
-/// to leave early.
-pub(crate) fn series(f: &mut Func, first: f64, end: f64, body: impl FnOnce(&mut Func, &str, &str)) {
-    let j = f.mov(Class::F64, &d64(first));
-    let (top, out) = (f.label("series"), f.label("series_end"));
-    f.place(&top);
-    let done = f.setp("ge", "f64", &j, &d64(end));
-    f.ins(format!("@{done} bra {out}"));
-    body(f, &j, &out);
-    f.ins(format!("add.rn.f64 {j}, {j}, {}", d64(1.0)));
-    f.ins(format!("bra {top}"));
-    f.place(&out);
 }
 
 /// I0 or I1 (`nu`), plain or scaled by e^(−|x|), of a float32 value:
@@ -69,7 +57,7 @@ pub fn bessel_i(f: &mut Func, x: &str, nu: u32, scaled: bool) -> String {
     f.ins(format!("mul.rn.f64 {r}, {sum}, {factor}"));
     if scaled {
         let nax = f.op(Class::F64, "neg", &[&ax]);
-        let e = crate::math64::exp(f, &nax);
+        let e = math64::exp(f, &nax);
         f.ins(format!("mul.rn.f64 {r}, {e}, {r}"));
     }
     f.ins(format!("bra {done}"));
@@ -99,7 +87,7 @@ pub fn bessel_i(f: &mut Func, x: &str, nu: u32, scaled: bool) -> String {
     let den = dd(f, "mul.rn", &d64(SQRT_2PI), &sx);
     f.ins(format!("div.rn.f64 {r}, {sum}, {den}"));
     if !scaled {
-        let e = crate::math64::exp(f, &ax);
+        let e = math64::exp(f, &ax);
         f.ins(format!("mul.rn.f64 {r}, {e}, {r}"));
     }
     f.place(&done);
@@ -291,7 +279,7 @@ pub(crate) fn bessel_jy(f: &mut Func, x: &str, n: u32, kind: Kind) -> String {
     } else {
         // L = ln(x/2) + γ; Y0 = (2/π)(L·S − H),
         // Y1 = −2/(πx) + (2/π)·L·J1 − (x/(2π))·H.
-        let ln = crate::math64::log(f, &half);
+        let ln = math64::log(f, &half);
         let l = dd(f, "add.rn", &ln, &d64(EULER_GAMMA));
         if n == 0 {
             let lj = dd(f, "mul.rn", &l, &j);
@@ -371,7 +359,7 @@ pub(crate) fn bessel_k(f: &mut Func, x: &str, n: u32, scaled: bool) -> String {
     // L = ln(x/2) + γ; K0 = H − L·S, K1 = 1/x + L·(x/2)·S − (x/4)·H.
     let (s, h) = power_series(f, &x64, n, false);
     let half = dd(f, "mul.rn", &x64, &d64(0.5));
-    let ln = crate::math64::log(f, &half);
+    let ln = math64::log(f, &half);
     let l = dd(f, "add.rn", &ln, &d64(EULER_GAMMA));
     if n == 0 {
         let ls = dd(f, "mul.rn", &l, &s);
@@ -385,7 +373,7 @@ pub(crate) fn bessel_k(f: &mut Func, x: &str, n: u32, scaled: bool) -> String {
         f.ins(format!("fma.rn.f64 {r}, {xh}, {}, {a}", d64(-0.25)));
     }
     if scaled {
-        let e = crate::math64::exp(f, &x64);
+        let e = math64::exp(f, &x64);
         f.ins(format!("mul.rn.f64 {r}, {r}, {e}"));
     }
     f.ins(format!("bra {done}"));
@@ -398,7 +386,7 @@ pub(crate) fn bessel_k(f: &mut Func, x: &str, n: u32, scaled: bool) -> String {
     f.ins(format!("mul.rn.f64 {r}, {amp}, {sum}"));
     if !scaled {
         let nx = f.op(Class::F64, "neg", &[&x64]);
-        let e = crate::math64::exp(f, &nx);
+        let e = math64::exp(f, &nx);
         f.ins(format!("mul.rn.f64 {r}, {r}, {e}"));
     }
     f.place(&done);
@@ -510,7 +498,7 @@ pub(crate) fn airy_ai(f: &mut Func, x: &str) -> String {
     let scale = dd(f, "div.rn", &d64(1.0 / PI.sqrt()), &qz);
     // x > 0: ½·scale·e^(−ζ)·Σ.
     let nz = f.op(Class::F64, "neg", &[&zeta]);
-    let e = crate::math64::exp(f, &nz);
+    let e = math64::exp(f, &nz);
     let dec = dd(f, "mul.rn", &scale, &e);
     let dec = dd(f, "mul.rn", &dec, &even);
     let dec = dd(f, "mul.rn", &dec, &d64(0.5));

@@ -1,52 +1,9 @@
-//! A PTX simulator for the subset this crate emits: runs a kernel's blocks
-//! and threads on the CPU, on host memory, so the CUDA generator's numbers
-//! can be tested without a GPU (the `cuda-sim` device: `options={"device":
-//! "cuda-sim"}` or `RDYN_DEVICE=cuda-sim` lowers a CPU-tensor graph exactly as for
-//! CUDA, its values relabelled `cuda:0`, then runs each PTX kernel here on the CPU
-//! tensors; library and eager steps run on the CPU, GEMM steps through
-//! `GemmCall::emulate`).
-//!
-//! `parse.rs` decodes the PTX into instructions with typed operands; `exec.rs`
-//! gives each its PTX meaning (IEEE arithmetic in the instruction's type, `cvt`
-//! saturation and rounding modes, `min`/`max` NaN rules, shuffle lane rules).
-//! Blocks run one after another. Within a block, each thread runs until it
-//! reaches a `bar.sync`, a warp-wide instruction (`shfl.sync`,
-//! `bar.warp.sync`) or its end; a warp-wide instruction executes once every
-//! lane of its warp has reached it, a barrier once every live thread of the
-//! block has. Lanes that disagree (one warp split between a shuffle and a
-//! barrier, or between two shuffles) are reported as errors, as are an endless
-//! loop, global accesses outside the memory a launch is given, a misaligned
-//! access, or a `.vN` access naming another number of registers (as ptxas and
-//! the GPU would reject them); each error names the kernel, block, thread and
-//! instruction. A kernel's `trap` is reported at once, as a `KernelCheckError`.
-//!
-//! Arithmetic is IEEE in the instruction's type; `.approx` instructions
-//! (`ex2`, `lg2`, `sin`, `cos`, `rcp`, `rsqrt`) are computed to full
-//! precision, so a result within tolerance here can still be off by the
-//! hardware approximation's error on a GPU: the simulator checks algorithms and
-//! index arithmetic, not the hardware's approximation error, nor speed. It counts
-//! the bytes global loads and stores move and the instructions executed
-//! (`rdyn.stats()`: `cuda_sim_bytes_loaded`, `cuda_sim_bytes_stored`,
-//! `cuda_sim_instructions`; `benches/cuda_sim_traffic.py`), which shows a kernel
-//! change's traffic before a GPU times it. The OpInfo suite (float32, float16,
-//! bfloat16), the model tests and the fuzzer run on it in CI.
+//! Launches: the memory a launch may touch, its threads and the block
+//! scheduler (threads run to a barrier, a warp-wide instruction or their
+//! end; warp-wide instructions and barriers then execute together).
 
-mod exec;
-mod parse;
-
-pub use parse::{parse, Kernel};
-
-/// Why a simulated kernel did not run to the end.
-#[derive(Debug, thiserror::Error, PartialEq)]
-pub enum SimError {
-    #[error("PTX line {line} (`{text}`) is outside the simulated subset: {why}")]
-    Parse { line: usize, text: String, why: String },
-    #[error("kernel {kernel}, block {block}, thread {thread}, at {ins}: {why}")]
-    Run { kernel: String, block: u32, thread: u32, ins: String, why: String },
-    /// A `trap`: a device-side check of the kernel failed.
-    #[error("kernel {kernel} trapped in block {block}, thread {thread}: a device-side index check failed")]
-    Trap { kernel: String, block: u32, thread: u32 },
-}
+use crate::error::SimError;
+use crate::parse::Kernel;
 
 /// The host memory a launch may touch: `[start, end)` byte ranges.
 #[derive(Clone, Debug, Default)]
@@ -66,7 +23,7 @@ impl Memory {
         }
     }
 
-    fn check(&self, addr: u64, bytes: usize) -> Result<usize, String> {
+    pub(crate) fn check(&self, addr: u64, bytes: usize) -> Result<usize, String> {
         let a = addr as usize;
         if self.regions.iter().any(|&(s, e)| a >= s && a.checked_add(bytes).is_some_and(|end| end <= e)) {
             Ok(a)
@@ -78,7 +35,7 @@ impl Memory {
 
 /// Where a thread stopped.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
-enum Wait {
+pub(crate) enum Wait {
     /// Runnable.
     Ready,
     /// At the barrier instruction with this index.
@@ -90,10 +47,10 @@ enum Wait {
 }
 
 /// One thread's registers and position.
-struct Thread {
-    pc: usize,
-    regs: Vec<u64>,
-    wait: Wait,
+pub(crate) struct Thread {
+    pub(crate) pc: usize,
+    pub(crate) regs: Vec<u64>,
+    pub(crate) wait: Wait,
 }
 
 /// What a launch did: global memory traffic and instructions executed
@@ -106,18 +63,18 @@ pub struct Traffic {
 }
 
 /// What a launch shares between its threads.
-struct Launch<'a> {
-    kernel: &'a Kernel,
-    params: &'a [u64],
-    memory: &'a Memory,
-    block: u32,
-    grid: u32,
-    ctaid: u32,
-    traffic: &'a std::cell::Cell<Traffic>,
+pub(crate) struct Launch<'a> {
+    pub(crate) kernel: &'a Kernel,
+    pub(crate) params: &'a [u64],
+    pub(crate) memory: &'a Memory,
+    pub(crate) block: u32,
+    pub(crate) grid: u32,
+    pub(crate) ctaid: u32,
+    pub(crate) traffic: &'a std::cell::Cell<Traffic>,
 }
 
 impl Launch<'_> {
-    fn count(&self, f: impl FnOnce(&mut Traffic)) {
+    pub(crate) fn count(&self, f: impl FnOnce(&mut Traffic)) {
         let mut t = self.traffic.get();
         f(&mut t);
         self.traffic.set(t);
@@ -145,7 +102,7 @@ impl Kernel {
         Ok(traffic.get())
     }
 
-    fn error(&self, pc: usize, block: u32, thread: u32, why: String) -> SimError {
+    pub(crate) fn error(&self, pc: usize, block: u32, thread: u32, why: String) -> SimError {
         let ins = match (self.code.get(pc), self.lines.get(pc)) {
             (Some(i), Some(text)) => format!("line {}: {text}", i.line),
             _ => String::new(),
@@ -198,6 +155,3 @@ impl Launch<'_> {
         }
     }
 }
-
-#[cfg(test)]
-mod tests;

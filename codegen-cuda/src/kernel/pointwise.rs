@@ -28,36 +28,17 @@ use std::collections::{HashMap, HashSet};
 use rdyn_ir::loops::{BufId, Kernel, ScalarOp};
 use rdyn_ir::{Atom, DType, Expr, Var};
 
-use crate::emit::{memory_value, widen_half, Class, Emitter, Func};
-use crate::kernel::{counted_loop, grid_stride, pointwise_stage_at, unravel, value, BLOCK, MAX_GRID};
-use crate::PtxError;
+use crate::emitter::Emitter;
+use crate::kernel::launch::{grid_stride, BLOCK, MAX_GRID};
+use crate::kernel::loops::{counted_loop, unravel};
+use crate::kernel::stage::{pointwise_stage_at, value};
+use crate::ptx::convert::widen_half;
+use crate::ptx::func::{Class, Func};
+use crate::ptx::memory::{load, memory_value};
+use crate::types::PtxError;
 
 /// Points per group.
 pub const VEC: i64 = 4;
-
-/// Registers of a group's vector-loaded elements, for the emitter's loads.
-#[derive(Default)]
-pub struct Lanes {
-    /// The point of the group being emitted.
-    pub lane: usize,
-    /// (storage root, simplified index) → one register per point, or one
-    /// register that every point shares.
-    loads: HashMap<(BufId, Expr), Vec<String>>,
-}
-
-impl Lanes {
-    /// Whether no group is being emitted (nothing to look up).
-    pub fn is_empty(&self) -> bool {
-        self.loads.is_empty()
-    }
-
-    /// The register holding element `index` (simplified) of `root` at the
-    /// current point.
-    pub fn lookup(&self, root: BufId, index: &Expr) -> Option<String> {
-        let regs = self.loads.get(&(root, index.clone()))?;
-        regs.get(if regs.len() == 1 { 0 } else { self.lane }).cloned()
-    }
-}
 
 /// How an access's index moves across a group's points.
 #[derive(Copy, Clone, PartialEq, Eq)]
@@ -251,7 +232,7 @@ fn group(
         let addr = em.address(f, buf, &idx)?;
         em.row.loaded_unplain(buf);
         let regs = match a {
-            Along::Shared => vec![crate::emit::load(f, &addr, *dtype, None)],
+            Along::Shared => vec![load(f, &addr, *dtype, None)],
             Along::Contiguous => vector_load(f, &addr, *dtype),
         };
         em.lanes.loads.insert((buf, index.clone()), regs);

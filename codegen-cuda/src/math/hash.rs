@@ -3,7 +3,7 @@
 
 use rdyn_ir::random::{FMIX, GOLDEN};
 
-use crate::emit::{Class, Func};
+use crate::ptx::func::{Class, Func};
 
 /// MurmurHash3's finalizer of the 32-bit register `x`.
 fn fmix32(f: &mut Func, x: &str) -> String {
