@@ -23,7 +23,7 @@
 //! only lengthen the module. Loads are `ld.global.v4.f32`, `.v4.b16` for half
 //! precision, two `.v2.f64` for float64.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 
 use rdyn_ir::loops::{BufId, Kernel, ScalarOp};
 use rdyn_ir::{Atom, DType, Expr, Var};
@@ -86,7 +86,7 @@ struct Plan {
     /// Plain loads: (storage root, simplified index, dtype, along).
     loads: Vec<(BufId, Expr, DType, Along)>,
     /// Stages (by position) whose stores are vector stores.
-    stores: HashSet<usize>,
+    stores: BTreeSet<usize>,
 }
 
 fn plan(em: &Emitter<'_>, kernel: &Kernel, last: Var) -> Plan {
