@@ -253,9 +253,10 @@ impl<'py> PyHost<'py, '_> {
     pub fn tensor(&self, b: BufId, bufs: &[BufPlan]) -> PyResult<Bound<'py, PyAny>> {
         let root = storage_root(bufs, b);
         let Some((tensor, base)) = &self.tensors[root] else {
-            return Err(pyo3::exceptions::PyRuntimeError::new_err(format!(
-                "rdyn internal error: buffer {b} has no torch tensor"
-            )));
+            return Err(crate::errors::of_kind(
+                rdyn_runtime::ErrorKind::Internal,
+                format!("rdyn internal error: buffer {b} has no torch tensor"),
+            ));
         };
         let plan = &bufs[b.0 as usize];
         if root == b.0 as usize && self.exact[root] {

@@ -10,18 +10,21 @@
 //! library call and fallback with its tensors' sizes and strides (a library
 //! call's inputs may be laid out for it, channels-last).
 //!
-//! Errors reach Python as: a user error (`RuntimeError::Input`: bad input shape
-//! or dtype, naming the input) → `ValueError`; a kernel's index check →
-//! `rdyn._errors.KernelCheckError` (an `IndexError` and a `RuntimeError`); a
-//! kernel the device's generator cannot express → `NotImplementedError`, on
-//! which the Python backend runs the graph eagerly; out of memory →
-//! `torch.OutOfMemoryError`; anything else, panics included, → `RuntimeError`.
+//! Errors reach Python by their kind (`RuntimeError::kind`), as the classes of
+//! `rdyn._errors`: a user error (bad input shape or dtype, naming the input) →
+//! `InputError` (a `ValueError`); a kernel's index check → `KernelCheckError`
+//! (an `IndexError` and a `RuntimeError`); a kernel the device's generator
+//! cannot express → `UnsupportedError` (a `NotImplementedError`), on which the
+//! Python backend runs the graph eagerly; a missing device →
+//! `UnavailableError`; out of memory → `torch.OutOfMemoryError`; anything else,
+//! panics included, → `InternalError` (a `RuntimeError`).
 //! The Python package around this extension (`python/rdyn/`): `backend.py`
 //! (the `torch.compile` backend, AOTAutograd, `RDYN_STRICT`), `_import.py` (the
 //! FX graph as tagged tuples; data-dependent sizes rejected), `_runner.py` (the
 //! host side of a call), `_cache.py` (the on-disk cache of inference ATen
 //! graphs), `config.py` (options and `RDYN_*` variables), `explain.py`.
 
+mod errors;
 mod fast;
 mod host;
 mod import;
@@ -30,7 +33,7 @@ mod node_call;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::OnceLock;
 
-use pyo3::exceptions::{PyIndexError, PyNotImplementedError, PyRuntimeError, PyValueError};
+use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
 
@@ -40,8 +43,9 @@ use rdyn_runtime::compiled::{execute, CompiledGraph as RtGraph, Selected};
 use rdyn_runtime::devices::{self, DeviceOptions};
 use rdyn_runtime::guard::CallArg;
 use rdyn_runtime::stats::STATS;
-use rdyn_runtime::RuntimeError;
+use rdyn_runtime::ErrorKind;
 
+use errors::{of_kind, to_py};
 use fast::LastCall;
 use host::{call_args, PyHost, Torch};
 
@@ -65,48 +69,9 @@ fn guarded<T>(f: impl FnOnce() -> PyResult<T>) -> PyResult<T> {
                 .cloned()
                 .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
                 .unwrap_or_else(|| "unknown panic".to_string());
-            Err(PyRuntimeError::new_err(format!("rdyn internal error (please report): {msg}")))
+            Err(of_kind(ErrorKind::Internal, format!("rdyn internal error (please report): {msg}")))
         }
     }
-}
-
-fn to_py(e: RuntimeError) -> PyErr {
-    match e {
-        RuntimeError::Input(msg) => PyValueError::new_err(format!("rdyn: {msg}")),
-        RuntimeError::Kernel(msg) | RuntimeError::DeviceCheck(msg) => kernel_check(format!("rdyn: {msg}")),
-        RuntimeError::Unsupported(msg) => PyNotImplementedError::new_err(format!("rdyn: {msg}")),
-        RuntimeError::OutOfMemory(msg) => out_of_memory(format!("rdyn: {msg}")),
-        RuntimeError::Codegen(e @ rdyn_codegen_cpu::CodegenError::OutOfMemory(_)) => {
-            out_of_memory(format!("rdyn: {e}"))
-        }
-        other => PyRuntimeError::new_err(format!("rdyn: {other}")),
-    }
-}
-
-/// `rdyn._errors.KernelCheckError`: an `IndexError` and a `RuntimeError`,
-/// as eager raises one or the other for the checks a kernel makes.
-fn kernel_check(msg: String) -> PyErr {
-    Python::attach(|py| {
-        match py
-            .import("rdyn._errors")
-            .and_then(|m| m.getattr("KernelCheckError"))
-            .and_then(|c| c.call1((msg.clone(),)))
-        {
-            Ok(err) => PyErr::from_value(err),
-            Err(_) => PyIndexError::new_err(msg),
-        }
-    })
-}
-
-/// `torch.OutOfMemoryError` (a `RuntimeError`, as eager's allocator
-/// raises), or a plain `RuntimeError` where torch lacks it.
-fn out_of_memory(msg: String) -> PyErr {
-    Python::attach(|py| {
-        match py.import("torch").and_then(|t| t.getattr("OutOfMemoryError")).and_then(|c| c.call1((msg.clone(),))) {
-            Ok(err) => PyErr::from_value(err),
-            Err(_) => PyRuntimeError::new_err(msg),
-        }
-    })
 }
 
 fn log_enabled(topic: &str) -> bool {

@@ -127,9 +127,10 @@ pub fn with_layout<'py>(
     let py = runner.py();
     let have: Vec<i64> = t.call_method0(intern!(py, "size"))?.extract()?;
     if have != sizes {
-        return Err(pyo3::exceptions::PyRuntimeError::new_err(format!(
-            "rdyn: eager result of node {node} has shape {have:?}, metadata said {sizes:?}"
-        )));
+        return Err(crate::errors::of_kind(
+            rdyn_runtime::ErrorKind::Internal,
+            format!("rdyn: eager result of node {node} has shape {have:?}, metadata said {sizes:?}"),
+        ));
     }
     let have: Vec<i64> = t.call_method0(intern!(py, "stride"))?.extract()?;
     if have == strides {

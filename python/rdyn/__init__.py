@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from . import _rdyn
 from ._aten_libs import use_aten_blas, use_aten_openmp
-from ._errors import KernelCheckError
+from ._errors import InputError, InternalError, KernelCheckError, RdynError, UnavailableError, UnsupportedError
 from .backend import DECOMPOSITIONS, CompileError, compile_graph, rdyn_backend, _frames_eager, _frames_given_up, _py_stats
 from .config import Options
 from .explain import Report, describe_graph, explain
@@ -69,7 +69,12 @@ def reset_stats() -> None:
 __all__ = [
     "DECOMPOSITIONS",
     "CompileError",
+    "InputError",
+    "InternalError",
     "KernelCheckError",
+    "RdynError",
+    "UnavailableError",
+    "UnsupportedError",
     "Options",
     "Report",
     "compile_graph",

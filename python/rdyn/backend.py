@@ -20,7 +20,7 @@ from . import _cache, _rdyn
 from ._attention import DECOMPOSITIONS as ATTENTION_DECOMPOSITIONS
 from ._decomp import DECOMPOSITIONS as RDYN_DECOMPOSITIONS
 from ._decomp_index import DECOMPOSITIONS as INDEX_DECOMPOSITIONS
-from ._errors import KernelCheckError
+from ._errors import InternalError, UnavailableError
 from ._random import DECOMPOSITIONS as RANDOM_DECOMPOSITIONS
 from ._import import Unsupported, import_graph, on_device
 from ._runner import GraphRunner
@@ -131,7 +131,9 @@ DECOMPOSITIONS[aten.gelu_backward.default] = _gelu_backward
 
 
 #: Errors of a call (not of rdyn): never a reason to run the graph eagerly.
-_CALL_ERRORS = (KernelCheckError, torch.OutOfMemoryError)
+#: rdyn's own failures, on which a graph runs eagerly (unless strict); every
+#: other error of a call (bad data, memory, an eager op's) is the caller's.
+_COMPILER_ERRORS = (InternalError, UnavailableError)
 
 
 class CompileError(RuntimeError):
@@ -315,10 +317,11 @@ def compile_aten_graph(gm: torch.fx.GraphModule, example_inputs, options: Option
             _unsupported_graph(gm, str(e))
             return gm(*args)
         except RuntimeError as e:
-            # Bad data (an index out of range) and a failed allocation are
-            # the call's errors, raised as eager raises them; other rdyn
-            # errors are the compiler's, and the graph runs eagerly.
-            if _strict(options) or not str(e).startswith("rdyn") or isinstance(e, _CALL_ERRORS):
+            # Bad data (an index out of range), a failed allocation and an
+            # eager op's error are the call's, raised as eager raises them;
+            # rdyn's own failures are the compiler's, and the graph runs
+            # eagerly.
+            if _strict(options) or not isinstance(e, _COMPILER_ERRORS):
                 raise
             warnings.warn(f"rdyn: falling back to eager for a graph: {e}", stacklevel=2)
             _py_stats["graphs_failed"] += 1

@@ -27,6 +27,37 @@ pub mod guard;
 pub mod host;
 pub mod stats;
 
+/// What kind of failure an error is: what the caller should do about it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ErrorKind {
+    /// The caller's inputs are wrong (raised to the user).
+    Input,
+    /// A construct the device cannot express yet (run eagerly, counted).
+    Unsupported,
+    /// The device is missing on this machine.
+    Unavailable,
+    /// A kernel's check on the data failed (raised to the user).
+    DeviceCheck,
+    /// Memory could not be allocated (raised to the user).
+    OutOfMemory,
+    /// A bug in rdyn.
+    Internal,
+}
+
+impl ErrorKind {
+    /// The name Python's `rdyn._errors.BY_KIND` knows it by.
+    pub fn name(self) -> &'static str {
+        match self {
+            ErrorKind::Input => "input",
+            ErrorKind::Unsupported => "unsupported",
+            ErrorKind::Unavailable => "unavailable",
+            ErrorKind::DeviceCheck => "device_check",
+            ErrorKind::OutOfMemory => "out_of_memory",
+            ErrorKind::Internal => "internal",
+        }
+    }
+}
+
 /// Why a call could not run.
 #[derive(Debug, thiserror::Error)]
 pub enum RuntimeError {
@@ -62,4 +93,62 @@ pub enum RuntimeError {
     /// A compiler bug (e.g. generated WGSL that naga rejects).
     #[error("internal error: {0}")]
     Internal(String),
+}
+
+impl RuntimeError {
+    /// What kind of failure this is.
+    pub fn kind(&self) -> ErrorKind {
+        use rdyn_codegen_cpu::CodegenError;
+        match self {
+            RuntimeError::Input(_) => ErrorKind::Input,
+            RuntimeError::Unsupported(_) => ErrorKind::Unsupported,
+            RuntimeError::Unavailable(_) => ErrorKind::Unavailable,
+            RuntimeError::Kernel(_) | RuntimeError::DeviceCheck(_) => ErrorKind::DeviceCheck,
+            RuntimeError::OutOfMemory(_) | RuntimeError::Codegen(CodegenError::OutOfMemory(_)) => {
+                ErrorKind::OutOfMemory
+            }
+            RuntimeError::Lower(_)
+            | RuntimeError::Plan(_)
+            | RuntimeError::Codegen(_)
+            | RuntimeError::Host(_)
+            | RuntimeError::Poisoned
+            | RuntimeError::Internal(_) => ErrorKind::Internal,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_error_has_the_kind_python_branches_on() {
+        let cases = [
+            (RuntimeError::Input("x".into()), ErrorKind::Input),
+            (RuntimeError::Unsupported("x".into()), ErrorKind::Unsupported),
+            (RuntimeError::Unavailable("x".into()), ErrorKind::Unavailable),
+            (RuntimeError::Kernel("x".into()), ErrorKind::DeviceCheck),
+            (RuntimeError::DeviceCheck("x".into()), ErrorKind::DeviceCheck),
+            (RuntimeError::OutOfMemory("x".into()), ErrorKind::OutOfMemory),
+            (RuntimeError::Codegen(rdyn_codegen_cpu::CodegenError::OutOfMemory(8)), ErrorKind::OutOfMemory),
+            (RuntimeError::Codegen(rdyn_codegen_cpu::CodegenError::Internal("x")), ErrorKind::Internal),
+            (RuntimeError::Plan(rdyn_memplan::PlanError::Symbolic("x".into())), ErrorKind::Internal),
+            (RuntimeError::Poisoned, ErrorKind::Internal),
+            (RuntimeError::Internal("x".into()), ErrorKind::Internal),
+        ];
+        for (error, kind) in cases {
+            assert_eq!(error.kind(), kind, "{error:?}");
+        }
+        let names: Vec<_> = [
+            ErrorKind::Input,
+            ErrorKind::Unsupported,
+            ErrorKind::Unavailable,
+            ErrorKind::DeviceCheck,
+            ErrorKind::OutOfMemory,
+            ErrorKind::Internal,
+        ]
+        .map(ErrorKind::name)
+        .to_vec();
+        assert_eq!(names, ["input", "unsupported", "unavailable", "device_check", "out_of_memory", "internal"]);
+    }
 }
