@@ -1,19 +1,27 @@
 //! The CPU backend: loop IR → kernel plans, run as tile programs (or compiled
 //! machine code) on ATen's OpenMP team or rayon ([`parallel`]).
 //!
-//! [`plan::plan`] turns a program (with concrete sizes) into a
-//! [`plan::CpuProgram`], once per specialization: each kernel a set of register
+//! [`build::plan`] turns a program (with concrete sizes) and its memory plan
+//! (`rdyn_memplan`) into a [`plan::CpuProgram`], once per specialization: each
+//! kernel a set of register
 //! programs over tiles of up to [`tile::TILE`] (1024) lanes, so every operation is
 //! one tight, auto-vectorised loop and no dispatch happens per element.
 //! [`exec::run_kernel`] runs a kernel on raw buffer addresses; [`gemm::run_gemm`]
 //! runs matrix products.
 //!
-//! Modules:
-//! - `plan.rs` (programs, buffers, arena) and `lower_kernel.rs` (one kernel →
-//!   one plan: collapsed dims, tile mode and width, columns, serial scatters);
-//!   `split.rs` (dimensions that indices divide, split); `transpose.rs` (copies
-//!   into the transposed layout as blocked transposes).
+//! Modules, by floors (a file imports from its floor or below):
+//! - bottom: `tile.rs` (the tile width and thresholds everything is sized by,
+//!   the `Memory` a kernel runs over), `index.rs` (registers, indices);
+//! - types: `plan.rs` (kernel plans, steps, their text) and `jit/stage.rs`
+//!   (what a compiled stage is);
+//! - `lower_kernel.rs` (one kernel → one plan: collapsed dims, tile mode and
+//!   width, columns, serial scatters); `split.rs` (dimensions that indices
+//!   divide, split); `transpose.rs` (copies into the transposed layout as
+//!   blocked transposes);
+//! - top: `build.rs` (a program's steps through `lower_kernel.rs` and the JIT;
+//!   counts kernels planned and stages compiled or interpreted).
 //! - `exec/`: the tile executor (work items, tiles, reductions in `reduce.rs`;
+//!   `regs.rs` registers and per-thread scratch;
 //!   `convert.rs` loads, stores, casts; `rows.rs` compiled stages over several
 //!   rows per call; `calls.rs` a compiled stage's call and its load addresses;
 //!   `indirect.rs` the row ids of compiled gathers and scatters; `spare.rs` tiles

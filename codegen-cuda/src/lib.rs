@@ -2,7 +2,7 @@
 //! (no CUDA C, no NVRTC), for sm_80 and newer.
 //!
 //! Leaf crate: depends on `ir` only, needs no GPU and no CUDA install. The
-//! runtime (`runtime/src/cuda.rs`) loads the modules with cudarc; the tests
+//! runtime (`runtime/src/devices/cuda.rs`) loads the modules with cudarc; the tests
 //! check every module with `ptxas` where it is installed (every OpInfo graph is
 //! assembled for sm_80 and sm_90), and the PTX simulator (`rdyn-ptx-sim`) runs
 //! them on the CPU.

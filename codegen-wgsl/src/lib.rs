@@ -1,7 +1,7 @@
 //! The WGSL backend: loop IR → WGSL compute shaders, each validated by
 //! naga (parser and validator) before it reaches a driver.
 //!
-//! Leaf crate: depends on `ir` only. The wgpu runtime (`runtime/src/gpu.rs`) runs
+//! Leaf crate: depends on `ir` only. The wgpu device (`runtime/src/devices/wgpu.rs`) runs
 //! the modules; kernels this crate cannot express (float64, symbolic sizes,
 //! functions WGSL lacks) return [`WgslError::Unsupported`] and run on the CPU path
 //! instead. `kernel.rs` holds the templates (pointwise, workgroup-per-row, and a
