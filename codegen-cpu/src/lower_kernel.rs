@@ -170,10 +170,26 @@ pub(crate) fn kernel_plan(
             *e = split.apply(e, syms, &tail);
         }
     }
-    // Then each stage's reduction dimensions, as its own indices divide them.
+    // Then a pointwise stage's inner dimensions, as its own indices divide
+    // them (an interleave's `i // 2` and `i % 2`: evaluated lane by lane,
+    // such an index costs more than the rest of the stage), remainders in
+    // front so the tile stays wide; then each stage's reduction dimensions.
+    let inner_splits: Vec<Split> = shapes
+        .iter_mut()
+        .zip(&kernel.stages)
+        .map(|((inner, red, exprs), stage)| {
+            let by: &[Expr] = if serial || stage.reduce.is_some() { &[] } else { exprs };
+            let mut inner_split = Split::find_after(&split.sizes, inner, by, syms, Tile::Own);
+            inner_split.widen_last(syms);
+            exprs.iter_mut().for_each(|e| *e = inner_split.apply(e, syms, red));
+            inner_split
+        })
+        .collect();
     let red_splits: Vec<Split> = shapes
         .iter_mut()
-        .map(|(inner, red, exprs)| {
+        .zip(&inner_splits)
+        .map(|((_, red, exprs), inner_split)| {
+            let inner = &inner_split.sizes;
             let prefix: Vec<i64> = split.sizes.iter().chain(inner.iter()).copied().collect();
             let by: &[Expr] = if serial { &[] } else { exprs };
             let red_split = Split::find_after(&prefix, red, by, syms, Tile::Interpreted);
@@ -184,13 +200,21 @@ pub(crate) fn kernel_plan(
     let all_exprs: Vec<Expr> = shapes.iter().flat_map(|(_, _, e)| e.iter().cloned()).collect();
     let outer = split.sizes.clone();
     let m = outer.len();
-    let groups = if serial { (0..m).map(|k| vec![k]).collect() } else { collapse_groups(&outer, 0, &all_exprs) };
+    let mut groups = if serial { (0..m).map(|k| vec![k]).collect() } else { collapse_groups(&outer, 0, &all_exprs) };
+    let pointwise = shapes.iter().all(|(inner, red, _)| !inner.iter().chain(red).any(|&n| n > 1));
+    if !serial && pointwise {
+        widest_tile_last(&mut groups, &outer, &all_exprs, compiled);
+    }
     let new_outer: Vec<i64> = groups.iter().map(|g| g.iter().map(|k| outer[*k]).product()).collect();
     let m_new = new_outer.len();
     let mut stages = Vec::new();
-    for ((stage, (inner, red, own)), red_split) in kernel.stages.iter().zip(shapes).zip(red_splits) {
+    for (((stage, (inner, red, own)), inner_split), red_split) in
+        kernel.stages.iter().zip(shapes).zip(inner_splits).zip(red_splits)
+    {
         // The outer split reads the original ranges; the rest, the split ones.
         let tail: Vec<i64> = inner.iter().chain(red.iter()).copied().collect();
+        let orig_red = red;
+        let inner = inner_split.sizes.clone();
         let red = red_split.sizes.clone();
         let total_vars = m + inner.len() + red.len();
         // The stage's own dims collapse by its own indices.
@@ -228,7 +252,8 @@ pub(crate) fn kernel_plan(
         let mut ctx = Ctx::with_extents(&extents);
         ctx.sym_values = syms.sym_values.clone();
         let index = |e: &Expr| {
-            let e = red_split.apply(&split.apply(&e.simplify(syms), syms, &tail), syms, &[]);
+            let e = split.apply(&e.simplify(syms), syms, &tail);
+            let e = red_split.apply(&inner_split.apply(&e, syms, &orig_red), syms, &[]);
             IndexFn::new(&e.substitute_vars(&remap, &ctx))
         };
         let (stage, accumulate) = match scatter_combine(program, stage) {
@@ -268,6 +293,45 @@ pub(crate) fn kernel_plan(
         }
     }
     Ok(kernel)
+}
+
+/// The fewest lanes an interpreted tile should have: the interpreter pays
+/// per tile (as `split.rs`'s `MIN_TILE`).
+const NARROW_TILE: i64 = 16;
+
+/// The fewest points a call of a compiled stage over rows should cover: a
+/// call's fixed cost (the call, each load's first address) is about that of
+/// 64 lanes of a short stage (ConvNeXt's 2x2 patches, 4 points a call: 16 ms;
+/// 28 lanes a tile: 3.7 ms), while a channels-last map's rows of 5 channels
+/// (126 rows a call) stay as they are.
+const ROW_CALL_MIN: i64 = 64;
+
+/// An outer-tiled pointwise kernel tiles along its last outer dim, whatever
+/// its length; compiled stages run many such rows per call (the next-to-last
+/// dim's points). When a layout change leaves both narrow (ConvNeXt's 2x2
+/// patches: `[n, h/2, w/2, c, 2, 2]`), or the last narrow for an interpreted
+/// stage, move last the dim of at least [`NARROW_TILE`] points whose accesses
+/// step least (the sum of its coefficients over every load and store, a
+/// non-affine one counting as far apart): the lanes then walk memory nearly
+/// contiguously. The outer points of a pointwise kernel are independent, so
+/// any order is the same kernel.
+fn widest_tile_last(groups: &mut [Vec<usize>], outer: &[i64], exprs: &[Expr], compiled: bool) {
+    let size = |g: &[usize]| g.iter().map(|k| outer[*k]).product::<i64>();
+    let Some(last) = groups.last() else { return };
+    let rows = groups.len().checked_sub(2).map_or(1, |g| size(&groups[g]));
+    if size(last) >= NARROW_TILE || (compiled && size(last) * rows >= ROW_CALL_MIN) {
+        return;
+    }
+    let cost = |g: &[usize]| -> i64 {
+        let Some(&carrier) = g.last() else { return i64::MAX };
+        exprs.iter().map(|e| e.linear_coef(Var(carrier as u32)).map_or(1 << 20, |c| c.abs())).sum()
+    };
+    let best = (0..groups.len())
+        .filter(|&g| size(&groups[g]) >= NARROW_TILE)
+        .min_by_key(|&g| (cost(&groups[g]), -size(&groups[g])));
+    if let Some(g) = best {
+        groups[g..].rotate_left(1);
+    }
 }
 
 /// The tile of a parallel kernel: [`crate::tile::TILE`] lanes, narrower
@@ -355,7 +419,11 @@ fn choose_mode(outer: &[i64], stages: &[StagePlan]) -> TileMode {
         tail_len = tail_len.min(last);
         for inst in &stage.insts {
             if let InstOp::Load { index, .. } = &inst.op {
-                if index.step(tail_var) == Some(1) {
+                // Symmetrically, a load constant along the last outer dim
+                // (a per-row statistic a column reduction reads: softmax's
+                // sum under `amax(dim=0)`) costs nothing per lane in Outer
+                // mode: it does not vote for Inner.
+                if index.step(tail_var) == Some(1) && index.step(m - 1) != Some(0) {
                     along_tail += 1;
                 }
                 // A load constant along the tail (a per-channel parameter)

@@ -129,6 +129,37 @@ impl Split {
         }
     }
 
+    /// Move the range's last dimension to its front when a split left it
+    /// narrower than an interpreted tile (`i = 2·a + b` of an interleave:
+    /// `[512, 2]` becomes `[2, 512]`), so the tile runs along the wide
+    /// quotient. Only for ranges whose points may run in any order (a
+    /// pointwise stage's inner dims): the lanes then walk `a` with a
+    /// constant step, and `b` is the same on every lane.
+    pub fn widen_last(&mut self, syms: &Ctx) {
+        let n = self.sizes.len();
+        if self.is_identity() || n < 2 || self.sizes[n - 1] >= MIN_TILE {
+            return;
+        }
+        let first = self.prefix.len();
+        // Old position → new: the last moves to the front, the rest shift.
+        let vars: Vec<Expr> = (0..(first + n) as u32)
+            .map(|u| {
+                let u = u as usize;
+                let new = if u < first {
+                    u
+                } else if u == first + n - 1 {
+                    first
+                } else {
+                    u + 1
+                };
+                Expr::v(new as u32)
+            })
+            .collect();
+        self.sizes.rotate_right(1);
+        let ctx = self.ctx(syms, &[]);
+        self.map = self.map.iter().map(|e| e.substitute_vars(&vars, &ctx)).collect();
+    }
+
     /// Whether any dimension was split.
     pub fn is_identity(&self) -> bool {
         self.sizes.len() == self.original
@@ -261,6 +292,26 @@ mod tests {
             let flat = split.apply(&e, &Ctx::default(), &[]);
             assert_eq!(flat, Expr::v(1).scale(62).add(&Expr::v(2).scale(2)), "affine after the split");
             assert!(Split::find(&[512, k * k], &[e], &Ctx::default(), Tile::Interpreted).is_identity());
+        }
+    }
+
+    #[test]
+    fn an_interleave_splits_with_the_narrow_remainder_in_front() {
+        // `stack((a, b), -1).flatten(-2)` over [4, 64]: index `i1 // 2` and
+        // `i1 % 2` along the last dim; the split keeps the wide quotient last.
+        let ctx = Ctx::with_extents(&[4, 64]);
+        let i1 = Expr::v(1);
+        let e = i1.floordiv(&Expr::c(2), &ctx).scale(3).add(&i1.modulo(&Expr::c(2), &ctx).scale(1000)).add(&Expr::v(0));
+        let mut split = Split::find_after(&[4], &[64], std::slice::from_ref(&e), &Ctx::default(), Tile::Own);
+        assert_eq!(split.sizes, vec![32, 2]);
+        split.widen_last(&Ctx::default());
+        assert_eq!(split.sizes, vec![2, 32]);
+        let e2 = split.apply(&e, &Ctx::default(), &[]);
+        assert_eq!(e2, Expr::v(2).scale(3).add(&Expr::v(1).scale(1000)).add(&Expr::v(0)), "affine, remainder first");
+        for i0 in 0..4 {
+            for i1 in 0..64 {
+                assert_eq!(e.eval(&[i0, i1], &[]), e2.eval(&[i0, i1 % 2, i1 / 2], &[]));
+            }
         }
     }
 

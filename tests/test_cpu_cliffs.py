@@ -1,0 +1,74 @@
+"""Mechanisms that keep CPU kernels off the slow paths, each on a small
+graph that isolates it, against eager in float64:
+
+- a reduction over a leading (strided) dim vectorises along the contiguous
+  output dim, even when the value reduced reads a per-row statistic;
+- a pointwise stage whose indices divide its inner dims (an interleave
+  written with `x[..., ::2]`, `x[..., 1::2]` and `stack(..., -1).flatten(-2)`)
+  splits them, so every index is affine and the stage compiles;
+- a pointwise kernel whose last outer dims a layout change left narrow
+  (2x2 patches) tiles along a wide dim instead.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch.fx.experimental.proxy_tensor import make_fx
+
+import rdyn
+from helpers import assert_same
+
+
+def _kernels(fn, *args):
+    gm = make_fx(fn, decomposition_table=rdyn.DECOMPOSITIONS)(*args)
+    return [k for k in rdyn.describe_graph(gm, list(args)).kernels if k.name.startswith("k")]
+
+
+def _check(fn, *args64: torch.Tensor) -> dict:
+    args = [a.float() for a in args64]
+    torch._dynamo.reset()
+    rdyn.reset_stats()
+    got = torch.compile(fn, backend="rdyn")(*args)
+    assert_same(got, fn(*args), fn(*args64))
+    return rdyn.stats()
+
+
+def test_column_reduction_of_a_row_normalised_value_tiles_along_the_columns() -> None:
+    fn = lambda x: torch.softmax(x, -1).amax(dim=0)  # noqa: E731
+    x = torch.randn(96, 80, dtype=torch.float64)
+    _check(fn, x)
+    (column,) = [k for k in _kernels(fn, x.float()) if "max over [96]" in k.source]
+    assert "tile Outer" in column.source, column.source
+
+
+def rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6)
+    x1, x2 = x[..., ::2], x[..., 1::2]
+    return torch.stack((x1 * cos - x2 * sin, x1 * sin + x2 * cos), -1).flatten(-2)
+
+
+@pytest.mark.parametrize("dim", [64, 96])
+def test_an_interleave_compiles_with_affine_indices(dim: int) -> None:
+    g = torch.Generator().manual_seed(0)
+    x, cos, sin = (torch.randn(s, generator=g, dtype=torch.float64) for s in [(2, 12, dim), (12, dim // 2), (12, dim // 2)])
+    stats = _check(rotary, x, cos, sin)
+    assert stats["cpu_stages_interpreted"] == 0, stats
+    sources = "".join(k.source for k in _kernels(rotary, x.float(), cos.float(), sin.float()))
+    assert f"inner [2, {dim // 2}]" in sources and "//" not in sources and "%" not in sources, sources
+
+
+def patches(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """ConvNeXt's downsampling: a per-channel affine, then 2x2 patches."""
+    n, c, h, ww = x.shape
+    y = x * w[:, None, None]
+    return y.reshape(n, c, h // 2, 2, ww // 2, 2).permute(0, 2, 4, 1, 3, 5).reshape(n, h // 2, ww // 2, c * 4)
+
+
+def test_narrow_patches_tile_along_a_wide_dim() -> None:
+    g = torch.Generator().manual_seed(0)
+    x, w = torch.randn(2, 6, 40, 40, generator=g, dtype=torch.float64), torch.randn(6, generator=g, dtype=torch.float64)
+    _check(patches, x, w)
+    (kernel,) = _kernels(patches, x.float(), w.float())
+    outer = kernel.source.split("outer [", 1)[1].split("]", 1)[0]
+    assert int(outer.split(",")[-1]) >= 16, kernel.source
