@@ -72,3 +72,22 @@ def test_narrow_patches_tile_along_a_wide_dim() -> None:
     (kernel,) = _kernels(patches, x.float(), w.float())
     outer = kernel.source.split("outer [", 1)[1].split("]", 1)[0]
     assert int(outer.split(",")[-1]) >= 16, kernel.source
+
+
+@pytest.mark.parametrize("exponent", [0.5, -0.5, -1.0, -2.0, 2.0, 3.0])
+def test_pow_by_the_scalars_aten_special_cases_is_eagers_bit_for_bit(exponent: float) -> None:
+    # ATen computes these as sqrt, rsqrt and reciprocals (never powf); so
+    # does rdyn, which also keeps them compiled.
+    x = torch.tensor([0.0, -0.0, 1.0, 2.5, 1e-30, 3e30, -4.0, float("inf"), -float("inf"), float("nan")] * 7)
+    torch._dynamo.reset()
+    rdyn.reset_stats()
+    got = torch.compile(lambda t: torch.pow(t, exponent) * 1.0, backend="rdyn")(x)
+    torch.testing.assert_close(got, torch.pow(x, exponent), rtol=0, atol=0, equal_nan=True)
+    assert rdyn.stats()["cpu_stages_interpreted"] == 0
+
+
+def test_weight_norm_compiles() -> None:
+    g = torch.Generator().manual_seed(0)
+    v, gain = torch.randn(24, 6, 32, generator=g, dtype=torch.float64), torch.randn(1, 1, 32, generator=g, dtype=torch.float64)
+    stats = _check(lambda a, b: torch._weight_norm(a, b, 2), v, gain)
+    assert stats["cpu_stages_interpreted"] == 0, stats

@@ -375,19 +375,35 @@ impl Lowerer<'_> {
         if node.op == Rsub {
             std::mem::swap(&mut a, &mut b);
         }
-        // ATen computes `x ** 2` and `x ** 3` by multiplication (as exact,
-        // and far cheaper than powf), and `x ** 1` is `x` (the derivative
-        // of a square is `2 * x ** 1`); so does rdyn, for float32 and
-        // float64.
+        // ATen's pow by a scalar exponent (CPU and CUDA) computes `x ** 2`
+        // and `x ** 3` by multiplication, `x ** 0.5` as `sqrt`, `x ** -0.5`
+        // as `rsqrt`, `x ** -1` and `x ** -2` as reciprocals (as exact, and
+        // far cheaper than powf: weight norm's `norm ** 0.5`), and `x ** 1`
+        // is `x` (the derivative of a square is `2 * x ** 1`); so does rdyn,
+        // for float32 and float64.
         if node.op == Pow && matches!(out, DType::F32 | DType::F64) {
-            if b_arg.as_float() == Some(1.0) {
-                return self.native(sizes, a, out);
-            }
-            if let Some(e) = b_arg.as_float().filter(|e| *e == 2.0 || *e == 3.0) {
-                let mut v = s.binary(BinaryOp::Mul, a, a, out);
-                if e == 3.0 {
-                    v = s.binary(BinaryOp::Mul, v, a, out);
+            let exponent = b_arg.as_float();
+            let reciprocal = |s: &mut rdyn_ir::loops::Scalars, x| {
+                let one = s.constant(1.0, out);
+                s.binary(BinaryOp::Div, one, x, out)
+            };
+            let v = match exponent {
+                Some(1.0) => Some(a),
+                Some(2.0) => Some(s.binary(BinaryOp::Mul, a, a, out)),
+                Some(3.0) => {
+                    let square = s.binary(BinaryOp::Mul, a, a, out);
+                    Some(s.binary(BinaryOp::Mul, square, a, out))
                 }
+                Some(0.5) => Some(s.unary(UnaryOp::Sqrt, a, out)),
+                Some(-0.5) => Some(s.unary(UnaryOp::Rsqrt, a, out)),
+                Some(-1.0) => Some(reciprocal(s, a)),
+                Some(-2.0) => {
+                    let square = s.binary(BinaryOp::Mul, a, a, out);
+                    Some(reciprocal(s, square))
+                }
+                _ => None,
+            };
+            if let Some(v) = v {
                 return self.native(sizes, v, out);
             }
         }
