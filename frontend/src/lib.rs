@@ -37,10 +37,10 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
 
-use rdyn_codegen_cuda::IndexChecks;
 use rdyn_memplan::{MemPlan, OutputPlan, Storage};
 use rdyn_runtime::compiled::{execute, CompiledGraph as RtGraph, Selected};
-use rdyn_runtime::devices::{self, DeviceOptions};
+use rdyn_runtime::devices::cpu as cpu_device;
+use rdyn_runtime::devices::{self, DeviceOptions, IndexChecks};
 use rdyn_runtime::guard::CallArg;
 use rdyn_runtime::stats::STATS;
 use rdyn_runtime::ErrorKind;
@@ -349,7 +349,7 @@ fn reset_stats() {
 /// How many worker threads CPU kernels use.
 #[pyfunction]
 fn num_threads() -> usize {
-    rdyn_codegen_cpu::parallel::threads()
+    cpu_device::threads()
 }
 
 /// Run float32/float64 matrix products through the Fortran `sgemm_` and
@@ -358,23 +358,23 @@ fn num_threads() -> usize {
 #[pyfunction]
 #[pyo3(signature = (sgemm, dgemm, sgemm_batch=0, dgemm_batch=0))]
 fn use_blas(sgemm: usize, dgemm: usize, sgemm_batch: usize, dgemm_batch: usize) -> bool {
-    let entries = rdyn_codegen_cpu::blas::BlasEntries { sgemm, dgemm, sgemm_batch, dgemm_batch };
+    let entries = cpu_device::BlasEntries { sgemm, dgemm, sgemm_batch, dgemm_batch };
     // SAFETY: `rdyn._aten_libs` passes the LP64 routines of libtorch_cpu,
     // which torch keeps loaded for the life of the process.
-    unsafe { rdyn_codegen_cpu::blas::use_blas(entries) }
+    unsafe { cpu_device::use_blas(entries) }
 }
 
 /// Whether batched float32 products run as one call of a BLAS batch routine
 /// (MKL's `sgemm_batch_`).
 #[pyfunction]
 fn blas_batched() -> bool {
-    rdyn_codegen_cpu::blas::batched()
+    cpu_device::blas_batched()
 }
 
 /// Which thread pool runs CPU kernels: "openmp" (ATen's own team) or "rayon".
 #[pyfunction]
 fn thread_pool() -> &'static str {
-    rdyn_codegen_cpu::parallel::backend()
+    cpu_device::thread_backend()
 }
 
 /// Run CPU kernels on the OpenMP team of the libgomp torch loaded, given the
@@ -383,10 +383,10 @@ fn thread_pool() -> &'static str {
 /// were taken (only the first call's are).
 #[pyfunction]
 fn use_openmp(parallel: usize, max_threads: usize, thread_num: usize) -> bool {
-    let gomp = rdyn_codegen_cpu::parallel::GompEntries { parallel, max_threads, thread_num };
+    let gomp = cpu_device::GompEntries { parallel, max_threads, thread_num };
     // SAFETY: `rdyn._aten_libs` passes those functions of the libgomp that
     // torch keeps loaded for the life of the process.
-    unsafe { rdyn_codegen_cpu::parallel::use_openmp(gomp) }
+    unsafe { cpu_device::use_openmp(gomp) }
 }
 
 /// Make the importing thread (the one that runs compiled graphs, as a

@@ -19,6 +19,11 @@ use rdyn_ir::loops::Program;
 use rdyn_ir::Ctx;
 use rdyn_memplan::{resolve_views, BufPlan, MemPlan};
 
+/// The CPU's threads and BLAS, which the frontend wires to torch's own
+/// (ATen's OpenMP team, its BLAS entry points).
+pub use rdyn_codegen_cpu::blas::{batched as blas_batched, use_blas, BlasEntries};
+pub use rdyn_codegen_cpu::parallel::{backend as thread_backend, threads, use_openmp, GompEntries};
+
 use crate::device::{extern_call_text, Call, Caps, Device, DevicePlan, Purpose, StepText};
 use crate::host::Host;
 use crate::stats::{profiling, STATS};

@@ -8,7 +8,7 @@ pub mod wgpu;
 
 use std::sync::Arc;
 
-use rdyn_codegen_cuda::IndexChecks;
+pub use rdyn_codegen_cuda::IndexChecks;
 
 use crate::device::Device;
 
