@@ -127,7 +127,7 @@ fn analyse(stage: &StagePlan, tile_var: Option<usize>, extents: &[i64]) -> Optio
                 let masked_ok = mask.is_none() || (*dtype == DType::F32 && indirect.is_empty() && cls == [Class::Mask]);
                 if !indirect.iter().all(|(r, _)| is_pre(r))
                     || !masked_ok
-                    || !(matches!(dtype, DType::F32 | DType::Bool) || long)
+                    || !(matches!(dtype, DType::F32 | DType::BF16 | DType::Bool) || long)
                 {
                     return None;
                 }
@@ -173,7 +173,9 @@ fn analyse(stage: &StagePlan, tile_var: Option<usize>, extents: &[i64]) -> Optio
             InstOp::Binary(BinaryOp::And | BinaryOp::Or | BinaryOp::Xor, ..) if mask_inst && all_mask => Class::Mask,
             InstOp::Binary(..) if float_inst && all_float => Class::Float,
             InstOp::Where(..) if float_inst && cls == [Class::Mask, Class::Float, Class::Float] => Class::Float,
-            InstOp::Cast { from: Kind::F32, to: DType::F32, .. } if float_inst && all_float => Class::Float,
+            InstOp::Cast { from: Kind::F32, to: DType::F32 | DType::BF16, .. } if float_inst && all_float => {
+                Class::Float
+            }
             InstOp::Cast { from: Kind::I64, to: DType::F32, .. } if float_inst && all_mask => Class::Float,
             // Random bits: the hash of 32-bit integer lanes (positions, and
             // a key read as a float), converted exactly to float32.
@@ -220,7 +222,9 @@ fn pre_inst(stage: &StagePlan, op: &InstOp, is_pre: &dyn Fn(&Reg) -> bool) -> bo
     let int_const = |r: &Reg| stage.consts.iter().any(|(c, _)| c == r) && stage.regs[*r as usize] == Kind::I64;
     match op {
         InstOp::Load { dtype, indirect, mask, .. } => {
-            !matches!(dtype, DType::F32 | DType::Bool) && mask.is_none() && indirect.iter().all(|(r, _)| is_pre(r))
+            !matches!(dtype, DType::F32 | DType::BF16 | DType::Bool)
+                && mask.is_none()
+                && indirect.iter().all(|(r, _)| is_pre(r))
         }
         InstOp::Bounded { src, .. } | InstOp::Cast { src, from: Kind::I64, .. } | InstOp::Unary(_, src) => is_pre(src),
         InstOp::Binary(_, x, y) => (is_pre(x) || is_pre(y)) && [x, y].into_iter().all(|r| is_pre(r) || int_const(r)),

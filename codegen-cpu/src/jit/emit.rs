@@ -185,6 +185,33 @@ impl Em<'_, '_> {
         self.cmp(FloatCC::Unordered, x, x)
     }
 
+    /// `x` rounded to bfloat16 (to nearest, ties to even), as a float32:
+    /// exactly `half::bf16::from_f32(x).to_f32()`, which the interpreter
+    /// uses. A NaN keeps its upper bits with the quiet bit set.
+    pub fn round_bf16(&mut self, x: Value) -> Value {
+        let bits = self.bits(x);
+        let lsb = self.b.ins().ushr_imm_u(bits, 16);
+        let one = self.int(1);
+        let lsb = self.b.ins().band(lsb, one);
+        let half = self.int(0x7FFF);
+        let r = self.b.ins().iadd(bits, lsb);
+        let r = self.b.ins().iadd(r, half);
+        let high = self.int(0xFFFF_0000);
+        let rounded = self.b.ins().band(r, high);
+        let quiet = self.int(0x0040_0000);
+        let nan_bits = self.b.ins().bor(bits, quiet);
+        let nan_bits = self.b.ins().band(nan_bits, high);
+        let nan = self.is_nan(x);
+        let (rounded, nan_bits) = (self.float(rounded), self.float(nan_bits));
+        self.sel(nan, nan_bits, rounded)
+    }
+
+    /// A bfloat16's bits (in the low 16 of each 32-bit lane) as float32.
+    pub fn from_bf16(&mut self, low: Value) -> Value {
+        let shifted = self.b.ins().ishl_imm_u(low, 16);
+        self.float(shifted)
+    }
+
     /// An integer constant at this width (not from the pool: the hash's
     /// multipliers are not stage constants).
     fn int(&mut self, x: u32) -> Value {

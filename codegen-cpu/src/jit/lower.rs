@@ -680,6 +680,7 @@ fn inst_value(
         }
         InstOp::Cast { from: Kind::I64, to: DType::F32, .. } => em.one_if(ops[0]),
         InstOp::Cast { from: Kind::F32, to: DType::Bool, .. } => em.truthy(ops[0]),
+        InstOp::Cast { from: Kind::F32, to: DType::BF16, .. } => em.round_bf16(ops[0]),
         InstOp::Cast { .. } => ops[0],
         _ => return Err("unsupported instruction".into()),
     })

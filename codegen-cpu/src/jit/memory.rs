@@ -1,5 +1,6 @@
-//! Loads and stores of the JIT's lanes: float32 values and boolean masks
-//! (bytes in memory, all-ones or zero lanes in registers).
+//! Loads and stores of the JIT's lanes: float32 values, bfloat16 values
+//! (widened to float32 exactly: the upper half of its bits) and boolean
+//! masks (bytes in memory, all-ones or zero lanes in registers).
 //!
 //! A bool stage stores its mask as bytes, narrowed four lanes at a time into one
 //! 32-bit store when contiguous. A contiguous bool load reads four bytes at once
@@ -26,6 +27,11 @@ pub(super) fn load(em: &mut Em, p: Value, group: i64, step: i64, dtype: DType) -
             let byte = em.b.ins().uload8(types::I32, flags, p, at);
             let c = em.b.ins().icmp_imm_s(IntCC::NotEqual, byte, 0);
             em.b.ins().bmask(types::I32, c)
+        } else if dtype == DType::BF16 {
+            // A bfloat16 is the upper half of the float32 it widens to.
+            let half = em.b.ins().uload16(types::I32, flags, p, at);
+            let bits = em.b.ins().ishl_imm_u(half, 16);
+            em.b.ins().bitcast(types::F32, MemFlagsData::new(), bits)
         } else {
             em.b.ins().load(types::F32, flags, p, at)
         }
@@ -37,6 +43,16 @@ pub(super) fn load(em: &mut Em, p: Value, group: i64, step: i64, dtype: DType) -
     if dtype == DType::F32 && step == 1 {
         // Tiles start anywhere in a row: an unaligned 16-byte load.
         return em.b.ins().load(types::F32X4, MemFlagsData::new().with_notrap(), p, base);
+    }
+    if dtype == DType::BF16 && step == 1 {
+        // Four bfloat16s in one 8-byte load, zero-extended to 32-bit lanes
+        // and shifted into the upper halves.
+        let word = em.b.ins().load(types::I64, MemFlagsData::new().with_notrap(), p, base);
+        let v = em.b.ins().scalar_to_vector(types::I64X2, word);
+        let little = MemFlagsData::new().with_endianness(Endianness::Little);
+        let halves = em.b.ins().bitcast(types::I16X8, little, v);
+        let lanes = em.b.ins().uwiden_low(halves);
+        return em.from_bf16(lanes);
     }
     if dtype == DType::Bool && step == 1 {
         // Four bytes in one load, zero-extended to 32-bit lanes (pmovzx),
