@@ -207,7 +207,7 @@ impl Em<'_, '_> {
     }
 
     /// A bfloat16's bits (in the low 16 of each 32-bit lane) as float32.
-    pub fn from_bf16(&mut self, low: Value) -> Value {
+    pub fn widen_bf16(&mut self, low: Value) -> Value {
         let shifted = self.b.ins().ishl_imm_u(low, 16);
         self.float(shifted)
     }

@@ -52,7 +52,7 @@ pub(super) fn load(em: &mut Em, p: Value, group: i64, step: i64, dtype: DType) -
         let little = MemFlagsData::new().with_endianness(Endianness::Little);
         let halves = em.b.ins().bitcast(types::I16X8, little, v);
         let lanes = em.b.ins().uwiden_low(halves);
-        return em.from_bf16(lanes);
+        return em.widen_bf16(lanes);
     }
     if dtype == DType::Bool && step == 1 {
         // Four bytes in one load, zero-extended to 32-bit lanes (pmovzx),
