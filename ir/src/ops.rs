@@ -142,6 +142,11 @@ impl BinaryOp {
 }
 
 impl UnaryOp {
+    /// `isnan`, `isinf`, `signbit`: a test of a value.
+    pub const fn is_test(self) -> bool {
+        matches!(self.info().result, ResultKind::Test)
+    }
+
     /// Whether the result is 0 or 1 computed from the operand read in its own
     /// kind (`not`, `isnan`, `isinf`, `signbit`): the operand's kind need not
     /// be the result's.
@@ -323,6 +328,8 @@ mod tests {
     fn predicates_and_comparisons() {
         let predicates: Vec<UnaryOp> = UnaryOp::ALL.iter().copied().filter(|u| u.is_predicate()).collect();
         assert_eq!(predicates, [UnaryOp::Not, UnaryOp::IsNan, UnaryOp::IsInf, UnaryOp::Signbit]);
+        let tests: Vec<UnaryOp> = UnaryOp::ALL.iter().copied().filter(|u| u.is_test()).collect();
+        assert_eq!(tests, [UnaryOp::IsNan, UnaryOp::IsInf, UnaryOp::Signbit]);
         let comparisons = BinaryOp::ALL.iter().filter(|b| b.is_comparison()).count();
         assert_eq!(comparisons, 6);
         let logical: Vec<BinaryOp> = BinaryOp::ALL.iter().copied().filter(|b| b.is_logical()).collect();
