@@ -1,14 +1,15 @@
-//! Graph outputs share storage exactly where eager's do (`lower_outputs`): an
-//! output shares an input's, or another output's, only when the ATen graph
-//! reaches it from that value through view ops alone (`Op::is_view`); outputs
-//! that view one intermediate share that intermediate's buffer, stored once,
-//! their views replayed over it. Any other output is a buffer of its own with
-//! eager's strides, even when its lazy reads an input or another output's
-//! buffer as a plain view (`x.clone()`, `x.t().contiguous()`, a `copy_` into
-//! `empty_like(x)`, the clone of a stored value): returning the input or the
-//! other output itself would let a write to the clone change it. A view of an
-//! input that is not a strided view here is `Unsupported` (AOTAutograd rebuilds
-//! an aliasing output from the input, so it must not become a copy).
+//! The graph outputs' buffers. Outputs share storage exactly where eager's do
+//! (`lower_outputs`): an output shares an input's, or another output's, only
+//! when the ATen graph reaches it from that value through view ops alone
+//! (`Op::is_view`); outputs that view one intermediate share that
+//! intermediate's buffer, stored once, their views replayed over it. Any other
+//! output is a buffer of its own with eager's strides, even when its lazy reads
+//! an input or another output's buffer as a plain view (`x.clone()`,
+//! `x.t().contiguous()`, a `copy_` into `empty_like(x)`, the clone of a stored
+//! value): returning the input or the other output itself would let a write to
+//! the clone change it. A view of an input that is not a strided view here is
+//! `Unsupported` (AOTAutograd rebuilds an aliasing output from the input, so it
+//! must not become a copy).
 
 use std::collections::BTreeMap;
 

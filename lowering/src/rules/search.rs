@@ -1,8 +1,9 @@
-//! Searches of a sorted sequence. `searchsorted` and `bucketize` are ATen's binary search: the same midpoints and
-//! comparisons (`!(mid >= v)` moves right, `!(mid > v)` for the right side), so NaN
-//! in the sequence or among the values lands where eager's does. On the CPU rdyn's
-//! search kernel (`ExternKind::Search`, `codegen-cpu/src/search.rs`); on GPU
-//! devices the search is unrolled into each element's expression, one fused kernel.
+//! Searches of a sorted sequence. `searchsorted` and `bucketize` are ATen's
+//! binary search: the same midpoints and comparisons (`!(mid >= v)` moves
+//! right, `!(mid > v)` for the right side), so NaN in the sequence or among the
+//! values lands where eager's does. On the CPU rdyn's search kernel
+//! (`ExternKind::Search`, `codegen-cpu/src/search.rs`); on GPU devices the
+//! search is unrolled into each element's expression, one fused kernel.
 
 use rdyn_ir::graph::{Arg, Node};
 use rdyn_ir::loops::{contiguous_strides, BinaryOp, Extern, ExternKind, Negatives, Step, UnaryOp};
