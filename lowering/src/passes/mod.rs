@@ -11,13 +11,13 @@ use rdyn_ir::loops::Program;
 use rdyn_ir::parse::{self, ParseError};
 use rdyn_ir::verify::{verify, VerifyError};
 
-pub(crate) mod cse;
-pub(crate) mod dce;
-pub(crate) mod forward;
-pub(crate) mod permuted;
-pub(crate) mod piecewise;
-pub(crate) mod reuse;
-pub(crate) mod schedule;
+mod cse;
+mod dce;
+mod forward;
+mod permuted;
+mod piecewise;
+mod reuse;
+mod schedule;
 
 pub use piecewise::PIECEWISE_MIN_ELEMENTS;
 
