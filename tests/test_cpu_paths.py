@@ -335,7 +335,7 @@ def test_layer_norm_gelu_residual_is_one_kernel() -> None:
 def test_layer_norm_reads_its_stored_residual_sum_back() -> None:
     """A residual sum that is both returned and layer-normed: its kernel
     stores the sum first and the mean, variance and normalisation load it
-    (`lowering/src/reuse.rs`) rather than each adding the three inputs
+    (`lowering/src/passes/reuse.rs`) rather than each adding the three inputs
     again; values against float64."""
 
     def block(x, bias, r, w, b):

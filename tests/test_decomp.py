@@ -4,7 +4,7 @@ Max pooling is unrolled into strided slices of the padded input; values and
 indices must match ATen's kernel exactly, ties, NaN and -inf included, for
 every padding, stride, dilation and ceil_mode, and its gradient must too.
 1x1 and patch-embedding convolutions become a matrix product (in the
-lowering, `lowering/src/conv.rs`); results and gradients are checked against
+lowering, `lowering/src/rules/conv.rs`); results and gradients are checked against
 float64 eager.
 
 Ops rdyn lowers whole (layer norm, clamps and ReLU6, SiLU, transposes and

@@ -413,7 +413,7 @@ def test_a_transposed_gemm_operand_is_a_view_of_its_copy() -> None:
     transposed (as a linear layer's backward reads its output gradient for
     the input's and the weight's gradients), is copied once: the transposed
     operand is a strided view of that copy, which the GEMM reads as such
-    (`lowering/src/permuted.rs`)."""
+    (`lowering/src/passes/permuted.rs`)."""
 
     def f(x, w1, w2):
         tokens_major = x.transpose(1, 2).reshape(256, 64)

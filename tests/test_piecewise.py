@@ -1,4 +1,4 @@
-"""Piecewise kernels on the CPU (`lowering/src/piecewise.rs`): a `cat` or a
+"""Piecewise kernels on the CPU (`lowering/src/passes/piecewise.rs`): a `cat` or a
 `constant_pad_nd` large enough to be split runs as one unmasked kernel per
 source and per padded side. Each case is compared with eager (copies are
 exact, so exactly), and its plan is checked to be split into the expected

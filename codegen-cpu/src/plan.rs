@@ -325,9 +325,7 @@ fn fmt_inst(op: &InstOp) -> String {
 pub(crate) fn operand_kind(program: &Program, id: ScalarId) -> Kind {
     match &program.scalars.get(id).op {
         ScalarOp::Binary(_, a, _) => program.scalars.dtype(*a).kind(),
-        ScalarOp::Unary(UnaryOp::IsNan | UnaryOp::IsInf | UnaryOp::Signbit | UnaryOp::Not, x) => {
-            program.scalars.dtype(*x).kind()
-        }
+        ScalarOp::Unary(op, x) if op.is_predicate() => program.scalars.dtype(*x).kind(),
         _ => program.scalars.dtype(id).kind(),
     }
 }

@@ -17,7 +17,7 @@
 //! it, on host memory, for the PTX simulator: it checks the mapping that a
 //! GPU would run.
 //!
-//! Lowering (`lowering/src/gemm.rs`) decides what reaches a call: a product over
+//! Lowering (`lowering/src/rules/gemm.rs`) decides what reaches a call: a product over
 //! an empty sum is zeros with no call, a size over cuBLAS's 32-bit limit is an
 //! ATen library call, and half-precision operands are read as they are and
 //! accumulate in float32 (`CUBLAS_COMPUTE_32F` for float32: no TF32 whatever

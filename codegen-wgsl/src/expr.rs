@@ -381,7 +381,7 @@ impl BodyWriter<'_> {
 
     fn unary(&self, op: UnaryOp, x: &str, from: DType, to: DType) -> Result<String, WgslError> {
         let float = from.kind() == Kind::F32;
-        let bool_out = to == DType::Bool || matches!(op, UnaryOp::IsNan | UnaryOp::IsInf | UnaryOp::Signbit);
+        let bool_out = to == DType::Bool || op.is_test();
         if !float {
             let e = match op {
                 UnaryOp::Neg => format!("-{x}"),
@@ -513,7 +513,7 @@ impl BodyWriter<'_> {
             BinaryOp::Shr if !float => format!("({a} >> u32(clamp({b}, 0i, 31i)))"),
             other => return Err(WgslError::Unsupported(format!("{other} on {from}"))),
         };
-        let comparison = op.is_comparison() || matches!(op, BinaryOp::And | BinaryOp::Or | BinaryOp::Xor);
+        let comparison = op.is_comparison() || op.is_logical();
         Ok(if comparison {
             if to.kind() == Kind::F32 {
                 format!("f32({e})")

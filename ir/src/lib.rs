@@ -7,6 +7,9 @@
 //! - [`sym`]: size symbols PyTorch derives from others (`Max(1, s0 - 2)`) and floats
 //!   computed from sizes (`n / (n - 1)`), both evaluated once a call binds its symbols.
 //! - [`op`]: the closed set of ATen ops rdyn knows by name, parsed once at import.
+//! - [`ops`]: one table of what each op is to every crate: an ATen op's scalar form
+//!   and whether it is a view; a scalar op's cost to lowering, the operands it takes,
+//!   whether it yields a test, how compiled CPU stages run it.
 //! - [`loops`]: the loop-level IR — buffers defined by index → value functions,
 //!   grouped into kernels — that every backend generates code from; `loops/simplify.rs`
 //!   is what `cast`, `binary` and `select` fold as they build nodes.
@@ -42,6 +45,7 @@ pub mod expr;
 pub mod graph;
 pub mod loops;
 pub mod op;
+pub mod ops;
 pub mod parse;
 mod print;
 pub mod random;

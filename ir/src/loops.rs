@@ -155,34 +155,6 @@ simple_enum! {
     }
 }
 
-impl BinaryOp {
-    /// The special functions of two arguments (float only).
-    pub fn is_special(self) -> bool {
-        use BinaryOp::*;
-        matches!(
-            self,
-            Zeta | Igamma
-                | Igammac
-                | ChebyshevT
-                | ChebyshevU
-                | ChebyshevV
-                | ChebyshevW
-                | ShiftedChebyshevT
-                | ShiftedChebyshevU
-                | ShiftedChebyshevV
-                | ShiftedChebyshevW
-                | HermiteH
-                | HermiteHe
-                | LaguerreL
-                | LegendreP
-        )
-    }
-
-    pub fn is_comparison(self) -> bool {
-        matches!(self, BinaryOp::Eq | BinaryOp::Ne | BinaryOp::Lt | BinaryOp::Le | BinaryOp::Gt | BinaryOp::Ge)
-    }
-}
-
 simple_enum! {
     /// How a reduction combines values.
     ReduceOp {

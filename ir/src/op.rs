@@ -2,9 +2,8 @@
 //!
 //! An FX target such as `aten.add.Tensor` is parsed once, at import, into
 //! [`Op::Add`] (the overload stays on the node). Ops outside this list become
-//! [`Op::Other`] and run eagerly, counted as fallbacks. [`Op::is_view`] names
-//! the view ops: an output shares an input's storage only when the graph reaches
-//! it from that input through these alone (`lowering/src/lower.rs`).
+//! [`Op::Other`] and run eagerly, counted as fallbacks. What rdyn knows about
+//! each op (its scalar form, whether it is a view) is `ops.rs`'s table.
 
 macro_rules! ops {
     ($($variant:ident => $name:literal,)*) => {
@@ -130,33 +129,6 @@ ops! {
     ShiftedChebyshevW => "special_shifted_chebyshev_polynomial_w",
     HermiteH => "special_hermite_polynomial_h", HermiteHe => "special_hermite_polynomial_he",
     LaguerreL => "special_laguerre_polynomial_l", LegendreP => "special_legendre_polynomial_p",
-}
-
-impl Op {
-    /// Whether the op's output is a view of its first tensor argument in
-    /// eager PyTorch (it shares that tensor's storage).
-    pub fn is_view(self) -> bool {
-        use Op::*;
-        matches!(
-            self,
-            View | UnsafeView
-                | Reshape
-                | Permute
-                | Expand
-                | Squeeze
-                | Unsqueeze
-                | Slice
-                | Select
-                | AsStrided
-                | Unfold
-                | T
-                | Transpose
-                | Diagonal
-                | Detach
-                | Alias
-                | SplitWithSizes
-        )
-    }
 }
 
 /// Split an FX target name (`aten.add.Tensor`, `aten::add.Tensor`,

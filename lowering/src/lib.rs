@@ -1,10 +1,10 @@
 //! Lowering: ATen graph IR → loop-level IR, then the passes over it.
 //!
-//! Every graph value becomes a [`Lazy`] tensor: a scalar expression over its
-//! own index variables (`i0..ndim`). Pointwise ops and views build new lazies
-//! by substitution and never touch memory; a lazy is *realized* into a buffer
-//! only where something needs memory (below). The [`schedule`] pass then groups
-//! stages into kernels.
+//! Every graph value becomes a lazy tensor (`lazy.rs`): a scalar expression
+//! over its own index variables (`i0..ndim`). Pointwise ops and views build new
+//! lazies by substitution and never touch memory; a lazy is *realized* into a
+//! buffer only where something needs memory (below). The `schedule` pass then
+//! groups stages into kernels.
 //!
 //! Errors: [`LowerError::Unsupported`] for one node means "run this node
 //! eagerly" and is handled here (the node becomes a fallback extern); any other
@@ -12,24 +12,33 @@
 //!
 //! # Where things are
 //!
-//! - `lower.rs`: the driver (node by node, then the graph outputs), when a value is
-//!   stored rather than recomputed, [`LowerOptions`]; `lazy.rs`: [`Lazy`], `realize`.
-//! - `pointwise.rs`: node dispatch, elementwise ops, Python scalar operands, GELU,
-//!   clamps, casts. `reduce.rs`: reductions, variance, logsumexp, and scans (cumsum,
-//!   cumprod, cummax, cummin, logcumsumexp). `sort.rs`: sort, topk, kthvalue,
-//!   medians; searchsorted and bucketize.
-//! - `shape.rs`: views, data movement, creation ops, `as_strided`, library calls.
-//!   `index.rs`: indexing, scatter and index_put. `diagonal.rs`: `diagonal_scatter`.
-//! - `gemm.rs`: mm/bmm/addmm as GEMM steps. `conv.rs`: depthwise kernel, convolutions
-//!   as GEMMs, library convolutions. `norm.rs`: batch and layer norm. `pool.rs`:
-//!   average pooling and its gradient.
-//! - The passes, in the order `lower_with` runs them (each followed by
-//!   `verify` in debug builds): `cse.rs` (repeated stores kept once),
-//!   `permuted.rs` (permuted repeats of copies as views), `dce.rs` (dead stages),
-//!   `piecewise.rs` (CPU only: a stage split where its sources change), `schedule.rs`
-//!   (fusion), `forward.rs` (a stored value folded into its only reader), `reuse.rs`
-//!   (a stored value read back where its kernel's other stages would recompute it).
-//!   `passes.rs`: the same passes by name, on a program alone ([`run_pass`]).
+//! From the bottom up; a file imports only from files above it in this list
+//! (no import circles):
+//!
+//! - `error.rs`: [`LowerError`]. `lazy.rs`: the lazy tensor.
+//! - `lowerer.rs`: the state every rule works on (the program so far, each
+//!   value's lazy), [`LowerOptions`], [`NodeCounts`], the recompute costs, and
+//!   the primitives rules build lazies with (loads, views, broadcasts, operands,
+//!   casts). `store.rs`: when a lazy becomes a buffer (`realize`, views of
+//!   existing buffers, library and eager calls).
+//! - `rules/`: per ATen op, the function that lowers its node, grouped by
+//!   family, one file each; `rules/mod.rs` is the single dispatch (`rule(op)`, one
+//!   exhaustive match) and says which file owns what. Which scalar op an
+//!   elementwise ATen op is, and what a scalar op costs or takes, is data in
+//!   `rdyn_ir::ops`, not code here.
+//! - `passes/`: the passes over a loop-IR program, one file each with `pub fn
+//!   run`; `passes/mod.rs` names them ([`Pass`], [`run_pass`]).
+//!   `pipeline.rs`: the passes `lower_with` runs, as one list, in order.
+//! - `outputs.rs`: the graph outputs' buffers (which alias which).
+//!   `lower.rs`: the driver ([`lower_with`]): inputs, each node by its rule,
+//!   outputs, then the pipeline.
+//!
+//! Invariants: a node whose rule returns `Unsupported` runs eagerly, its outputs
+//! the call's buffers (what the rule built before is left unreferenced, so rules
+//! fail before they store anything); each pass leaves a program
+//! [`rdyn_ir::verify::verify`] accepts (checked after every pass in debug builds,
+//! and after each pass a filetest runs); lowering is deterministic: the same
+//! graph and options give the same program text.
 //!
 //! # Filetests
 //!
@@ -48,24 +57,24 @@
 //!
 //! A reduction's output; a graph output (with PyTorch's strides); an extern
 //! call's input; a value with several users whose body costs more than
-//! `RECOMPUTE_LIMIT` (12; a transcendental, a special binary op or a
-//! bounds-checked index counts 12, any other op 1), stored with its metadata's
+//! `RECOMPUTE_LIMIT` (12; an op `rdyn_ir::ops` marks costly, such as a
+//! transcendental, or a bounds-checked index counts 12, any other op 1), stored with its metadata's
 //! strides; a piece of a `cat` whose body costs more than `CAT_PIECE_LIMIT`
 //! (ShuffleNet hands half of each block on through the next block's `cat` and
 //! channel shuffle: fused, every block evaluated all earlier ones per element).
 //! Each materialisation is a single-stage `Kernel` (`realize`), written in storage
 //! order. Masked loads implement `cat` and padding; `Bounded` scalars check
-//! data-dependent indices (`index.rs`).
+//! data-dependent indices (`rules/index.rs`).
 //!
 //! # Options per graph ([`LowerOptions`])
 //!
 //! `cublas`: CUDA GEMMs are GEMM steps run by cuBLAS (else ATen calls).
 //! `cpu_kernels`: rdyn's CPU-only kernels exist (scans, sorts, searches) and
 //! stages may be split piecewise; otherwise (GPU devices) scans are prefix
-//! reductions, sorts rank (`sort.rs`) and searches unroll.
+//! reductions, sorts rank (`rules/sort.rs`) and searches unroll.
 //! `piecewise_min`: the fewest elements per piece (`RDYN_PIECEWISE_MIN`).
 //! `opmath_scalars`: how a Python float meets a half-precision tensor
-//! (`pointwise.rs`).
+//! (`rules/binary.rs`).
 //!
 //! # What arrives
 //!
@@ -84,53 +93,19 @@
 //! backwards recompute cheap pointwise values rather than reading many saved ones.
 //! `prims.convert_element_type`, the one prim decompositions leave, is a cast.
 
-mod conv;
-mod cse;
-mod dce;
-mod diagonal;
-mod forward;
-mod gemm;
-mod index;
+mod error;
 mod lazy;
 mod lower;
-mod norm;
+mod lowerer;
+mod outputs;
 mod passes;
-mod permuted;
-mod piecewise;
-mod pointwise;
-mod pool;
-mod reduce;
-mod reuse;
-pub mod schedule;
-mod shape;
-mod sort;
+mod pipeline;
+mod rules;
+mod store;
 #[cfg(test)]
 mod testing;
 
-pub use lower::{lower, lower_with, InputLayout, LowerOptions, Lowered, NodeCounts};
-pub use passes::{run_pass, Pass, PassError};
-pub use piecewise::PIECEWISE_MIN_ELEMENTS;
-
-/// Why a node or graph could not be lowered.
-#[derive(Debug, thiserror::Error, PartialEq)]
-pub enum LowerError {
-    /// rdyn has no lowering for this node (yet): it runs eagerly.
-    #[error("{op}: {reason}")]
-    Unsupported { op: String, reason: String },
-    /// The graph itself is inconsistent (a bug in rdyn or in the import).
-    #[error("invalid graph at {op}: {reason}")]
-    Invalid { op: String, reason: String },
-    /// A pass produced a program that fails verification.
-    #[error("loop IR verification failed after {pass}: {error}")]
-    Verify { pass: &'static str, error: ir::verify::VerifyError },
-}
-
-pub(crate) use rdyn_ir as ir;
-
-pub(crate) fn unsupported(op: &str, reason: impl Into<String>) -> LowerError {
-    LowerError::Unsupported { op: op.to_string(), reason: reason.into() }
-}
-
-pub(crate) fn invalid(op: &str, reason: impl Into<String>) -> LowerError {
-    LowerError::Invalid { op: op.to_string(), reason: reason.into() }
-}
+pub use error::LowerError;
+pub use lower::{lower, lower_with, InputLayout, Lowered};
+pub use lowerer::{LowerOptions, NodeCounts};
+pub use passes::{run_pass, Pass, PassError, PIECEWISE_MIN_ELEMENTS};

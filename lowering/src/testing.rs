@@ -1,10 +1,10 @@
 //! Builders the passes' unit tests share: float32 buffers, loads and the
 //! one-stage kernels lowering emits.
 
-use crate::ir::loops::{
+use rdyn_ir::loops::{
     contiguous_strides, BufId, BufRole, Buffer, Kernel, Program, Reduce, ScalarId, ScalarOp, Stage, Step,
 };
-use crate::ir::{DType, Expr};
+use rdyn_ir::{DType, Expr};
 
 /// A contiguous float32 buffer of `sizes`.
 pub(crate) fn buffer(program: &mut Program, sizes: &[i64], role: BufRole) -> BufId {

@@ -13,6 +13,7 @@
 
 use cranelift_codegen::ir::condcodes::IntCC;
 use rdyn_ir::loops::{BinaryOp, UnaryOp};
+use rdyn_ir::ops::Jit;
 use rdyn_ir::{DType, Kind};
 
 use super::stage::JitLoad;
@@ -345,45 +346,14 @@ pub(super) fn int_const(stage: &StagePlan, r: Reg) -> Option<i32> {
     })
 }
 
-/// Whether instruction `k` has an inline form. Transcendentals do not: at
-/// four lanes (about 110 instructions per 4 lanes for erf) they lose to the
-/// interpreter's 8-lane AVX2 tile loops, measured 2x on gelu.
+/// Whether instruction `k` has an inline form (`Jit::Inline` in
+/// `rdyn_ir::ops`). Transcendentals do not: at four lanes (about 110
+/// instructions per 4 lanes for erf) they lose to the interpreter's 8-lane
+/// AVX2 tile loops, measured 2x on gelu.
 pub(super) fn inline_op(stage: &StagePlan, op: &InstOp) -> bool {
     match op {
-        InstOp::Unary(op, _) => {
-            matches!(
-                op,
-                UnaryOp::Neg
-                    | UnaryOp::Abs
-                    | UnaryOp::Sqrt
-                    | UnaryOp::Rsqrt
-                    | UnaryOp::Reciprocal
-                    | UnaryOp::Floor
-                    | UnaryOp::Ceil
-                    | UnaryOp::Trunc
-                    | UnaryOp::Round
-                    | UnaryOp::IsNan
-                    | UnaryOp::IsInf
-                    | UnaryOp::Not
-            )
-        }
-        InstOp::Binary(op, _, y) => {
-            matches!(
-                op,
-                BinaryOp::Add
-                    | BinaryOp::Sub
-                    | BinaryOp::Mul
-                    | BinaryOp::Div
-                    | BinaryOp::Max
-                    | BinaryOp::Min
-                    | BinaryOp::Eq
-                    | BinaryOp::Ne
-                    | BinaryOp::Lt
-                    | BinaryOp::Le
-                    | BinaryOp::Gt
-                    | BinaryOp::Ge
-            ) || (*op == BinaryOp::Pow && square(stage, *y))
-        }
+        InstOp::Unary(op, _) => op.info().jit == Jit::Inline,
+        InstOp::Binary(op, _, y) => op.info().jit == Jit::Inline || (*op == BinaryOp::Pow && square(stage, *y)),
         _ => true,
     }
 }

@@ -79,6 +79,7 @@ use cranelift_codegen::isa::OwnedTargetIsa;
 use cranelift_codegen::settings::{self, Configurable};
 use cranelift_jit::{JITBuilder, JITModule};
 use rdyn_ir::loops::{BufId, ReduceOp, UnaryOp};
+use rdyn_ir::ops::Jit;
 use rdyn_ir::DType;
 
 use analysis::Supported;
@@ -113,46 +114,18 @@ fn isa() -> Option<&'static OwnedTargetIsa> {
 /// The routine compiled stages call for a transcendental over a tile.
 pub(crate) const UNARY_TILE: &str = "rdyn_unary_tile";
 
-/// The float32 unary ops compiled stages run through [`unary_tile`]; an
-/// op's code is its position here.
-const TILE_OPS: [UnaryOp; 27] = [
-    UnaryOp::Exp,
-    UnaryOp::Exp2,
-    UnaryOp::Expm1,
-    UnaryOp::Log,
-    UnaryOp::Log2,
-    UnaryOp::Log10,
-    UnaryOp::Log1p,
-    UnaryOp::Sin,
-    UnaryOp::Cos,
-    UnaryOp::Tan,
-    UnaryOp::Asin,
-    UnaryOp::Acos,
-    UnaryOp::Atan,
-    UnaryOp::Sinh,
-    UnaryOp::Cosh,
-    UnaryOp::Tanh,
-    UnaryOp::Asinh,
-    UnaryOp::Acosh,
-    UnaryOp::Atanh,
-    UnaryOp::Sigmoid,
-    UnaryOp::Erf,
-    UnaryOp::Gelu,
-    UnaryOp::GeluGrad,
-    UnaryOp::Erfc,
-    UnaryOp::Erfinv,
-    UnaryOp::Lgamma,
-    UnaryOp::Digamma,
-];
-
-/// The code compiled stages pass to [`unary_tile`] for `op`, if it has one.
+/// The code compiled stages pass to [`unary_tile`] for `op`, if `rdyn_ir::ops`
+/// says compiled stages call it (`Jit::Call`): its position in `UnaryOp::ALL`.
 pub(crate) fn call_code(op: UnaryOp) -> Option<u32> {
-    TILE_OPS.iter().position(|o| *o == op).map(|k| k as u32)
+    if op.info().jit != Jit::Call {
+        return None;
+    }
+    UnaryOp::ALL.iter().position(|o| *o == op).map(|k| k as u32)
 }
 
 /// `out[..len] = op(x[..len])` with the interpreter's float32 routine.
 extern "C" fn unary_tile(code: u32, x: *const f32, out: *mut f32, len: i64) {
-    let Some(op) = TILE_OPS.get(code as usize) else { return };
+    let Some(op) = UnaryOp::ALL.get(code as usize) else { return };
     let len = (len.max(0) as usize).min(TILE);
     // Compiled stages pass spill tiles of `TILE` lanes on their stack, or
     // the tile's lanes in an input or the output (`len <= TILE`, the

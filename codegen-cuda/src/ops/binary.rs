@@ -25,7 +25,7 @@ pub fn binary(
 ) -> Result<String, PtxError> {
     let class = Class::of(from.kind());
     let ty = class.ty();
-    let logical = matches!(op, BinaryOp::And | BinaryOp::Or | BinaryOp::Xor);
+    let logical = op.is_logical();
     if op.is_comparison() || logical {
         let p = if logical {
             let (cmp, zero) = if class == Class::S64 { ("ne", "0".to_string()) } else { ("neu", imm(class, 0.0)) };

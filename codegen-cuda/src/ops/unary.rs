@@ -289,11 +289,7 @@ pub fn unary(f: &mut Func, op: UnaryOp, x: &str, from: DType, to: DType) -> Resu
         Kind::F64 => float64_unary(f, op, x)?,
         Kind::I64 => int_unary(f, op, x)?,
     };
-    Ok(fit(f, r, op_result_kind(from, to, is_predicate_unary(op)), to))
-}
-
-fn is_predicate_unary(op: UnaryOp) -> bool {
-    matches!(op, UnaryOp::Not | UnaryOp::IsNan | UnaryOp::IsInf | UnaryOp::Signbit)
+    Ok(fit(f, r, op_result_kind(from, to, op.is_predicate()), to))
 }
 
 /// The kind the op's instructions produced: bool-valued ops give s64 0/1.

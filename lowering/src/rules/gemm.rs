@@ -19,7 +19,7 @@
 //! backward) is stored untransposed and handed over as a transposed view, rather
 //! than stored transposed by a kernel that gathers its sources by columns; loads
 //! the same along the last dim (a softmax's row max and sum) do not count as
-//! transposed reads. `cse.rs` then keeps one stage for it and for the
+//! transposed reads. `passes/cse.rs` then keeps one stage for it and for the
 //! untransposed operand of the input gradient's product.
 //!
 //! `addmm` multiplies only; its bias is a lazy `load(product) + bias` that fuses
@@ -27,75 +27,74 @@
 //! attention's q, k and v), so no kernel writes the bias into the output before
 //! the product.
 
-use crate::ir::blas::split;
-use crate::ir::graph::Node;
-use crate::ir::loops::{contiguous_strides, BinaryOp, BufId, ExternKind, ScalarOp, Step};
-use crate::ir::op::Op;
-use crate::ir::{DType, Device, Expr};
+use super::common::{acc_dtype, library};
+use crate::error::{invalid, unsupported};
 use crate::lazy::Lazy;
-use crate::lower::{Handled, Lowerer};
-use crate::LowerError;
+use crate::lowerer::{Handled, Lowerer, Res};
+use rdyn_ir::blas::split;
+use rdyn_ir::graph::Node;
+use rdyn_ir::loops::{contiguous_strides, BinaryOp, BufId, ExternKind, ScalarOp, Step};
+use rdyn_ir::op::Op;
+use rdyn_ir::{DType, Device, Expr};
 
-type Res = Result<Handled, LowerError>;
+/// mm, bmm, addmm through the GEMM library.
+pub(super) fn gemm(lw: &mut Lowerer<'_>, node: &Node) -> Res {
+    let op = node.target.as_str();
+    let cuda = node.outputs.first().is_some_and(|v| matches!(lw.graph.meta(*v).device, Device::Cuda(_)));
+    if cuda && !lw.options.cublas {
+        return library(lw, node);
+    }
+    let (sizes, out) = lw.out_meta(node)?;
+    let (a_pos, b_pos) = if node.op == Op::Addmm { (1, 2) } else { (0, 1) };
+    let a = lw.tensor_arg(node, a_pos, "mat1")?;
+    let b = lw.tensor_arg(node, b_pos, "mat2")?;
+    if !out.is_float() || a.dtype != out || b.dtype != out {
+        if cuda {
+            // ATen's kernel, or its error message.
+            return library(lw, node);
+        }
+        return Err(unsupported(op, format!("GEMM of {} and {} into {out}", a.dtype, b.dtype)));
+    }
+    // Half precision multiplies in float32, as ATen does: float32
+    // accumulation, one rounding of the result.
+    let acc = acc_dtype(out);
+    let alpha = node.kwarg("alpha").as_float().unwrap_or(1.0);
+    let beta = node.kwarg("beta").as_float().unwrap_or(1.0);
+    let out_v = node.outputs.first().copied().ok_or_else(|| invalid(op, "no output"))?;
+    let strides = lw.meta_strides(out_v);
+    let biased = node.op == Op::Addmm && beta != 0.0;
+    let mut result = if cuda {
+        // Without a bias, cuBLAS rounds the float32 sum to a half
+        // precision result itself (once, as ATen's call does), so the
+        // product moves half the bytes.
+        let product = if biased { acc } else { out };
+        match lw.cuda_gemm(a, b, product, sizes.clone(), strides, alpha) {
+            Some(product) => product,
+            None => return library(lw, node),
+        }
+    } else {
+        let buf = lw.gemm_into(a, b, acc, sizes.clone(), strides, alpha);
+        lw.load_buffer(buf)
+    };
+    // addmm's bias is added after the product, as a lazy pointwise value
+    // that fuses into the product's consumers (a GELU, a residual add)
+    // instead of being written into the output before the product.
+    if biased {
+        let bias = lw.tensor_arg(node, 0, "self")?;
+        let bias = lw.broadcast_to(&bias, &sizes);
+        let bias = lw.cast_lazy(bias, acc);
+        let scaled = if beta != 1.0 {
+            let k = lw.prog.scalars.constant(beta, acc);
+            lw.prog.scalars.binary(BinaryOp::Mul, bias.value, k, acc)
+        } else {
+            bias.value
+        };
+        result.value = lw.prog.scalars.binary(BinaryOp::Add, scaled, result.value, acc);
+    }
+    Ok(Handled::Extern(vec![lw.cast_lazy(result, out)]))
+}
 
 impl Lowerer<'_> {
-    /// mm, bmm, addmm through the GEMM library.
-    pub(crate) fn gemm(&mut self, node: &Node) -> Res {
-        let op = node.target.as_str();
-        let cuda = node.outputs.first().is_some_and(|v| matches!(self.graph.meta(*v).device, Device::Cuda(_)));
-        if cuda && !self.options.cublas {
-            return self.library(node);
-        }
-        let (sizes, out) = self.out_meta(node)?;
-        let (a_pos, b_pos) = if node.op == Op::Addmm { (1, 2) } else { (0, 1) };
-        let a = self.tensor_arg(node, a_pos, "mat1")?;
-        let b = self.tensor_arg(node, b_pos, "mat2")?;
-        if !out.is_float() || a.dtype != out || b.dtype != out {
-            if cuda {
-                // ATen's kernel, or its error message.
-                return self.library(node);
-            }
-            return Err(crate::unsupported(op, format!("GEMM of {} and {} into {out}", a.dtype, b.dtype)));
-        }
-        // Half precision multiplies in float32, as ATen does: float32
-        // accumulation, one rounding of the result.
-        let acc = crate::reduce::acc_dtype(out);
-        let alpha = node.kwarg("alpha").as_float().unwrap_or(1.0);
-        let beta = node.kwarg("beta").as_float().unwrap_or(1.0);
-        let out_v = node.outputs.first().copied().ok_or_else(|| crate::invalid(op, "no output"))?;
-        let strides = self.meta_strides(out_v);
-        let biased = node.op == Op::Addmm && beta != 0.0;
-        let mut result = if cuda {
-            // Without a bias, cuBLAS rounds the float32 sum to a half
-            // precision result itself (once, as ATen's call does), so the
-            // product moves half the bytes.
-            let product = if biased { acc } else { out };
-            match self.cuda_gemm(a, b, product, sizes.clone(), strides, alpha) {
-                Some(product) => product,
-                None => return self.library(node),
-            }
-        } else {
-            let buf = self.gemm_into(a, b, acc, sizes.clone(), strides, alpha);
-            self.load_buffer(buf)
-        };
-        // addmm's bias is added after the product, as a lazy pointwise value
-        // that fuses into the product's consumers (a GELU, a residual add)
-        // instead of being written into the output before the product.
-        if biased {
-            let bias = self.tensor_arg(node, 0, "self")?;
-            let bias = self.broadcast_to(&bias, &sizes);
-            let bias = self.cast_lazy(bias, acc);
-            let scaled = if beta != 1.0 {
-                let k = self.prog.scalars.constant(beta, acc);
-                self.prog.scalars.binary(BinaryOp::Mul, bias.value, k, acc)
-            } else {
-                bias.value
-            };
-            result.value = self.prog.scalars.binary(BinaryOp::Add, scaled, result.value, acc);
-        }
-        Ok(Handled::Extern(vec![self.cast_lazy(result, out)]))
-    }
-
     /// `x` as eager's GEMM reads it: a half-precision operand computed in
     /// float32 by a fused producer (an fp16 `y + 1`), rounded to its dtype
     /// as eager's stored tensor is.
@@ -107,7 +106,7 @@ impl Lowerer<'_> {
     /// `scale · (a @ b)` through the GEMM library (2-D, or 3-D batched),
     /// the operands cast to `acc`, into a new buffer of `sizes` and
     /// `strides`.
-    pub(crate) fn gemm_into(
+    pub(super) fn gemm_into(
         &mut self,
         a: Lazy,
         b: Lazy,
@@ -177,7 +176,7 @@ impl Lowerer<'_> {
     /// `grad.t()`) is stored untransposed, each source read along its
     /// rows instead of gathered by columns, and passed as a transposed
     /// view; the stored value is then the same stage as the untransposed
-    /// operand of the other product, which [`crate::cse`] keeps once.
+    /// operand of the other product, which `passes/cse.rs` keeps once.
     fn gemm_operand(&mut self, x: &Lazy) -> BufId {
         if let Some(buf) = self.as_view(x) {
             return buf;
@@ -210,7 +209,7 @@ impl Lowerer<'_> {
         if n < 2 {
             return false;
         }
-        let (rows, cols) = (crate::ir::Var(n as u32 - 2), crate::ir::Var(n as u32 - 1));
+        let (rows, cols) = (rdyn_ir::Var(n as u32 - 2), rdyn_ir::Var(n as u32 - 1));
         let scalars = &self.prog.scalars;
         let (mut along_rows, mut along_cols) = (0, 0);
         for id in scalars.topo(&[x.value]) {
@@ -227,7 +226,7 @@ impl Lowerer<'_> {
     }
 
     fn push_gemm(&mut self, a: BufId, b: BufId, out: BufId, scale: f64) {
-        self.prog.steps.push(Step::Extern(crate::ir::loops::Extern {
+        self.prog.steps.push(Step::Extern(rdyn_ir::loops::Extern {
             kind: ExternKind::Gemm { scale_bits: scale.to_bits() },
             inputs: vec![a, b],
             outputs: vec![out],

@@ -10,17 +10,72 @@
 //! instructions); when the channels are the input's innermost dimension (after a
 //! channels-last convolution), they are stored per channel by a small kernel
 //! first, since in the big one the square root and divide would run per element.
-//! Layer norm's mean and variance are `reduce.rs`'s two passes (`moments`).
+//! Layer norm's mean and variance are `reduce.rs`'s two passes (`Lowerer::moments`).
 
-use crate::ir::graph::{Arg, Node};
-use crate::ir::loops::{BinaryOp, ScalarId, UnaryOp};
-use crate::ir::Expr;
+use super::common::acc_dtype;
+use super::reduce::Moments;
+use crate::error::{unsupported, LowerError};
 use crate::lazy::Lazy;
-use crate::lower::{Handled, Lowerer};
-use crate::reduce::{acc_dtype, Moments};
-use crate::LowerError;
+use crate::lowerer::{Handled, Lowerer, Res};
+use rdyn_ir::graph::{Arg, Node};
+use rdyn_ir::loops::{BinaryOp, ScalarId, UnaryOp};
+use rdyn_ir::Expr;
 
-type Res = Result<Handled, LowerError>;
+/// `_native_batch_norm_legit_no_training`.
+pub(super) fn batch_norm_inference(lw: &mut Lowerer<'_>, node: &Node) -> Res {
+    lw.batch_norm(node, 6)
+}
+
+/// `native_batch_norm` in inference; batch statistics (training) are not
+/// lowered: eager.
+pub(super) fn native_batch_norm(lw: &mut Lowerer<'_>, node: &Node) -> Res {
+    match node.arg(5, "training") {
+        Arg::Bool(false) => lw.batch_norm(node, 7),
+        _ => Err(unsupported(&node.target, "no lowering for this op")),
+    }
+}
+
+/// `native_layer_norm`: `(x - mean) · rstd · weight + bias` over the
+/// last `len(normalized_shape)` dims, computed in float32 for half
+/// inputs, with the biased variance. Also returns mean and rstd (kept
+/// dims), in the dtype PyTorch's metadata gives them. The scalar graph
+/// is the one PyTorch's reference decomposition builds.
+pub(super) fn layer_norm(lw: &mut Lowerer<'_>, node: &Node) -> Res {
+    let op = node.target.as_str();
+    let x = lw.tensor_arg(node, 0, "input")?;
+    let k = match node.arg(1, "normalized_shape") {
+        Arg::List(items) => items.len(),
+        other => return Err(unsupported(op, format!("normalized_shape {other}"))),
+    };
+    let n = x.ndim();
+    if node.outputs.len() != 3 || k == 0 || k > n {
+        return Err(unsupported(op, format!("normalized_shape of {k} dims on a {n}-dim input")));
+    }
+    let (sizes, out) = lw.out_meta(node)?;
+    let acc = acc_dtype(out);
+    let dims: Vec<usize> = (n - k..n).collect();
+    let Moments { mean, centered, squares: ss, count } = lw.moments(&x, &dims, true, acc);
+    let eps = node.arg(4, "eps").as_float().unwrap_or(1e-5);
+    let s = &mut lw.prog.scalars;
+    let var = s.binary(BinaryOp::Div, ss.value, count, acc);
+    let e = s.constant(eps, acc);
+    let ve = s.binary(BinaryOp::Add, var, e, acc);
+    let rstd = Lazy { value: s.unary(UnaryOp::Rsqrt, ve, acc), ..ss };
+    let rstd_b = lw.broadcast_to(&rstd, &x.sizes);
+    let mut y = lw.prog.scalars.binary(BinaryOp::Mul, centered, rstd_b.value, acc);
+    if let Some(w) = lw.affine(node, 2, "weight", &sizes, acc)? {
+        y = lw.prog.scalars.binary(BinaryOp::Mul, y, w, acc);
+    }
+    if let Some(b) = lw.affine(node, 3, "bias", &sizes, acc)? {
+        y = lw.prog.scalars.binary(BinaryOp::Add, y, b, acc);
+    }
+    let y = lw.cast_lazy(Lazy { sizes, value: y, dtype: acc }, out);
+    let dtype_of = |lw: &Lowerer<'_>, i: usize| lw.graph.meta(node.outputs[i]).dtype;
+    let (mean_dt, rstd_dt) = (dtype_of(lw, 1), dtype_of(lw, 2));
+    let mean = lw.cast_lazy(mean, mean_dt);
+    let rstd = lw.cast_lazy(rstd, rstd_dt);
+    Ok(Handled::Native(vec![y, mean, rstd]))
+}
 
 impl Lowerer<'_> {
     /// `x · alpha + beta` per channel (dim 1), with `alpha = weight /
@@ -33,7 +88,7 @@ impl Lowerer<'_> {
     /// would run for every element rather than once per channel.
     /// `eps_at`: the position of `eps` (6 in `_native_batch_norm_legit_no_training`,
     /// 7 in `native_batch_norm`, after `training`).
-    pub(crate) fn batch_norm_inference(&mut self, node: &Node, eps_at: usize) -> Res {
+    fn batch_norm(&mut self, node: &Node, eps_at: usize) -> Res {
         let (sizes, out) = self.out_meta(node)?;
         let x = self.operand(node.arg(0, "input"), &sizes, out, &node.target)?;
         let eps = node.arg(eps_at, "eps").as_float().unwrap_or(1e-5);
@@ -45,10 +100,10 @@ impl Lowerer<'_> {
         };
         let weight = channel(self, node.arg(1, "weight"))?;
         let bias = channel(self, node.arg(2, "bias"))?;
-        let mean = channel(self, node.arg(3, "running_mean"))?
-            .ok_or_else(|| crate::unsupported(&node.target, "no running mean"))?;
-        let var = channel(self, node.arg(4, "running_var"))?
-            .ok_or_else(|| crate::unsupported(&node.target, "no running var"))?;
+        let mean =
+            channel(self, node.arg(3, "running_mean"))?.ok_or_else(|| unsupported(&node.target, "no running mean"))?;
+        let var =
+            channel(self, node.arg(4, "running_var"))?.ok_or_else(|| unsupported(&node.target, "no running var"))?;
         let per_channel = self.channels_innermost(node);
         // A per-channel value, stored per channel when `per_channel`.
         let channels = vec![sizes[1].clone()];
@@ -109,48 +164,6 @@ impl Lowerer<'_> {
         wide && x.ndim() > 2 && self.strided_source(&x).is_some_and(|(_, strides, _)| strides[1] == Expr::c(1))
     }
 
-    /// `native_layer_norm`: `(x - mean) · rstd · weight + bias` over the
-    /// last `len(normalized_shape)` dims, computed in float32 for half
-    /// inputs, with the biased variance. Also returns mean and rstd (kept
-    /// dims), in the dtype PyTorch's metadata gives them. The scalar graph
-    /// is the one PyTorch's reference decomposition builds.
-    pub(crate) fn layer_norm(&mut self, node: &Node) -> Res {
-        let op = node.target.as_str();
-        let x = self.tensor_arg(node, 0, "input")?;
-        let k = match node.arg(1, "normalized_shape") {
-            Arg::List(items) => items.len(),
-            other => return Err(crate::unsupported(op, format!("normalized_shape {other}"))),
-        };
-        let n = x.ndim();
-        if node.outputs.len() != 3 || k == 0 || k > n {
-            return Err(crate::unsupported(op, format!("normalized_shape of {k} dims on a {n}-dim input")));
-        }
-        let (sizes, out) = self.out_meta(node)?;
-        let acc = acc_dtype(out);
-        let dims: Vec<usize> = (n - k..n).collect();
-        let Moments { mean, centered, squares: ss, count } = self.moments(&x, &dims, true, acc);
-        let eps = node.arg(4, "eps").as_float().unwrap_or(1e-5);
-        let s = &mut self.prog.scalars;
-        let var = s.binary(BinaryOp::Div, ss.value, count, acc);
-        let e = s.constant(eps, acc);
-        let ve = s.binary(BinaryOp::Add, var, e, acc);
-        let rstd = Lazy { value: s.unary(UnaryOp::Rsqrt, ve, acc), ..ss };
-        let rstd_b = self.broadcast_to(&rstd, &x.sizes);
-        let mut y = self.prog.scalars.binary(BinaryOp::Mul, centered, rstd_b.value, acc);
-        if let Some(w) = self.affine(node, 2, "weight", &sizes, acc)? {
-            y = self.prog.scalars.binary(BinaryOp::Mul, y, w, acc);
-        }
-        if let Some(b) = self.affine(node, 3, "bias", &sizes, acc)? {
-            y = self.prog.scalars.binary(BinaryOp::Add, y, b, acc);
-        }
-        let y = self.cast_lazy(Lazy { sizes, value: y, dtype: acc }, out);
-        let dtype_of = |lw: &Self, i: usize| lw.graph.meta(node.outputs[i]).dtype;
-        let (mean_dt, rstd_dt) = (dtype_of(self, 1), dtype_of(self, 2));
-        let mean = self.cast_lazy(mean, mean_dt);
-        let rstd = self.cast_lazy(rstd, rstd_dt);
-        Ok(Handled::Native(vec![y, mean, rstd]))
-    }
-
     /// A layer norm's optional weight or bias, broadcast over the input.
     fn affine(
         &mut self,
@@ -158,7 +171,7 @@ impl Lowerer<'_> {
         pos: usize,
         name: &str,
         sizes: &[Expr],
-        acc: crate::ir::DType,
+        acc: rdyn_ir::DType,
     ) -> Result<Option<ScalarId>, LowerError> {
         let Arg::Tensor(v) = node.arg(pos, name) else { return Ok(None) };
         let lazy = self.value(*v, &node.target)?;

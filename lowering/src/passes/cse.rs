@@ -7,7 +7,7 @@
 //! tensor twice (GPT-2's causal mask, once per layer, from the same inputs)
 //! gets two identical kernels. The readers of the second, and views of it
 //! (not outputs' storage or scattered buffers, which are never keys), are
-//! pointed at the first. Runs before [`crate::dce`], which then drops
+//! pointed at the first. Runs before [`crate::passes::dce`], which then drops
 //! the stage nothing reads any more.
 //!
 //! When the later stage stores an output and the earlier one a temporary
@@ -18,8 +18,8 @@
 use std::collections::hash_map::Entry;
 use std::collections::{HashMap, HashSet};
 
-use crate::ir::loops::{BufId, BufRole, Buffer, Program, Reduce, ScalarId, ScalarOp, Stage, Step};
-use crate::ir::Expr;
+use rdyn_ir::loops::{BufId, BufRole, Buffer, Program, Reduce, ScalarId, ScalarOp, Stage, Step};
+use rdyn_ir::Expr;
 
 /// What makes two stages interchangeable: the same values stored at the same
 /// places of buffers with the same layout.
@@ -218,9 +218,9 @@ fn redirect(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ir::loops::{ProgramOutput, UnaryOp};
-    use crate::ir::DType;
     use crate::testing::{buffer, load, single_stage};
+    use rdyn_ir::loops::{ProgramOutput, UnaryOp};
+    use rdyn_ir::DType;
 
     fn kernel(out: BufId, value: ScalarId) -> Step {
         single_stage(vec![Expr::c(64)], out, vec![Expr::c(64)], None, value, Expr::v(0))
@@ -251,7 +251,7 @@ mod tests {
                 p.outputs.push(ProgramOutput::Buffer(b));
             }
             run(&mut p);
-            crate::dce::run(&mut p);
+            crate::passes::dce::run(&mut p);
             assert_eq!(p.kernels().count(), if b_is_output { 3 } else { 2 }, "{p}");
             let last = p.kernels().last().map(|k| k.stages[0].value);
             let reads = last.map(|v| p.scalars.loaded_buffers(&[v])).unwrap_or_default();
@@ -269,12 +269,12 @@ mod tests {
         let view = p.add_buffer(Buffer { role: BufRole::View(a), ..p.buffer(a).clone() });
         let av = load(&mut p, a, Expr::v(0));
         let through_view = load(&mut p, view, Expr::c(63).sub(&Expr::v(0)));
-        let sum = p.scalars.binary(crate::ir::loops::BinaryOp::Add, av, through_view, DType::F32);
+        let sum = p.scalars.binary(rdyn_ir::loops::BinaryOp::Add, av, through_view, DType::F32);
         let neg = p.scalars.unary(UnaryOp::Neg, sum, DType::F32);
         p.steps.extend([kernel(a, e), kernel(y, neg), kernel(b, e)]);
         p.outputs.extend([ProgramOutput::Buffer(y), ProgramOutput::Buffer(b)]);
         run(&mut p);
-        crate::dce::run(&mut p);
+        crate::passes::dce::run(&mut p);
         let stages: Vec<_> = p.kernels().map(|k| k.stages[0].clone()).collect();
         assert_eq!(stages.len(), 2, "{p}");
         assert_eq!((stages[0].out, stages[0].value), (b, e), "{p}");
@@ -294,7 +294,7 @@ mod tests {
         p.steps.extend([kernel(a, e), kernel(b, e), kernel(y, neg)]);
         p.outputs.extend([ProgramOutput::Buffer(a), ProgramOutput::Buffer(y)]);
         run(&mut p);
-        crate::dce::run(&mut p);
+        crate::passes::dce::run(&mut p);
         assert_eq!(p.buffer(view).role, BufRole::View(a), "{p}");
         assert_eq!(p.kernels().count(), 2, "{p}");
     }

@@ -5,7 +5,7 @@
 
 use std::collections::HashSet;
 
-use crate::ir::loops::{BufId, Program, Step};
+use rdyn_ir::loops::{BufId, Program, Step};
 
 /// Run the pass over `program`.
 pub fn run(program: &mut Program) {

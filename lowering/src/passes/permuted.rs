@@ -6,7 +6,7 @@
 //! wants. A training backward needs the same gradient as `[tokens, dim]`
 //! for the input's gradient and as `[dim, tokens]` for the weight's: two
 //! copies of one gather (BERT's attention gradients, stored by head, three
-//! per layer). [`crate::cse`] does not see them as one (the ranges and
+//! per layer). [`crate::passes::cse`] does not see them as one (the ranges and
 //! stores differ); the GEMM reads a transposed view as well as a copy.
 //!
 //! Only copies (a stage whose value is one plain load) whose readers are all
@@ -16,9 +16,9 @@
 
 use std::collections::{HashMap, HashSet};
 
-use crate::cse::{drop_stages, write_counts};
-use crate::ir::loops::{BufId, BufRole, Program, ScalarOp, Stage, Step};
-use crate::ir::{Ctx, DType, Expr};
+use crate::passes::cse::{drop_stages, write_counts};
+use rdyn_ir::loops::{BufId, BufRole, Program, ScalarOp, Stage, Step};
+use rdyn_ir::{Ctx, DType, Expr};
 
 /// What a copy reads, over which ranges: equal keys under a permutation of
 /// the variables are the same elements.
@@ -34,7 +34,7 @@ struct Key {
 const MAX_RANK: usize = 4;
 
 /// Run the pass over `program` (lowering's single-stage kernels, after
-/// [`crate::cse`]).
+/// [`crate::passes::cse`]).
 pub fn run(program: &mut Program) {
     let writes = write_counts(program);
     let pinned = program.output_storages();
@@ -147,8 +147,8 @@ fn kernel_reads(program: &Program) -> HashSet<BufId> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ir::loops::{Buffer, Extern, ExternKind, ProgramOutput};
     use crate::testing::{buffer, load, single_stage};
+    use rdyn_ir::loops::{Buffer, Extern, ExternKind, ProgramOutput};
 
     /// `x` [6, 4]: `a = x` copied [6, 4], `b = x^T` copied [4, 6], each
     /// read by a GEMM; `b` becomes `a` viewed with strides [1, 4].

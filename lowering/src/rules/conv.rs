@@ -38,15 +38,13 @@
 //! over `[1, 64, 28, 28]`) the copies and transposes cost more than oneDNN saves,
 //! so those stay NCHW.
 
-use crate::ir::graph::{Arg, Node, ValueId};
-use crate::ir::loops::{BinaryOp, Extern, ExternKind, Step};
-use crate::ir::{DType, Device, Expr};
+use super::common::{acc_dtype, int_list, library};
+use crate::error::{invalid, unsupported, LowerError};
 use crate::lazy::Lazy;
-use crate::lower::{Handled, Lowerer};
-use crate::shape::int_list;
-use crate::LowerError;
-
-type Res = Result<Handled, LowerError>;
+use crate::lowerer::{Handled, Lowerer, Res};
+use rdyn_ir::graph::{Arg, Node, ValueId};
+use rdyn_ir::loops::{BinaryOp, Extern, ExternKind, Step};
+use rdyn_ir::{DType, Device, Expr};
 
 /// A 2-D convolution's operands and geometry (see [`Lowerer::conv2d`]).
 struct Conv2d {
@@ -69,18 +67,18 @@ fn pair(arg: &Arg, op: &str) -> Option<[i64; 2]> {
     }
 }
 
-impl Lowerer<'_> {
-    pub(crate) fn convolution(&mut self, node: &Node) -> Res {
-        if let Some(kind) = self.depthwise_geometry(node) {
-            return self.depthwise(node, kind);
-        }
-        match self.patch_kernel(node) {
-            Some(kernel) => self.patch_gemm(node, kernel),
-            None if self.channels_last_wins(node) => self.channels_last_library(node),
-            None => self.library(node),
-        }
+pub(super) fn convolution(lw: &mut Lowerer<'_>, node: &Node) -> Res {
+    if let Some(kind) = lw.depthwise_geometry(node) {
+        return lw.depthwise(node, kind);
     }
+    match lw.patch_kernel(node) {
+        Some(kernel) => lw.patch_gemm(node, kernel),
+        None if lw.channels_last_wins(node) => lw.channels_last_library(node),
+        None => library(lw, node),
+    }
+}
 
+impl Lowerer<'_> {
     /// Whether a library convolution of NCHW tensors on the CPU runs faster
     /// channels-last. oneDNN reorders an NCHW input into its blocked layout
     /// and its result back on every call; a channels-last one it reads as it
@@ -100,7 +98,7 @@ impl Lowerer<'_> {
         let Some(out) = node.outputs.first() else { return false };
         let nchw = |v: ValueId| {
             let meta = self.graph.meta(v);
-            self.meta_strides(v) == crate::ir::loops::contiguous_strides(&meta.sizes)
+            self.meta_strides(v) == rdyn_ir::loops::contiguous_strides(&meta.sizes)
         };
         let input_nchw = matches!(node.arg(0, "input"), Arg::Tensor(v) if nchw(*v));
         conv.device == Device::Cpu
@@ -186,7 +184,7 @@ impl Lowerer<'_> {
         let x = self.tensor_arg(node, 0, "input")?;
         let w = self.tensor_arg(node, 1, "weight")?;
         let (x_buf, w_buf) = (self.buffer_for_extern(&x), self.buffer_for_extern(&w));
-        let out_v = node.outputs.first().copied().ok_or_else(|| crate::invalid(&node.target, "no output"))?;
+        let out_v = node.outputs.first().copied().ok_or_else(|| invalid(&node.target, "no output"))?;
         let out_buf = self.extern_output(out_v, sizes, dtype);
         self.prog.steps.push(Step::Extern(Extern { kind, inputs: vec![x_buf, w_buf], outputs: vec![out_buf] }));
         // The bias, per channel, is added by the consumers (it fuses into a
@@ -228,7 +226,7 @@ impl Lowerer<'_> {
         let (sizes, dtype) = self.out_meta(node)?;
         let x = self.tensor_arg(node, 0, "input")?;
         let w = self.tensor_arg(node, 1, "weight")?;
-        let constant = |e: &Expr, what: &str| e.as_const().ok_or_else(|| crate::unsupported(op, what.to_string()));
+        let constant = |e: &Expr, what: &str| e.as_const().ok_or_else(|| unsupported(op, what.to_string()));
         let (cin, cout) = (constant(&x.sizes[1], "channels")?, constant(&w.sizes[0], "filters")?);
         let (oh, ow) = (constant(&sizes[2], "height")?, constant(&sizes[3], "width")?);
         let (taps, pixels) = (cin * kh * kw, oh * ow);
@@ -248,7 +246,7 @@ impl Lowerer<'_> {
             ];
             lw.view(source, sizes3, &map)
         };
-        let acc = crate::reduce::acc_dtype(dtype);
+        let acc = acc_dtype(dtype);
         let (gemm_sizes, back) = if [kh, kw] == [1, 1] {
             let weight = taps_of(self, &w, 2, cout, cin);
             let ctx = self.ctx_for(&[batch.clone(), c(cin), c(pixels)]);
@@ -256,7 +254,7 @@ impl Lowerer<'_> {
             let map = [Expr::v(0), Expr::v(1), q.floordiv(&c(ow), &ctx), q.modulo(&c(ow), &ctx)];
             let image = self.view(&x, vec![batch.clone(), c(cin), c(pixels)], &map);
             let gemm_sizes = vec![batch.clone(), c(cout), c(pixels)];
-            let strides = crate::ir::loops::contiguous_strides(&gemm_sizes);
+            let strides = rdyn_ir::loops::contiguous_strides(&gemm_sizes);
             let out_buf = self.gemm_into(weight, image, acc, gemm_sizes, strides, 1.0);
             (out_buf, [Expr::v(0), Expr::v(1), Expr::v(2).scale(ow).add(&Expr::v(3))])
         } else {
@@ -282,7 +280,7 @@ impl Lowerer<'_> {
             let patches = self.view(&copied, vec![batch.clone(), c(pixels), c(taps)], &map);
             let weight_t = taps_of(self, &w, 1, taps, cout);
             let gemm_sizes = vec![batch.clone(), c(pixels), c(cout)];
-            let strides = crate::ir::loops::contiguous_strides(&gemm_sizes);
+            let strides = rdyn_ir::loops::contiguous_strides(&gemm_sizes);
             let out_buf = self.gemm_into(patches, weight_t, acc, gemm_sizes, strides, 1.0);
             (out_buf, [Expr::v(0), Expr::v(2).scale(ow).add(&Expr::v(3)), Expr::v(1)])
         };

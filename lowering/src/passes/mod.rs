@@ -1,14 +1,25 @@
-//! The passes that run on a loop-IR [`Program`] alone, by name: what a
-//! filetest's `; run:` line names (`tests/filetests.rs`). `lower_with`
-//! runs the transforming ones itself, in its own order, with its options.
+//! The passes over a loop-IR [`Program`], one file each, each `pub fn
+//! run(...)`; [`Pass`] names them. `pipeline.rs` lists those `lower_with`
+//! runs, in order; a filetest's `; run:` line names those it runs
+//! (`tests/filetests.rs`, through [`run_pass`]).
 //!
-//! Every transforming pass is followed by [`verify`], whatever the build
-//! (`lower_with` verifies in debug builds only): a file that pins a pass's
-//! decision also pins that its result is well formed.
+//! Run by name, every transforming pass is followed by [`verify`], whatever
+//! the build (`lower_with` verifies in debug builds only): a file that pins a
+//! pass's decision also pins that its result is well formed.
 
-use crate::ir::loops::Program;
-use crate::ir::parse::{self, ParseError};
-use crate::ir::verify::{verify, VerifyError};
+use rdyn_ir::loops::Program;
+use rdyn_ir::parse::{self, ParseError};
+use rdyn_ir::verify::{verify, VerifyError};
+
+mod cse;
+mod dce;
+mod forward;
+mod permuted;
+mod piecewise;
+mod reuse;
+mod schedule;
+
+pub use piecewise::PIECEWISE_MIN_ELEMENTS;
 
 /// A pass over a [`Program`].
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -27,7 +38,7 @@ pub enum Pass {
     /// `dce.rs`: dead stages dropped.
     Dce,
     /// `piecewise.rs` with this fewest number of elements per piece
-    /// (`piecewise=N`; `piecewise` alone: [`crate::PIECEWISE_MIN_ELEMENTS`]).
+    /// (`piecewise=N`; `piecewise` alone: [`PIECEWISE_MIN_ELEMENTS`]).
     Piecewise(i64),
     /// `schedule.rs`: fusion.
     Schedule,
@@ -64,7 +75,7 @@ impl Pass {
             "cse" => Pass::Cse,
             "permuted" => Pass::Permuted,
             "dce" => Pass::Dce,
-            "piecewise" => Pass::Piecewise(crate::PIECEWISE_MIN_ELEMENTS),
+            "piecewise" => Pass::Piecewise(PIECEWISE_MIN_ELEMENTS),
             "schedule" => Pass::Schedule,
             "forward" => Pass::Forward,
             "reuse" => Pass::Reuse,
@@ -93,18 +104,29 @@ impl Pass {
     /// Run the pass on `program` (then [`verify`], for a transforming one).
     pub fn run(self, program: &mut Program) -> Result<(), PassError> {
         match self {
-            Pass::Print => return round_trip(program),
-            Pass::Verify => return verify(program).map_err(PassError::Malformed),
-            Pass::Simplify => program.simplify(),
-            Pass::Cse => crate::cse::run(program),
-            Pass::Permuted => crate::permuted::run(program),
-            Pass::Dce => crate::dce::run(program),
-            Pass::Piecewise(min) => crate::piecewise::run(program, min),
-            Pass::Schedule => crate::schedule::run(program),
-            Pass::Forward => crate::forward::run(program),
-            Pass::Reuse => crate::reuse::run(program),
+            Pass::Print => round_trip(program),
+            Pass::Verify => verify(program).map_err(PassError::Malformed),
+            _ => {
+                self.transform(program);
+                verify(program).map_err(|error| PassError::Verify { pass: self.name(), error })
+            }
         }
-        verify(program).map_err(|error| PassError::Verify { pass: self.name(), error })
+    }
+
+    /// What the pass does to `program`, unverified: nothing for the checks
+    /// (`print`, `verify`).
+    pub(crate) fn transform(self, program: &mut Program) {
+        match self {
+            Pass::Print | Pass::Verify => {}
+            Pass::Simplify => program.simplify(),
+            Pass::Cse => cse::run(program),
+            Pass::Permuted => permuted::run(program),
+            Pass::Dce => dce::run(program),
+            Pass::Piecewise(min) => piecewise::run(program, min),
+            Pass::Schedule => schedule::run(program),
+            Pass::Forward => forward::run(program),
+            Pass::Reuse => reuse::run(program),
+        }
     }
 }
 
@@ -136,7 +158,7 @@ mod tests {
             Pass::Cse,
             Pass::Permuted,
             Pass::Dce,
-            Pass::Piecewise(crate::PIECEWISE_MIN_ELEMENTS),
+            Pass::Piecewise(PIECEWISE_MIN_ELEMENTS),
             Pass::Schedule,
             Pass::Forward,
             Pass::Reuse,

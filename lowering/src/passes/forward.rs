@@ -16,11 +16,11 @@
 
 use std::collections::{HashMap, HashSet};
 
-use crate::ir::loops::{BufId, BufRole, Program, ScalarId, ScalarOp, Stage, Step};
-use crate::ir::{Ctx, Expr};
-use crate::schedule::renaming;
+use crate::passes::schedule::renaming;
+use rdyn_ir::loops::{BufId, BufRole, Program, ScalarId, ScalarOp, Stage, Step};
+use rdyn_ir::{Ctx, Expr};
 
-/// Run the pass over `program` (after [`crate::schedule`]).
+/// Run the pass over `program` (after [`crate::passes::schedule`]).
 pub fn run(program: &mut Program) {
     let pinned = pinned(program);
     let mut readers = readers(program);
@@ -127,7 +127,7 @@ fn candidate(
     let t = kernel.stages.iter().position(|st| st.out == reader_out)?;
     let reader = &kernel.stages[t];
     // Readers are known by their output: pieces of one buffer
-    // ([`crate::piecewise`]) would all be one reader.
+    // ([`crate::passes::piecewise`]) would all be one reader.
     let pieces = kernel.stages.iter().filter(|st| st.out == reader_out).count();
     if t <= s || !reader.store_indirect.is_empty() || pieces != 1 {
         return None;
@@ -170,9 +170,9 @@ fn fold(program: &mut Program, g: usize, s: usize, plan: Fold) -> Option<(BufId,
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ir::loops::{BinaryOp, Kernel, ProgramOutput, UnaryOp};
-    use crate::ir::DType;
     use crate::testing::{buffer, load};
+    use rdyn_ir::loops::{BinaryOp, Kernel, ProgramOutput, UnaryOp};
+    use rdyn_ir::DType;
 
     fn stage(out: BufId, value: ScalarId, store: Expr) -> Stage {
         Stage { out, ranges: vec![Expr::c(8), Expr::c(32)], reduce: None, value, store, store_indirect: vec![] }

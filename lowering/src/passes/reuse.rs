@@ -15,11 +15,11 @@
 
 use std::collections::{HashMap, HashSet};
 
-use crate::ir::loops::{BufId, Program, ScalarOp, Stage, Step};
-use crate::ir::{Ctx, DType};
-use crate::schedule::renaming;
+use crate::passes::schedule::renaming;
+use rdyn_ir::loops::{BufId, Program, ScalarOp, Stage, Step};
+use rdyn_ir::{Ctx, DType};
 
-/// Run the pass over `program` (after [`crate::forward`], which would fold
+/// Run the pass over `program` (after [`crate::passes::forward`], which would fold
 /// a value read back by one stage into it again).
 pub fn run(program: &mut Program) {
     for g in 0..program.steps.len() {
@@ -88,9 +88,9 @@ fn reuse(program: &mut Program, stages: &mut [Stage], outer_len: usize, p: usize
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ir::loops::{BinaryOp, BufRole, Kernel, ProgramOutput, Reduce, ReduceOp, ScalarId};
-    use crate::ir::Expr;
     use crate::testing::{buffer, load};
+    use rdyn_ir::loops::{BinaryOp, BufRole, Kernel, ProgramOutput, Reduce, ReduceOp, ScalarId};
+    use rdyn_ir::Expr;
 
     /// `h = x + r` stored, and a row sum of `h` and `h · 2` in its kernel:
     /// both read `h` back, and `h`'s stage runs first. Stored as float16

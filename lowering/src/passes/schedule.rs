@@ -28,8 +28,8 @@
 //! others shift — and then merged by the same rule: attention's softmax and the
 //! division feeding the product are one kernel.
 
-use crate::ir::loops::{BufId, Kernel, Program, ScalarOp, Stage, Step};
-use crate::ir::{Ctx, Expr};
+use rdyn_ir::loops::{BufId, Kernel, Program, ScalarOp, Stage, Step};
+use rdyn_ir::{Ctx, Expr};
 
 /// Outer spaces smaller than this are not worth losing parallelism for.
 const MIN_PARALLEL_OUTER: i64 = 16;
@@ -275,9 +275,9 @@ pub(crate) fn renaming(producer: &Stage, stage: &Stage, outer_len: usize) -> Opt
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ir::loops::{BufRole, Reduce, ReduceOp};
-    use crate::ir::DType;
     use crate::testing::{buffer, load, single_stage};
+    use rdyn_ir::loops::{BufRole, Reduce, ReduceOp};
+    use rdyn_ir::DType;
 
     /// sum over rows, then x / sum: one kernel with two stages.
     #[test]
@@ -299,7 +299,7 @@ mod tests {
         ));
         let sv = load(&mut p, s, Expr::v(0));
         // (stores over size-1 dims are simplified to the outer index by lowering)
-        let div = p.scalars.binary(crate::ir::loops::BinaryOp::Div, xv, sv, DType::F32);
+        let div = p.scalars.binary(rdyn_ir::loops::BinaryOp::Div, xv, sv, DType::F32);
         p.steps.push(single_stage(vec![Expr::c(64), Expr::c(32)], y, vec![Expr::c(64), Expr::c(32)], None, div, row));
         run(&mut p);
         assert_eq!(p.kernels().count(), 1, "{p}");
@@ -318,7 +318,7 @@ mod tests {
             let e = buffer(&mut p, &[64, 32], BufRole::Temp);
             let s = buffer(&mut p, &[64, 1], BufRole::Temp);
             let xv = load(&mut p, x, Expr::v(0).scale(32).add(&Expr::v(1)));
-            let ev = p.scalars.unary(crate::ir::loops::UnaryOp::Exp, xv, DType::F32);
+            let ev = p.scalars.unary(rdyn_ir::loops::UnaryOp::Exp, xv, DType::F32);
             p.steps.push(single_stage(
                 vec![Expr::c(64), Expr::c(32)],
                 e,
@@ -384,7 +384,7 @@ mod tests {
             let row = Expr::v(0).scale(32).add(&Expr::v(1));
             let xv = load(&mut p, x, row.clone());
             let sv = load(&mut p, s, Expr::v(0));
-            let div = p.scalars.binary(crate::ir::loops::BinaryOp::Div, xv, sv, DType::F32);
+            let div = p.scalars.binary(rdyn_ir::loops::BinaryOp::Div, xv, sv, DType::F32);
             let sizes = vec![Expr::c(rows), Expr::c(32)];
             p.steps.push(single_stage(sizes.clone(), y, sizes, None, div, row));
             run(&mut p);

@@ -28,12 +28,12 @@
 //! Runs before [`schedule`], when every kernel still holds one stage whose
 //! outer space is its output space.
 //!
-//! [`schedule`]: crate::schedule
+//! [`schedule`]: crate::passes::schedule
 
 use std::collections::HashMap;
 
-use crate::ir::loops::{BinaryOp, Kernel, Program, ScalarId, ScalarOp, Scalars, Stage, Step};
-use crate::ir::{Ctx, DType, Expr, Var};
+use rdyn_ir::loops::{BinaryOp, Kernel, Program, ScalarId, ScalarOp, Scalars, Stage, Step};
+use rdyn_ir::{Ctx, DType, Expr, Var};
 
 /// More pieces than this cost more in loop overhead than the masks do.
 const MAX_PIECES: usize = 16;
@@ -238,8 +238,8 @@ fn fold(scalars: &mut Scalars, root: ScalarId, ctx: &Ctx) -> ScalarId {
 mod tests {
     #![allow(clippy::unwrap_used, clippy::panic)] // a test reports failure by panicking
     use super::*;
-    use crate::ir::loops::{BufId, BufRole};
     use crate::testing::{buffer, load, single_stage};
+    use rdyn_ir::loops::{BufId, BufRole};
 
     /// A stand-in for memory: what buffer `buf` holds at `address`.
     fn memory(buf: BufId, address: i64) -> f64 {
