@@ -179,6 +179,26 @@ def coverage_chart(record: dict) -> dict:
             "subtitle": "from rdyn.stats(); native and extern count as covered"}
 
 
+def suite_name(record: dict) -> str:
+    """'default', 'wide', 'quick' or 'custom' (your model); older records only say --quick."""
+    o = record.get("options") or {}
+    return record.get("suite") or o.get("suite") or ("quick" if o.get("quick") else "default")
+
+
+def suite_label(record: dict) -> str:
+    """What ran, for the page's title: 'wide suite, 43 models', 'your model: my_model:make'."""
+    o = record.get("options") or {}
+    name = suite_name(record)
+    n = len(o.get("models") or _models(record.get("results", [])))
+    if name == "custom":
+        targets = o.get("targets") or o.get("models") or []
+        return f"your model{'s' if len(targets) > 1 else ''}: {', '.join(targets)}"
+    size = o.get("suite_size")
+    if size and n < size:
+        return f"{name} suite, {n} of its {size} models"
+    return f"{name} suite, {n} model{'s' if n != 1 else ''}"
+
+
 def run_label(record: dict) -> str:
     ts = record.get("timestamp", "")[:16].replace("T", " ")
     commit = (record.get("commit") or "")[:7]
@@ -404,6 +424,14 @@ def _fmt(x, spec=".2f", none="–"):
     return none if x is None else format(x, spec)
 
 
+def _stages(row: dict) -> str:
+    """rdyn's CPU stages left to the interpreter, of all its CPU stages: '3 / 17'."""
+    interpreted = row.get("cpu_stages_interpreted")
+    if interpreted is None:
+        return "–"
+    return f"{interpreted} / {interpreted + (row.get('cpu_stages_compiled') or 0)}"
+
+
 def _summary_table(record: dict) -> str:
     rows = []
     for s in record.get("summary", []):
@@ -415,10 +443,12 @@ def _summary_table(record: dict) -> str:
             f"<td>{_fmt(s.get('median_compile_s'))}</td><td>{_fmt(s.get('median_warm_compile_s'), '.3f')}</td>"
             f"<td>{_fmt(s.get('startup_s'))}</td><td>{_fmt(s.get('overhead_us'), '.1f')}</td>"
             f"<td>{_fmt(s.get('median_peak_mem_mb'), '.0f')}</td>"
-            f"<td>{s.get('correct', 0)}/{s.get('models', 0)}</td><td>{s.get('errors', 0)}</td><td>{native}</td></tr>")
+            f"<td>{s.get('correct', 0)}/{s.get('models', 0)}</td><td>{s.get('errors', 0)}</td><td>{native}</td>"
+            f"<td>{_stages(s)}</td></tr>")
     return ("<table id=summary-table><tr><th class=l>backend</th><th class=l>config</th><th>geomean speedup</th>"
             "<th>slowest model</th><th>compile s (median)</th><th>warm s (median)</th><th>start-up s</th>"
-            "<th>overhead µs</th><th>peak MB (median)</th><th>correct</th><th>errors</th><th>native %</th></tr>"
+            "<th>overhead µs</th><th>peak MB (median)</th><th>correct</th><th>errors</th><th>native %</th>"
+            "<th>interpreted stages</th></tr>"
             + "".join(rows) + "</table>")
 
 
@@ -430,7 +460,7 @@ def _results_table(record: dict) -> str:
         head = f"<tr><td class=l>{html.escape(r['model'])}</td><td class=l>{html.escape(r['backend'])}</td>{cfg}"
         if r.get("status") != "ok":
             rows.append(head + f"<td class=l>{html.escape(r.get('status', '?'))}</td>"
-                        f"<td class=err colspan=9>{html.escape(r.get('error') or '')}</td></tr>")
+                        f"<td class=err colspan=10>{html.escape(r.get('error') or '')}</td></tr>")
             continue
         correct = r.get("correct")
         stats = r.get("rdyn_stats") or {}
@@ -443,11 +473,12 @@ def _results_table(record: dict) -> str:
             f"<td>{_fmt(r.get('peak_mem_mb'), '.0f')}</td>"
             f"<td class={'good' if correct else 'bad'}>{'yes' if correct else 'NO'}</td>"
             f"<td>{_fmt(r.get('max_rel_err'), '.1e')}</td><td>{_fmt(r.get('native_pct'), '.0f')}</td>"
-            f"<td class=l>{html.escape(fb)}</td></tr>")
+            f"<td>{_stages(r)}</td><td class=l>{html.escape(fb)}</td></tr>")
     cfg_head = "<th class=l>config</th>" if multi else ""
     return ("<table id=results-table><tr><th class=l>model</th><th class=l>backend</th>" + cfg_head +
             "<th class=l>status</th><th>speedup</th><th>ms/call</th><th>compile s</th><th>warm s</th><th>peak MB</th>"
-            "<th>correct</th><th>max rel err</th><th>native %</th><th class=l>rdyn fallback ops</th></tr>"
+            "<th>correct</th><th>max rel err</th><th>native %</th><th>interpreted stages</th>"
+            "<th class=l>rdyn fallback ops</th></tr>"
             + "".join(rows) + "</table>")
 
 
@@ -467,7 +498,8 @@ def _meta(record: dict) -> str:
     m, v, o = record.get("machine", {}), record.get("versions", {}), record.get("options", {})
     commit = (record.get("commit") or "no commit")[:12] + (" (dirty)" if record.get("dirty") else "")
     vers = ", ".join(f"{k} {val}" for k, val in v.items() if val)
-    return (f"run {html.escape(record.get('id', ''))} · {html.escape(record.get('timestamp', ''))} · commit "
+    return (f"{html.escape(suite_label(record))} · "
+            f"run {html.escape(record.get('id', ''))} · {html.escape(record.get('timestamp', ''))} · commit "
             f"{html.escape(commit)} · {html.escape(str(m.get('cpu')))}, {m.get('cores')} cores · {html.escape(vers)} · "
             f"{o.get('rounds')} rounds × {o.get('target_ms')} ms · {_fmt(record.get('duration_s'), '.0f')} s"
             + (f" · other processes used {_fmt(m.get('foreign_load'), '.1f')} cores" if m.get("foreign_load") is not None
@@ -498,23 +530,26 @@ def build_page(history: list[dict], specs: list[dict]) -> str:
     notes = "".join(f"<li>{html.escape(n)}</li>" for n in latest.get("notes", []))
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
-<title>rdyn benchmarks</title>
+<title>rdyn benchmarks: {html.escape(suite_label(latest))}</title>
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <style>{CSS}</style>
 <script type="text/javascript">{get_plotlyjs()}</script>
 <script type="application/json" id="rdyn-data">{_safe_json(data)}</script>
 </head><body>
-<header><h1>rdyn benchmarks: rdyn vs eager PyTorch vs Inductor</h1>
+<header><h1>rdyn benchmarks: rdyn vs eager PyTorch vs Inductor
+<span id=suite-name>({html.escape(suite_label(latest))})</span></h1>
 <div class="meta">{_meta(latest)}</div></header>
 <main>
-<section><h2>Summary of the latest run</h2>{_summary_table(latest)}
+<section><h2>Summary of the latest run: {html.escape(suite_label(latest))}</h2>{_summary_table(latest)}
 <p class=note>Speedup: median per-call time of eager over the backend's, from interleaved rounds
 (eager, inductor, rdyn, eager, …); geomean over the models that ran. Compile: wall time of the first call
 (trace + compile + one run) in a worker with <code>TORCHINDUCTOR_FORCE_DISABLE_CACHES=1</code>, after a
 start-up probe so one-time costs are not charged to the first model. Warm: the same first call in a new
 process whose on-disk caches were filled by another process. Overhead: per-call time of <code>x + 1</code>
 on one element minus eager's. Native %: share of ATen nodes rdyn ran in its own kernels or its GEMM/conv
-library rather than an eager fallback.</p>
+library rather than an eager fallback. Interpreted stages: rdyn's CPU kernel stages left to its interpreter
+(not compiled by its JIT), of all its CPU stages (<code>cpu_stages_interpreted</code> and
+<code>cpu_stages_compiled</code> in <code>rdyn.stats()</code>), counted at each model's first compile.</p>
 {('<ul class=note>' + notes + '</ul>') if notes else ''}</section>
 <div class="grid">
 <section>{figures['chart-speedup']}</section>
@@ -548,10 +583,12 @@ def _runs_table(history: list[dict]) -> str:
                       and s["mode"] == "inference"), None)
             cells.append(f"<td>{_fmt(s.get('geomean_speedup')) if s else '–'}</td>"
                          f"<td>{_fmt(s.get('median_compile_s')) if s else '–'}</td>")
-        rows.append(f"<tr><td class=l>{html.escape(run_label(h))}</td><td class=l>"
+        rows.append(f"<tr><td class=l>{html.escape(run_label(h))}</td><td class=l>{html.escape(suite_name(h))}</td>"
+                    f"<td class=l>"
                     f"{html.escape(' '.join(h.get('options', {}).get('argv', [])) or '(default)')}</td>{''.join(cells)}"
                     f"<td>{_fmt(h.get('duration_s'), '.0f')}</td></tr>")
-    return ("<table id=runs-table><tr><th class=l>run</th><th class=l>options</th><th>inductor geomean</th>"
+    return ("<table id=runs-table><tr><th class=l>run</th><th class=l>suite</th><th class=l>options</th>"
+            "<th>inductor geomean</th>"
             "<th>inductor compile s</th><th>rdyn geomean</th><th>rdyn compile s</th><th>duration s</th></tr>"
             + "".join(rows) + "</table>")
 

@@ -415,6 +415,10 @@ def run_model(task: dict, model: str, backends: list[str]) -> None:
                 stats = rdyn_stats()
                 results[backend]["rdyn_stats"] = stats
                 results[backend]["native_pct"] = native_pct(stats)
+                # CPU stages rdyn's JIT compiled vs left to its interpreter
+                # (counted at compile time, like the node counts above).
+                for key in ("cpu_stages_interpreted", "cpu_stages_compiled"):
+                    results[backend][key] = (stats or {}).get(key)
             steps[backend], modules[backend] = step, module
         except Unavailable as exc:
             fail(backend, str(exc), "skipped")

@@ -11,12 +11,21 @@ compile time included) must finish in well under 15 minutes on 2 cores.
 
 Heavy imports (torchvision, transformers) happen inside the builders so a
 worker only pays for what it builds.
+
+``SUITES`` names the model lists ``suite.py --suite`` runs: ``default`` (the
+models above that are not ``extra``) and ``wide`` (every model: those, the
+opt-in ones and the wide corpus of ``corpus.py``).  ``spec(name)`` also takes
+a ``MODULE:FUNCTION`` target, your own model (``python -m rdyn.bench``):
+:func:`build_target` imports it and checks what it returns.
 """
 
 from __future__ import annotations
 
 import math
+import os
+import sys
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Callable
 
 import torch
@@ -36,6 +45,14 @@ class ModelSpec:
     tags: tuple[str, ...] = field(default_factory=tuple)
     # Opt-in: not in the default suite; `--models extra` runs all of them.
     extra: bool = False
+    # Whether a training step (forward + backward) makes sense: False for a
+    # model with no parameters. `--train` skips the model in training mode.
+    train: bool = True
+    # Only in the wide corpus (`--suite wide`, benches/corpus.py).
+    wide: bool = False
+    # Packages the builder imports; a model whose package is missing is
+    # skipped with a note.
+    requires: tuple[str, ...] = field(default_factory=tuple)
 
     def build(self, seed: int = 0) -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
         torch.manual_seed(seed)
@@ -195,7 +212,7 @@ def _resnet18():
 def _mobilenet_v2():
     import torchvision
 
-    model = _randomise_batchnorm(torchvision.models.mobilenet_v2(num_classes=100))
+    model = _randomise_batchnorm(torchvision.models.mobilenet_v2(num_classes=100, dropout=0.0))
     return model, (torch.randn(1, 3, 112, 112),)
 
 
@@ -266,14 +283,17 @@ def _conv_bn_relu():
 def _efficientnet_b0():
     import torchvision
 
-    model = _randomise_batchnorm(torchvision.models.efficientnet_b0(num_classes=100))
+    # No dropout or stochastic depth: a training step must be deterministic
+    # to compare with eager's (eval mode, and the weights, are the same).
+    model = _randomise_batchnorm(torchvision.models.efficientnet_b0(num_classes=100, dropout=0.0,
+                                                                    stochastic_depth_prob=0.0))
     return model, (torch.randn(1, 3, 96, 96),)
 
 
 def _squeezenet():
     import torchvision
 
-    return torchvision.models.squeezenet1_1(num_classes=100), (torch.randn(2, 3, 64, 64),)
+    return torchvision.models.squeezenet1_1(num_classes=100, dropout=0.0), (torch.randn(2, 3, 64, 64),)
 
 
 def _shufflenet():
@@ -290,7 +310,8 @@ def _upsample_decoder():
 _SPECS = [
     ModelSpec("mlp", "3-layer MLP 256-512-512-64, batch 64", _mlp, cost=1, tags=("gemm",)),
     ModelSpec("layernorm_gelu", "4x (LayerNorm, GELU, scale/shift, residual) on 16x128x256", _layernorm_gelu, cost=1, tags=("memory-bound",)),
-    ModelSpec("reduction", "softmax, log_softmax, var_mean, amax, logsumexp on 256x1024", _reduction, cost=1, tags=("reduction",)),
+    ModelSpec("reduction", "softmax, log_softmax, var_mean, amax, logsumexp on 256x1024", _reduction, cost=1,
+              tags=("reduction",), train=False),
     ModelSpec("attention", "hand-written causal attention block, 4x64x128, 4 heads", _attention, cost=2, tags=("gemm", "attention")),
     ModelSpec("conv_bn_relu", "2x (conv3x3, batchnorm, relu) + residual, 2x32x56x56", _conv_bn_relu, cost=2, tags=("conv",)),
     ModelSpec("vit", "torchvision VisionTransformer 64px/16, 2 layers, dim 64, batch 8", _vit, cost=3, tags=("transformer", "torchvision")),
@@ -310,10 +331,30 @@ _SPECS += [
               _upsample_decoder, cost=2, tags=("cnn", "memory-bound"), extra=True),
 ]
 
+import corpus  # noqa: E402  (the wide corpus; after ModelSpec: its builders use this module's helpers)
+
+_SPECS += [ModelSpec(**fields, wide=True) for fields in corpus.SPECS]
+
 MODELS: dict[str, ModelSpec] = {spec.name: spec for spec in _SPECS}
 
 #: The three cheapest models, run by `--quick`.
-QUICK_MODELS: list[str] = [s.name for s in sorted((s for s in _SPECS if not s.extra), key=lambda s: s.cost)[:3]]
+QUICK_MODELS: list[str] = [s.name for s in sorted((s for s in _SPECS if not (s.extra or s.wide)),
+                                                   key=lambda s: s.cost)[:3]]
+
+#: The named suites (`suite.py --suite NAME`): the default one (a few
+#: minutes), and the wide corpus: every model here, the default's, the
+#: opt-in ones and benches/corpus.py's.
+SUITES: dict[str, list[str]] = {
+    "default": [s.name for s in _SPECS if not (s.extra or s.wide)],
+    "wide": [s.name for s in _SPECS],
+}
+
+_PACKAGES = ("torchvision", "timm", "transformers")
+
+
+def packages(spec: ModelSpec) -> tuple[str, ...]:
+    """The optional packages a model's builder imports (from its tags and ``requires``)."""
+    return tuple(p for p in _PACKAGES if p in spec.tags or p in spec.requires)
 
 
 def tiny_graph():
@@ -323,3 +364,163 @@ def tiny_graph():
         return x + 1
 
     return f, (torch.ones(1),)
+
+
+# --------------------------------------------------------------------------
+# Your own model: MODULE:FUNCTION targets (python -m rdyn.bench, suite.py --target)
+# --------------------------------------------------------------------------
+
+
+class TargetError(Exception):
+    """A ``MODULE:FUNCTION`` target that cannot be benchmarked. The message is
+    one line saying what is wrong and how to fix it."""
+
+
+def is_target(name: str) -> bool:
+    """Model names never hold a colon; targets (``my_module:make``) always do."""
+    return ":" in name
+
+
+class _FunctionModule(nn.Module):
+    """A plain function returned by a target's ``make()``, as a module."""
+
+    def __init__(self, fn):
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, *inputs):
+        return self.fn(*inputs)
+
+
+def _user_dir() -> str:
+    """The folder the user ran the benchmark from (the suite passes it on,
+    since the workers run in the repository root)."""
+    return os.environ.get("RDYN_BENCH_CWD") or os.getcwd()
+
+
+def _a(type_name: str) -> str:
+    return ("an " if type_name[:1].lower() in "aeiou" else "a ") + type_name
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(line.strip() for line in str(exc).splitlines() if line.strip())
+    text = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+    return text if len(text) <= 300 else text[:297] + "..."
+
+
+def _import_target_module(target: str, module_part: str, attr: str):
+    import importlib
+    import importlib.util
+
+    if module_part.endswith(".py") or "/" in module_part or os.sep in module_part:
+        path = Path(module_part)
+        if not path.is_absolute():
+            path = Path(_user_dir()) / path
+        if not path.is_file():
+            raise TargetError(f"{target}: no file {path}; give the path of a Python file, or a module name "
+                              f"importable from {_user_dir()}")
+        name = f"_rdyn_bench_target_{path.stem}"
+        spec = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        try:
+            spec.loader.exec_module(module)
+        except Exception as exc:
+            raise TargetError(f"{target}: running {path} failed: {_one_line(exc)}") from None
+        return module
+    if _user_dir() not in sys.path:
+        sys.path.append(_user_dir())
+    try:
+        return importlib.import_module(module_part)
+    except ModuleNotFoundError as exc:
+        if exc.name and (module_part == exc.name or module_part.startswith(exc.name + ".")):
+            raise TargetError(
+                f"{target}: no module named {module_part!r} in {_user_dir()} or on sys.path; run from the folder "
+                f"holding {module_part.replace('.', '/')}.py, add that folder to PYTHONPATH, or name the file: "
+                f"path/to/{module_part.rsplit('.', 1)[-1]}.py:{attr}") from None
+        raise TargetError(f"{target}: importing {module_part!r} failed: {_one_line(exc)} "
+                          f"(pip install the package it imports)") from None
+    except Exception as exc:
+        raise TargetError(f"{target}: importing {module_part!r} failed: {_one_line(exc)}") from None
+
+
+def build_target(target: str) -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
+    """Import ``MODULE:FUNCTION``, call the function, check what it returned.
+
+    ``MODULE`` is a module name importable from the user's folder
+    (``my_model``, ``pkg.models``) or a Python file (``path/to/file.py``).
+    The function takes no arguments and returns ``(model, inputs)``: an
+    ``nn.Module`` (or a plain function) and a tensor or a tuple of tensors.
+    Raises :class:`TargetError` with a one-line message otherwise.
+    """
+    module_part, _, attr = target.rpartition(":")
+    if not module_part or not attr:
+        raise TargetError(f"{target!r}: expected MODULE:FUNCTION, e.g. my_model:make (a module or a .py file, "
+                          "and a function in it returning (model, inputs))")
+    module = _import_target_module(target, module_part, attr)
+    fn = getattr(module, attr, None)
+    if fn is None:
+        raise TargetError(f"{target}: {module_part} has no {attr!r}; define {attr}() returning (model, inputs) "
+                          f"there, or name the function that does: {module_part}:FUNCTION")
+    if not callable(fn):
+        raise TargetError(f"{target}: {module_part}.{attr} is {_a(type(fn).__name__)}, not a function; it must be a "
+                          "function taking no arguments and returning (model, inputs)")
+    try:
+        got = fn()
+    except Exception as exc:
+        raise TargetError(f"{target}: {attr}() raised {_one_line(exc)}") from None
+    shape = ("(model, inputs): an nn.Module (or a function) and a tensor or a tuple of tensors, "
+             "e.g. return model, (torch.randn(8, 3, 224, 224),)")
+    if not isinstance(got, (tuple, list)) or len(got) != 2:
+        what = f"a {len(got)}-tuple" if isinstance(got, (tuple, list)) else _a(type(got).__name__)
+        raise TargetError(f"{target}: {attr}() returned {what}; it must return {shape}")
+    model, inputs = got
+    if not isinstance(model, nn.Module):
+        if not callable(model) or isinstance(model, torch.Tensor):
+            raise TargetError(f"{target}: {attr}() returned {_a(type(model).__name__)} as the model; it must return "
+                              f"{shape}")
+        model = _FunctionModule(model)
+    if isinstance(inputs, torch.Tensor):
+        inputs = (inputs,)
+    elif isinstance(inputs, (tuple, list)) and inputs and all(isinstance(x, torch.Tensor) for x in inputs):
+        inputs = tuple(inputs)
+    else:
+        if isinstance(inputs, (tuple, list)):
+            bad = [type(x).__name__ for x in inputs if not isinstance(x, torch.Tensor)]
+            what = f"inputs holding {_a(bad[0])}" if bad else "no inputs (an empty tuple)"
+        else:
+            what = f"{_a(type(inputs).__name__)} as the inputs"
+        raise TargetError(f"{target}: {attr}() returned {what}; it must return {shape} (pass other arguments "
+                          "through a wrapper module)")
+    return model, inputs
+
+
+_TARGET_SPECS: dict[str, ModelSpec] = {}
+
+
+def spec(name: str) -> ModelSpec:
+    """The spec of a model of the zoo, or of a ``MODULE:FUNCTION`` target."""
+    if not is_target(name):
+        return MODELS[name]
+    if name not in _TARGET_SPECS:
+        _TARGET_SPECS[name] = ModelSpec(name, f"your model ({name})", lambda: build_target(name), cost=0)
+    return _TARGET_SPECS[name]
+
+
+def describe_target(target: str) -> dict:
+    """What the suite's catalog holds for a target: its description (model
+    class, input shapes) and whether a training step makes sense, or the
+    one-line ``error`` that says why it cannot run."""
+    try:
+        model, inputs = spec(target).build()
+    except TargetError as exc:
+        return {"name": target, "error": str(exc)}
+    except Exception as exc:  # e.g. model.eval() failing
+        return {"name": target, "error": f"{target}: {_one_line(exc)}"}
+    shapes = ", ".join("x".join(map(str, x.shape)) + ("" if x.dtype == torch.float32 else " " + str(x.dtype)[6:])
+                       for x in inputs)
+    cls = type(model.fn).__name__ if isinstance(model, _FunctionModule) else type(model).__name__
+    params = sum(p.numel() for p in model.parameters())
+    return {"name": target, "description": f"{cls} ({params:,} parameters) on {shapes}", "cost": 0,
+            "extra": False, "wide": False, "target": True,
+            "train": any(p.requires_grad for p in model.parameters()), "packages": []}

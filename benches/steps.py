@@ -31,7 +31,7 @@ def half_dtype(name: str | None):
 
 
 def prepare(model_name: str, device: str, dtype_name: str | None, mode: str):
-    module, inputs = zoo.MODELS[model_name].build()
+    module, inputs = zoo.spec(model_name).build()
     dtype = half_dtype(dtype_name)
     dev = tensor_device(device)
     module = module.to(dev)

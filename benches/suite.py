@@ -7,14 +7,17 @@
     python benches/suite.py --train --half       # add a training step; bfloat16 on CPU
     python benches/suite.py --devices cpu,wgpu,cuda
     python benches/suite.py --models extra       # the opt-in models (squeezenet, shufflenet, a decoder)
-    python benches/suite.py --list               # the models
+    python benches/suite.py --suite wide         # the wide corpus: 43 models, inference and training
+    python benches/suite.py --target my_model:make   # your own model (python -m rdyn.bench my_model:make)
+    python benches/suite.py --list               # the models (--suite wide --list: the corpus)
 
 For every model x backend x device it measures correctness against eager,
 speedup over eager (medians of interleaved rounds), the first compile time
 (Inductor's on-disk caches disabled), the warm-start compile time in a second
 process (caches enabled and filled), per-call overhead on a one-element
 ``x + 1``, the peak memory of compiling and running, and rdyn's native vs
-fallback node counts.  Each run is appended to ``build/bench/history.json``;
+fallback node counts and how many of its CPU stages ran compiled or
+interpreted.  Each run is appended to ``build/bench/history.json``;
 ``build/bench/dashboard.html`` and ``build/bench/*.png`` are rebuilt from it.
 See benches/README.md for what each figure means exactly.
 
@@ -50,6 +53,7 @@ sys.path.insert(0, str(BENCH_DIR))
 EVENT_MARK = "@@rdyn-bench@@ "
 
 ALL_BACKENDS = ("eager", "inductor", "rdyn")
+SUITES = ("default", "wide")
 ALL_DEVICES = ("cpu", "wgpu", "cuda")
 COMPILED = ("inductor", "rdyn")
 OVERHEAD_PROBE = "(overhead probe)"  # the model name measure.py reports for the probe
@@ -60,14 +64,32 @@ OVERHEAD_PROBE = "(overhead probe)"  # the model name measure.py reports for the
 # --------------------------------------------------------------------------
 
 
-def model_catalog() -> list[dict]:
-    """The model list, read without importing torch in this process."""
+def model_catalog(targets=()) -> list[dict]:
+    """The model list, read without importing torch in this process.
+
+    One entry per model (``name``, ``description``, ``cost``, ``extra``,
+    ``wide``, ``train``, ``packages``, ``missing``: the packages its builder
+    needs that are not installed), one per ``MODULE:FUNCTION`` target (built
+    once to check it: ``description``, or the one-line ``error`` that says
+    why it cannot run), then ``{"quick": [...]}`` and ``{"suites": {...}}``.
+    """
     code = (
-        "import json, models; print(json.dumps([{'name': s.name, 'description': s.description, "
-        "'cost': s.cost, 'extra': s.extra} for s in models.MODELS.values()] + [{'quick': models.QUICK_MODELS}]))"
+        "import json, importlib.util, sys, models\n"
+        "have = {p: importlib.util.find_spec(p) is not None for p in ('torchvision', 'timm', 'transformers')}\n"
+        "rows = [{'name': s.name, 'description': s.description, 'cost': s.cost, 'extra': s.extra, 'wide': s.wide, "
+        "'train': s.train, 'packages': list(models.packages(s)), "
+        "'missing': [p for p in models.packages(s) if not have[p]]} for s in models.MODELS.values()]\n"
+        "rows += [models.describe_target(t) for t in sys.argv[1:]]\n"
+        "print(json.dumps(rows + [{'quick': models.QUICK_MODELS}, {'suites': models.SUITES}]))"
     )
-    out = subprocess.run([sys.executable, "-c", code], cwd=BENCH_DIR, capture_output=True, text=True, check=True)
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    out = subprocess.run([sys.executable, "-c", code, *targets], cwd=BENCH_DIR, capture_output=True, text=True)
+    lines = out.stdout.strip().splitlines()
+    if out.returncode != 0 or not lines or not lines[-1].startswith("["):
+        last = (out.stderr.strip().splitlines() or ["no output"])[-1]
+        what = f"building {', '.join(targets)}" if targets else "reading the model list (benches/models.py)"
+        status = f"signal {-out.returncode}" if out.returncode < 0 else f"status {out.returncode}"
+        sys.exit(f"error: {what} failed ({status}): {last}")
+    return json.loads(lines[-1])
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -76,14 +98,24 @@ def parse_args(argv=None) -> argparse.Namespace:
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog=__doc__.split("\n\n")[1],
     )
-    p.add_argument("--models", help="comma-separated model names (default: all but the extra ones; 'extra' names "
-                   "those; see --list)")
+    p.add_argument("--suite", choices=SUITES, default="default",
+                   help="which models: 'default' (11 models, a few minutes) or 'wide' (the corpus of benches/corpus.py "
+                   "plus every other model: 43, inference and training, 3 rounds; see benches/README.md for how long)")
+    p.add_argument("--models", help="comma-separated model names (default: the suite's; 'extra' names the opt-in "
+                   "ones; see --list)")
+    p.add_argument("--target", action="append", default=[], metavar="MODULE:FUNCTION",
+                   help="your own model: FUNCTION() in MODULE (a module importable from here, or a .py file) returns "
+                   "(model, inputs); runs instead of the suite's models (repeatable; python -m rdyn.bench is the "
+                   "short form)")
     p.add_argument("--backends", help=f"comma-separated, from {','.join(ALL_BACKENDS)} (default: all; "
                    "--quick: eager,rdyn). eager is always run: it is the baseline")
     p.add_argument("--devices", default="cpu", help="comma-separated, from cpu,wgpu,cuda, or 'all' (default: cpu)")
-    p.add_argument("--rounds", type=int, help="interleaved timing rounds per model (default 7; --quick 2)")
+    p.add_argument("--rounds", type=int, help="interleaved timing rounds per model (default 7; --quick 2; "
+                   "--suite wide 3)")
     p.add_argument("--target-ms", type=float, help="length of one timing round per backend (default 200; --quick 50)")
-    p.add_argument("--train", action="store_true", help="also run a training step (forward + backward) per model")
+    p.add_argument("--train", action="store_true", help="also run a training step (forward + backward) per model "
+                   "(the models that have parameters; on by default with --suite wide)")
+    p.add_argument("--no-train", action="store_true", help="inference only, also with --suite wide")
     p.add_argument("--half", nargs="?", const="auto", choices=["auto", "bf16", "fp16"],
                    help="run in half precision instead of float32 (auto: bfloat16 on CPU/wgpu, float16 on CUDA)")
     p.add_argument("--quick", action="store_true",
@@ -99,17 +131,32 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--list", action="store_true", help="list the models and exit")
     args = p.parse_args(argv)
-    args.rounds = args.rounds or (2 if args.quick else 7)
+    args.rounds = args.rounds or (2 if args.quick else 3 if args.suite == "wide" else 7)
+    args.train = (args.train or args.suite == "wide") and not args.no_train
     args.target_ms = args.target_ms or (50.0 if args.quick else 200.0)
     if args.rounds < 1:
         p.error("--rounds must be at least 1")
     return args
 
 
+def suite_name(args) -> str:
+    """The label of what ran: 'custom' (--target), 'quick', 'default' or 'wide'."""
+    return "custom" if args.target else "quick" if args.quick else args.suite
+
+
 def resolve_plan(args, catalog: list[dict]) -> dict:
-    names = [m["name"] for m in catalog if "name" in m]
+    names = [m["name"] for m in catalog if "name" in m and not m.get("target")]
     extra = [m["name"] for m in catalog if m.get("extra")]
     quick = next(m["quick"] for m in catalog if "quick" in m)
+    suites = next((m["suites"] for m in catalog if "suites" in m), {"default": [n for n in names if n not in extra]})
+    entries = {m["name"]: m for m in catalog if "name" in m}
+    notes = []
+    if args.target:
+        for t in args.target:
+            if entries.get(t, {}).get("error"):
+                sys.exit(f"error: {entries[t]['error']}")
+            if t not in entries:
+                sys.exit(f"error: {t}: not in the catalog (pass it to model_catalog)")
     if args.models:
         models = []
         for m in (m.strip() for m in args.models.split(",")):
@@ -119,8 +166,19 @@ def resolve_plan(args, catalog: list[dict]) -> dict:
         unknown = [m for m in models if m not in names]
         if unknown:
             sys.exit(f"unknown model(s): {', '.join(unknown)}; known: {', '.join(names)}, or 'extra'")
+    elif not args.target:
+        models = quick if args.quick else list(suites[args.suite])
     else:
-        models = quick if args.quick else [n for n in names if n not in extra]
+        models = []
+    models += [t for t in args.target if t not in models]
+    missing = [m for m in models if entries.get(m, {}).get("missing")]
+    if missing:
+        packages = sorted({p for m in missing for p in entries[m]["missing"]})
+        notes.append(f"skipped {len(missing)} model(s) whose packages are not installed ({', '.join(packages)}; "
+                     f"pip install {' '.join(packages)}): {', '.join(missing)}")
+        models = [m for m in models if m not in missing]
+    if not models:
+        sys.exit("error: no model to run" + (f" ({notes[0]})" if notes else ""))
     if args.backends:
         backends = [b.strip() for b in args.backends.split(",") if b.strip()]
     else:
@@ -136,6 +194,11 @@ def resolve_plan(args, catalog: list[dict]) -> dict:
     if unknown:
         sys.exit(f"unknown device(s): {', '.join(unknown)}; known: {', '.join(ALL_DEVICES)}")
     modes = ["inference"] + (["train"] if args.train else [])
+    # A training step needs parameters: the models without (train False) run inference only.
+    trainable = [m for m in models if entries.get(m, {}).get("train", True)]
+    if args.train and len(trainable) < len(models):
+        notes.append("no training step for the models without parameters: "
+                     + ", ".join(m for m in models if m not in trainable))
     configs = []
     for device in devices:
         if args.half:
@@ -144,8 +207,13 @@ def resolve_plan(args, catalog: list[dict]) -> dict:
         else:
             dtype = "float32"
         for mode in modes:
-            configs.append({"device": device, "mode": mode, "dtype": dtype})
-    return {"models": models, "backends": backends, "configs": configs}
+            configs.append({"device": device, "mode": mode, "dtype": dtype,
+                            "models": trainable if mode == "train" else list(models)})
+    if not any(c["models"] for c in configs):
+        sys.exit("error: no model to run")
+    return {"models": models, "backends": backends, "configs": configs, "notes": notes,
+            "suite": suite_name(args),
+            "suite_size": len(models) if (args.target or args.quick) else len(suites[args.suite])}
 
 
 # --------------------------------------------------------------------------
@@ -297,8 +365,11 @@ def run_config(cfg: dict, plan: dict, args, paths: dict, progress: Progress, res
     def blank(model, backend, status, error):
         return dict(base, model=model, backend=backend, status=status, error=error)
 
+    models = cfg.get("models", plan["models"])
+    if not models:
+        return
     # ---- main worker (cold compile, correctness, timing), restarted after a crash
-    pending = [{"model": m, "backends": list(plan["backends"])} for m in plan["models"]]
+    pending = [{"model": m, "backends": list(plan["backends"])} for m in models]
     state = {"phase": None, "unavailable": None}
     # "measure" the per-call overhead; "warmup": run the probe only to pay the
     # backends' one-time start-up before the first model (a restarted worker).
@@ -384,7 +455,7 @@ def run_config(cfg: dict, plan: dict, args, paths: dict, progress: Progress, res
         return r, got
 
     # ---- first compile, caches disabled, one fresh process per model x backend
-    for model in plan["models"]:
+    for model in models:
         for backend in compiled:
             measured = fresh("cold", model, backend, cold=True)
             if measured is None:
@@ -403,9 +474,9 @@ def run_config(cfg: dict, plan: dict, args, paths: dict, progress: Progress, res
     phase_done("first compile")
     # ---- fill the on-disk caches in one process, then warm start + memory, one fresh process each
     todo = [{"model": m, "backends": [b for b in compiled if results.get((m, b, device, mode, dtype), {}).get("status") == "ok"]}
-            for m in plan["models"]]
+            for m in models]
     todo = [t for t in todo if t["backends"]]
-    progress.advance(len(compiled) * len(plan["models"]) - sum(len(t["backends"]) for t in todo))
+    progress.advance(len(compiled) * len(models) - sum(len(t["backends"]) for t in todo))
     if todo:
         def on_populate(ev):
             if ev["event"] == "phase":
@@ -419,7 +490,7 @@ def run_config(cfg: dict, plan: dict, args, paths: dict, progress: Progress, res
         if problem:
             notes.append(f"{label}: cache fill worker: {problem}")
     phase_done("fill caches")
-    for model in plan["models"]:
+    for model in models:
         for backend in plan["backends"]:
             measured = fresh("warm", model, backend, cold=False)
             if measured is None:
@@ -516,6 +587,18 @@ def geomean(xs):
     return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else None
 
 
+def _total(xs):
+    xs = [x for x in xs if x is not None]
+    return sum(xs) if xs else None
+
+
+def interpreted_cell(interpreted, compiled) -> str:
+    """'3/17': CPU stages left to rdyn's interpreter, of all its CPU stages."""
+    if interpreted is None:
+        return "-"
+    return f"{interpreted}/{interpreted + (compiled or 0)}"
+
+
 def median(xs):
     xs = [x for x in xs if x is not None]
     return statistics.median(xs) if xs else None
@@ -556,6 +639,9 @@ def summarise(results: list[dict], overhead: list[dict]) -> list[dict]:
             "startup_s": oh.get("startup_s") if oh else None,
             "native_pct": (100.0 * (nodes["nodes_native"] + nodes["nodes_extern"]) / total_nodes) if total_nodes else None,
             **({"nodes": nodes} if backend == "rdyn" else {}),
+            # rdyn's CPU stages over the run's models: compiled by its JIT, or left to its interpreter.
+            **({k: _total([r.get(k) for r in ok]) for k in ("cpu_stages_interpreted", "cpu_stages_compiled")}
+               if backend == "rdyn" else {}),
         })
     order = {b: i for i, b in enumerate(ALL_BACKENDS)}
     rows.sort(key=lambda r: (r["device"], r["mode"], r["dtype"], order.get(r["backend"], 9)))
@@ -602,7 +688,7 @@ def print_summary(record: dict, dashboard: str | None, history_path: Path) -> No
     results = record["results"]
     multi = len({(r["device"], r["mode"], r["dtype"]) for r in results}) > 1
     header = ["model", "backend"] + (["config"] if multi else []) + [
-        "speedup", "ms/call", "compile s", "warm s", "mem MB", "correct", "native %"]
+        "speedup", "ms/call", "compile s", "warm s", "mem MB", "correct", "native %", "interp. stages"]
     # A config where nothing ran (no CUDA here, say) is one note, not a row per model.
     live = {(r["device"], r["mode"], r["dtype"]) for r in results if r.get("status") != "skipped"}
     rows = []
@@ -613,10 +699,11 @@ def print_summary(record: dict, dashboard: str | None, history_path: Path) -> No
             correct = "yes" if r.get("correct") else f"NO ({fmt(r.get('max_rel_err'), '.1e')})"
             cells = [fmt(r.get("speedup"), ".2f") + "x" if r.get("speedup") else "-", fmt(r.get("time_ms"), ".3f"),
                      fmt(r.get("compile_s")), fmt(r.get("warm_compile_s")), fmt(r.get("peak_mem_mb"), ".0f"),
-                     correct, fmt(r.get("native_pct"), ".0f")]
+                     correct, fmt(r.get("native_pct"), ".0f"),
+                     interpreted_cell(r.get("cpu_stages_interpreted"), r.get("cpu_stages_compiled"))]
         else:
             err = (r.get("error") or "")[:70]
-            cells = [r.get("status", "?").upper(), err, "", "", "", "", ""]
+            cells = [r.get("status", "?").upper(), err, "", "", "", "", "", ""]
         config = [f"{r['device']}/{r['mode']}/{r['dtype']}"] if multi else []
         rows.append([r["model"], r["backend"]] + config + cells)
     print()
@@ -631,12 +718,16 @@ def print_summary(record: dict, dashboard: str | None, history_path: Path) -> No
                       f"{fmt(s['min_speedup'], '.2f')} ({s['slowest_model'] or '-'})",
                       fmt(s["median_compile_s"]), fmt(s.get("median_capture_s"), ".3f"),
                       fmt(s.get("median_backend_compile_s"), ".3f"), fmt(s["median_warm_compile_s"], ".3f"),
-                      fmt(s["overhead_us"], ".1f"), f"{s['correct']}/{s['models']}", fmt(s["native_pct"], ".1f")])
+                      fmt(s["overhead_us"], ".1f"), f"{s['correct']}/{s['models']}", fmt(s["native_pct"], ".1f"),
+                      interpreted_cell(s.get("cpu_stages_interpreted"), s.get("cpu_stages_compiled"))])
     print(table(srows, ["backend", "config", "geomean", "slowest", "median compile s", "capture s", "after capture s", "median warm s",
-                        "overhead us", "correct", "native %"]))
+                        "overhead us", "correct", "native %", "interp. stages"]))
     for note in record["notes"]:
         print(f"note: {note}")
     print()
+    n = len({r["model"] for r in results})
+    print(f"suite: {record.get('suite', 'default')} ({n} model{'s' if n != 1 else ''}); "
+          "interp. stages: rdyn's CPU stages left to its interpreter / all its CPU stages")
     print(f"run took {record['duration_s']:.0f} s; history: {history_path}")
     if dashboard:
         print(f"dashboard: {dashboard}")
@@ -647,15 +738,34 @@ def print_summary(record: dict, dashboard: str | None, history_path: Path) -> No
 # --------------------------------------------------------------------------
 
 
+def list_models(args, catalog: list[dict]) -> None:
+    """``--list``: every model, or with ``--suite wide`` the wide suite's."""
+    quick = next(m["quick"] for m in catalog if "quick" in m)
+    suites = next((m["suites"] for m in catalog if "suites" in m), {})
+    chosen = set(suites.get("wide", [])) if args.suite == "wide" else None
+    rows = [m for m in catalog if "name" in m and (chosen is None or m["name"] in chosen or m.get("target"))]
+    width = max([16] + [len(m["name"]) for m in rows])
+    for m in rows:
+        if m.get("error"):
+            print(f"{m['name']:<{width}} (cannot run) {m['error']}")
+            continue
+        tag = ("(quick) " if m["name"] in quick else "(extra) " if m.get("extra") else
+               "(wide) " if m.get("wide") and chosen is None else "(yours) " if m.get("target") else "")
+        flags = ("" if m.get("train", True) else " [inference only]") + (
+            f" [needs {', '.join(m['missing'])}: not installed]" if m.get("missing") else "")
+        print(f"{m['name']:<{width}} {tag}{m['description']}{flags}")
+    if chosen is not None:
+        print(f"{len(chosen)} models in the wide suite")
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
-    catalog = model_catalog()
+    if args.target:
+        # The workers run in the repository root: they find a target's module from the user's folder.
+        os.environ.setdefault("RDYN_BENCH_CWD", os.getcwd())
+    catalog = model_catalog(args.target)
     if args.list:
-        quick = next(m["quick"] for m in catalog if "quick" in m)
-        for m in catalog:
-            if "name" in m:
-                tag = "(quick) " if m["name"] in quick else "(extra) " if m.get("extra") else ""
-                print(f"{m['name']:<16} {tag}{m['description']}")
+        list_models(args, catalog)
         return 0
     plan = resolve_plan(args, catalog)
     out = Path(args.out).resolve()
@@ -669,15 +779,19 @@ def main(argv=None) -> int:
 
     nb, nm = len(plan["backends"]), len(plan["models"])
     n_compiled = sum(1 for b in plan["backends"] if b in COMPILED)
-    per_config = nm * (nb + 1) + nb + (0 if args.no_warm else nm * (2 * n_compiled + nb))
-    progress = Progress(per_config * len(plan["configs"]), enabled=not args.no_progress)
-    print(f"[bench] {nm} models x {', '.join(plan['backends'])} on "
-          f"{', '.join(sorted({c['device'] for c in plan['configs']}))}; "
+    total = sum(len(c["models"]) * (nb + 1) + nb + (0 if args.no_warm else len(c["models"]) * (2 * n_compiled + nb))
+                for c in plan["configs"] if c["models"])
+    progress = Progress(total, enabled=not args.no_progress)
+    modes = " and ".join(sorted({c["mode"] for c in plan["configs"]}))
+    print(f"[bench] {plan['suite']} suite: {nm} models x {', '.join(plan['backends'])} on "
+          f"{', '.join(sorted({c['device'] for c in plan['configs']}))}, {modes}; "
           f"{args.rounds} rounds; worker log: {paths['log']}", file=sys.stderr, flush=True)
+    for note in plan["notes"]:
+        print(f"[bench] note: {note}", file=sys.stderr, flush=True)
 
     results: dict = {}
     overhead: list = []
-    notes: list = []
+    notes: list = list(plan["notes"])
     phases: dict = {}  # seconds spent per config and phase
     load_before = _loadavg()
     busy_before, own_before = _cpu_busy_s(), _own_cpu_s()
@@ -713,6 +827,8 @@ def main(argv=None) -> int:
     record = {
         "schema": 1,
         "id": run_id,
+        # Which models ran: 'default', 'wide' (the corpus), 'quick', or 'custom' (--target, rdyn.bench).
+        "suite": plan["suite"],
         "timestamp": stamp.isoformat(timespec="seconds"),
         **git_info(),
         # Load averages (1, 5, 15 min) before and after: timings from a busy machine mean little.
@@ -723,6 +839,7 @@ def main(argv=None) -> int:
                     "devices": sorted({c["device"] for c in plan["configs"]}),
                     "modes": sorted({c["mode"] for c in plan["configs"]}),
                     "dtypes": sorted({c["dtype"] for c in plan["configs"]}),
+                    "suite": plan["suite"], "suite_size": plan["suite_size"], "targets": list(args.target),
                     "rounds": args.rounds, "target_ms": args.target_ms, "quick": args.quick,
                     "warm": not args.no_warm, "threads": args.threads,
                     "argv": sys.argv[1:] if argv is None else list(argv)},
