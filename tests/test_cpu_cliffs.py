@@ -130,3 +130,22 @@ def test_bfloat16_stages_compile_and_match_the_interpreter(tmp_path) -> None:
         # Against eager away from row 0's infinities (where gelu's limits
         # are a separate matter).
         torch.testing.assert_close(b[1:].float(), e[1:].float(), rtol=2e-2, atol=2e-2)
+
+
+def test_an_interleave_of_heads_tiles_along_a_wide_dim() -> None:
+    """Rotary embeddings of per-head queries: the interleave's pair dim (2)
+    ends up last among the outer dims, rows of 32 pairs; the kernel tiles
+    along the pairs instead, and the pair's source is the same on every lane."""
+
+    def fn(q: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        q = q.view(2, 16, 4, 64).transpose(1, 2)
+        q1, q2 = q[..., ::2], q[..., 1::2]
+        return torch.stack((q1 * cos - q2 * sin, q1 * sin + q2 * cos), -1).flatten(-2)
+
+    g = torch.Generator().manual_seed(0)
+    q, cos, sin = (torch.randn(s, generator=g, dtype=torch.float64) for s in [(2, 16, 256), (16, 32), (16, 32)])
+    stats = _check(fn, q, cos, sin)
+    assert stats["cpu_stages_interpreted"] == 0, stats
+    (kernel,) = _kernels(fn, q.float(), cos.float(), sin.float())
+    outer = kernel.source.split("outer [", 1)[1].split("]", 1)[0]
+    assert int(outer.split(",")[-1]) >= 16, kernel.source

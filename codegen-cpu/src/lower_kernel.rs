@@ -300,11 +300,13 @@ pub(crate) fn kernel_plan(
 const NARROW_TILE: i64 = 16;
 
 /// The fewest points a call of a compiled stage over rows should cover: a
-/// call's fixed cost (the call, each load's first address) is about that of
-/// 64 lanes of a short stage (ConvNeXt's 2x2 patches, 4 points a call: 16 ms;
-/// 28 lanes a tile: 3.7 ms), while a channels-last map's rows of 5 channels
-/// (126 rows a call) stay as they are.
-const ROW_CALL_MIN: i64 = 64;
+/// call's fixed cost (the call, each load's first address) and a row narrower
+/// than a SIMD group (lanes of the one-lane tail) outweigh the work of fewer
+/// points. ConvNeXt's 2x2 patches (4 points a call) took 16 ms, 3.7 ms as
+/// 28-lane tiles; a rotary interleave's `[.., 32, 2]` (64 points a call) 3.0
+/// ms, 0.9 ms as 32-lane tiles; channels-last maps with rows of 3 or 5
+/// channels (390 and 630 points a call) stay as they are.
+const ROW_CALL_MIN: i64 = 128;
 
 /// An outer-tiled pointwise kernel tiles along its last outer dim, whatever
 /// its length; compiled stages run many such rows per call (the next-to-last

@@ -18,6 +18,13 @@ use cranelift_codegen::ir::{types, InstBuilder, MemFlagsData, Opcode, Type, Valu
 use cranelift_frontend::FunctionBuilder;
 use rdyn_ir::random::{FMIX, GOLDEN};
 
+/// Zero words after a stage's constants in its table: a load whose mask is
+/// the same on every lane reads its groups (four of four lanes, `step`
+/// elements apart) from here when the mask is off, so steps up to
+/// [`UNIFORM_MASK_MAX_STEP`] stay inside.
+pub(super) const ZERO_BLOCK: usize = 64;
+pub(super) const UNIFORM_MASK_MAX_STEP: i64 = (ZERO_BLOCK / 16) as i64;
+
 /// The function's constants, loaded once on entry from a table the caller
 /// passes (bit patterns). Cranelift rematerialises immediate constants at
 /// every use, which pins whatever depends on them inside the loop; loaded
@@ -28,6 +35,9 @@ pub(super) struct Pool {
     /// The table: its first entry is 0.0 (every table holds it, and the
     /// bits are sorted), so a masked-off lane reads its zero from here.
     pub zero_addr: Value,
+    /// [`ZERO_BLOCK`] zeros after the constants, which a masked-off group
+    /// of a load whose mask is the same on every lane reads instead.
+    pub zero_block: Value,
     /// Per bit pattern: float and mask values, scalar and 4-lane.
     values: HashMap<u32, [Value; 4]>,
 }
@@ -47,7 +57,8 @@ impl Pool {
             let (fw, iw) = (b.ins().splat(types::F32X4, f), b.ins().splat(types::I32X4, i));
             values.insert(x, [f, i, fw, iw]);
         }
-        Pool { bits, zero_addr: table, values }
+        let zero_block = b.ins().iadd_imm_s(table, 4 * bits.len() as i64);
+        Pool { bits, zero_addr: table, zero_block, values }
     }
 }
 

@@ -22,9 +22,9 @@ use rdyn_ir::loops::{BinaryOp, ReduceOp, UnaryOp};
 use rdyn_ir::{DType, Kind};
 
 use super::analysis::{int_cc, int_const, Analysis, Class, Def, Supported};
-use super::emit::{Em, Pool};
+use super::emit::{Em, Pool, UNIFORM_MASK_MAX_STEP, ZERO_BLOCK};
 use super::long::{compare_long, load_long, long_operand, splat_long, Long};
-use super::memory::{load, masked_load, store_value};
+use super::memory::{load, masked_load, store_value, uniform_masked_load};
 use super::phases::Phases;
 use super::stage::Output;
 use crate::plan::{InstOp, Reg, StagePlan};
@@ -395,7 +395,10 @@ pub(super) fn compile_stage(
         eprintln!("[{name}]\n{code}");
     }
     module.clear_context(&mut ctx);
-    Ok((id, constants.bits.clone()))
+    // The table the function reads: the constants, then the zero block.
+    let mut table = constants.bits.clone();
+    table.resize(table.len() + ZERO_BLOCK, 0);
+    Ok((id, table))
 }
 
 /// [`Output::FoldStore`]'s end: the 32 partials in `slot` (partial
@@ -616,7 +619,18 @@ fn inst_value(
         InstOp::Load { dtype, mask: Some(_), .. } if *dtype == DType::F32 => {
             let addr = addr.ok_or("load without address")?;
             let mask = *ops.first().ok_or("masked load without its mask")?;
-            masked_load(em, addr, group, a.step[k], mask)
+            // A mask the same on every lane of the tile (which source of an
+            // interleave or a `cat` a row reads) picks the whole group: one
+            // vector load, or the zero block.
+            let uniform = a.operands[k].first().is_some_and(|d| match d {
+                Def::Inst(j) => a.invariant[*j],
+                Def::Const(_) => true,
+            });
+            if uniform && (0..=UNIFORM_MASK_MAX_STEP).contains(&a.step[k]) {
+                uniform_masked_load(em, addr, group, a.step[k], mask)
+            } else {
+                masked_load(em, addr, group, a.step[k], mask)
+            }
         }
         InstOp::Load { dtype, .. } => {
             let addr = addr.ok_or("load without address")?;

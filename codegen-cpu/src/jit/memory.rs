@@ -79,6 +79,16 @@ pub(super) fn load(em: &mut Em, p: Value, group: i64, step: i64, dtype: DType) -
     v
 }
 
+/// A float32 load whose mask is the same on every lane of the group: the
+/// group's lanes from `p` when it is set, else zeros from the constant
+/// table's zero block (as the interpreter's masked-off lanes); no memory of
+/// the buffer is touched when it is off.
+pub(super) fn uniform_masked_load(em: &mut Em, p: Value, group: i64, step: i64, mask: Value) -> Value {
+    let m = if em.wide { em.b.ins().extractlane(mask, 0) } else { mask };
+    let from = em.b.ins().select(m, p, em.pool.zero_block);
+    load(em, from, group, step, DType::F32)
+}
+
 /// A float32 load of the lanes whose mask is set; the others read the
 /// constant table's 0.0, as the interpreter gives them, and touch no
 /// memory of the buffer. One scalar load per lane.
