@@ -21,15 +21,18 @@ fn concrete_all(es: &[Expr], ctx: &Ctx, what: &str) -> Result<Vec<i64>, PlanErro
 /// Build the memory plan of `program` with the symbol values in `syms`.
 pub fn plan(program: &Program, syms: &Ctx) -> Result<MemPlan, PlanError> {
     let mut buffers = layouts(program, syms)?;
-    let once = input_free(program, &buffers);
-    for (step, _) in program.steps.iter().zip(&once).filter(|(_, &once)| once) {
-        for w in step_io(program, &buffers, step).1 {
+    // Each step's storage roots, once: turning `Pooled` into `Kept` and
+    // placing arena blocks below change no root.
+    let ios: Vec<Io> = program.steps.iter().map(|step| step_io(program, &buffers, step)).collect();
+    let once = input_free(&ios, &buffers, program);
+    for ((_, writes), _) in ios.iter().zip(&once).filter(|(_, &once)| once) {
+        for &w in writes {
             if buffers[w].storage == Storage::Pooled {
                 buffers[w].storage = Storage::Kept;
             }
         }
     }
-    let arena_bytes = assign_arena(program, &mut buffers, &once);
+    let arena_bytes = assign_arena(&ios, &mut buffers, &once);
     let outputs = program
         .outputs
         .iter()
@@ -87,9 +90,12 @@ fn layouts(program: &Program, syms: &Ctx) -> Result<Vec<BufPlan>, PlanError> {
     Ok(buffers)
 }
 
+/// Storage roots a step reads, and those it writes.
+type Io = (Vec<usize>, Vec<usize>);
+
 /// Storage roots a step reads and writes. A scatter reads the buffer it
 /// updates.
-pub fn step_io(program: &Program, bufs: &[BufPlan], step: &Step) -> (Vec<usize>, Vec<usize>) {
+pub fn step_io(program: &Program, bufs: &[BufPlan], step: &Step) -> Io {
     let root = |b: &rdyn_ir::loops::BufId| storage_root(bufs, *b);
     match step {
         Step::Kernel(k) => {
@@ -114,28 +120,27 @@ pub fn step_io(program: &Program, bufs: &[BufPlan], step: &Step) -> (Vec<usize>,
 /// kernels wrote (or nothing: `arange`, `full`), and write arena (or
 /// library-read, then kept) buffers no other step writes. Their values are
 /// the same on every call of the plan.
-fn input_free(program: &Program, buffers: &[BufPlan]) -> Vec<bool> {
+fn input_free(ios: &[Io], buffers: &[BufPlan], program: &Program) -> Vec<bool> {
     let n = buffers.len();
     let mut writers = vec![0usize; n];
-    for step in &program.steps {
-        let (_, mut writes) = step_io(program, buffers, step);
+    for (_, writes) in ios {
+        let mut writes = writes.clone();
         writes.sort_unstable();
         writes.dedup();
         writes.into_iter().for_each(|w| writers[w] += 1);
     }
     let mut constant = vec![false; n];
     let mut once = vec![false; program.steps.len()];
-    for (i, step) in program.steps.iter().enumerate() {
+    for (i, (step, (reads, writes))) in program.steps.iter().zip(ios).enumerate() {
         if !matches!(step, Step::Kernel(_)) {
             continue;
         }
-        let (reads, writes) = step_io(program, buffers, step);
         let own = writes
             .iter()
             .all(|&w| writers[w] == 1 && matches!(buffers[w].storage, Storage::Arena(_) | Storage::Pooled));
         if own && reads.iter().all(|r| constant[*r] || writes.contains(r)) {
             once[i] = true;
-            writes.into_iter().for_each(|w| constant[w] = true);
+            writes.iter().for_each(|&w| constant[w] = true);
         }
     }
     once
@@ -144,18 +149,17 @@ fn input_free(program: &Program, buffers: &[BufPlan]) -> Vec<bool> {
 /// Give arena buffers offsets, reusing space whose buffer is dead. What
 /// input-free steps (`once`) write stays for the arena's next call: live
 /// throughout, its space never reused.
-fn assign_arena(program: &Program, buffers: &mut [BufPlan], once: &[bool]) -> usize {
+fn assign_arena(ios: &[Io], buffers: &mut [BufPlan], once: &[bool]) -> usize {
     let n = buffers.len();
     let mut first = vec![usize::MAX; n];
     let mut last = vec![0usize; n];
-    for (at, step) in program.steps.iter().enumerate() {
-        let (reads, writes) = step_io(program, buffers, step);
+    for (at, (reads, writes)) in ios.iter().enumerate() {
         if once[at] {
-            for &b in &writes {
+            for &b in writes {
                 (first[b], last[b]) = (0, usize::MAX);
             }
         }
-        for b in reads.into_iter().chain(writes) {
+        for &b in reads.iter().chain(writes) {
             first[b] = first[b].min(at);
             last[b] = last[b].max(at);
         }

@@ -61,6 +61,8 @@ struct Generic {
 pub struct CompiledGraph {
     pub graph: Graph,
     pub device: Arc<dyn Device>,
+    /// The device's capabilities, read once (every call consults them).
+    caps: Caps,
     guard_offsets: bool,
     specs: Mutex<Vec<Arc<Specialization>>>,
     generic: Mutex<Option<Arc<Generic>>>,
@@ -91,7 +93,8 @@ impl CompiledGraph {
     pub fn new(graph: Graph, device: Arc<dyn Device>) -> CompiledGraph {
         let guard_offsets = graph.nodes.iter().any(|n| n.op == Op::AsStrided);
         STATS.graphs.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        CompiledGraph { graph, device, guard_offsets, specs: Mutex::new(Vec::new()), generic: Mutex::new(None) }
+        let caps = device.caps();
+        CompiledGraph { graph, device, caps, guard_offsets, specs: Mutex::new(Vec::new()), generic: Mutex::new(None) }
     }
 
     pub fn specializations(&self) -> Vec<Arc<Specialization>> {
@@ -185,7 +188,7 @@ impl CompiledGraph {
 
     /// What the graph's device can do.
     pub fn caps(&self) -> Caps {
-        self.device.caps()
+        self.caps
     }
 
     /// Whether guards include storage offsets (the graph addresses input
@@ -219,7 +222,7 @@ impl CompiledGraph {
         let ctx = self.bind(args)?;
         // Devices whose kernels need concrete sizes keep specializing, up
         // to a bound past which calls run eagerly.
-        let caps = self.device.caps();
+        let caps = self.caps;
         let count = self.specs.lock().map_err(|_| RuntimeError::Poisoned)?.len();
         match caps.specialize_up_to {
             Some(limit) if count >= limit => {

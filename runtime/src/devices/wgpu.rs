@@ -190,7 +190,7 @@ impl DevicePlan for WgpuPlan {
 fn plan_wgpu(program: &Program, mem: &MemPlan, syms: &Ctx, with_device: bool) -> Result<WgpuPlan, RuntimeError> {
     let device = if with_device { Some(gpu()?) } else { None };
     let mut steps = Vec::new();
-    let mut on_cpu = Vec::new();
+    let mut on_cpu = vec![false; program.steps.len()];
     let mut kernel_index = 0;
     for (i, step) in program.steps.iter().enumerate() {
         let generated = match step {
@@ -212,7 +212,7 @@ fn plan_wgpu(program: &Program, mem: &MemPlan, syms: &Ctx, with_device: bool) ->
             {
                 // More buffers than the adapter can bind at once.
                 STATS.wgpu_cpu_kernels.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                on_cpu.push(i);
+                on_cpu[i] = true;
                 steps.push(None);
             }
             Ok(kernel) => {
@@ -227,14 +227,14 @@ fn plan_wgpu(program: &Program, mem: &MemPlan, syms: &Ctx, with_device: bool) ->
                 if !matches!(step, Step::Extern(e) if !matches!(e.kind, rdyn_ir::loops::ExternKind::Gemm { .. })) {
                     STATS.wgpu_cpu_kernels.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 }
-                on_cpu.push(i);
+                on_cpu[i] = true;
                 steps.push(None);
             }
             Err(other) => return Err(RuntimeError::Internal(other.to_string())),
         }
     }
     // Only the steps without a WGSL form are planned for the CPU.
-    for (i, step) in plan_steps(program, mem, syms, |i| on_cpu.contains(&i))? {
+    for (i, step) in plan_steps(program, mem, syms, |i| on_cpu[i])? {
         let (reads, writes) = step_io(program, &mem.buffers, &program.steps[i]);
         steps[i] = Some(GpuStep::Cpu { step: Box::new(step), reads, writes });
     }
