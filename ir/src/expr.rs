@@ -593,68 +593,6 @@ impl Atom {
     }
 }
 
-impl fmt::Display for Atom {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Atom::Var(v) => write!(f, "{v}"),
-            Atom::Sym(s) => write!(f, "{s}"),
-            Atom::Prod(fs) => {
-                for (k, factor) in fs.iter().enumerate() {
-                    if k > 0 {
-                        write!(f, "*")?;
-                    }
-                    write!(f, "{factor}")?;
-                }
-                Ok(())
-            }
-            Atom::FloorDiv(e, d) => write!(f, "({e} // {})", Paren(d)),
-            Atom::Mod(e, d) => write!(f, "({e} % {})", Paren(d)),
-        }
-    }
-}
-
-struct Paren<'a>(&'a Expr);
-
-impl fmt::Display for Paren<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.0.terms.is_empty() || (self.0.terms.len() == 1 && self.0.constant == 0 && self.0.terms[0].1 == 1) {
-            write!(f, "{}", self.0)
-        } else {
-            write!(f, "({})", self.0)
-        }
-    }
-}
-
-impl fmt::Display for Expr {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.terms.is_empty() {
-            return write!(f, "{}", self.constant);
-        }
-        for (k, (atom, coef)) in self.terms.iter().enumerate() {
-            let sign = if *coef < 0 { "-" } else { "+" };
-            if k == 0 {
-                if *coef < 0 {
-                    write!(f, "-")?;
-                }
-            } else {
-                write!(f, " {sign} ")?;
-            }
-            let mag = coef.abs();
-            if mag == 1 {
-                write!(f, "{atom}")?;
-            } else {
-                write!(f, "{mag}*{atom}")?;
-            }
-        }
-        if self.constant > 0 {
-            write!(f, " + {}", self.constant)?;
-        } else if self.constant < 0 {
-            write!(f, " - {}", -self.constant)?;
-        }
-        Ok(())
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

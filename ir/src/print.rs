@@ -1,9 +1,11 @@
-//! Text form of a [`Program`]: what `RDYN_LOG=ir` prints and what the IR
-//! tests compare against. `parse.rs` reads it back, so everything needed to
+//! Text forms: of index expressions ([`Expr`], [`Atom`]) and of a
+//! [`Program`]: what `RDYN_LOG=ir` prints, what the IR tests compare against
+//! and what `parse.rs` reads back. `parse.rs` reads it back, so everything needed to
 //! rebuild the program is written (an ATen call's graph node included).
 
 use std::fmt::{self, Write};
 
+use crate::expr::{Atom, Expr};
 use crate::loops::{BufRole, ExternKind, Kernel, Program, ProgramOutput, Step};
 
 fn join<T: fmt::Display>(items: &[T]) -> String {
@@ -106,5 +108,69 @@ impl fmt::Display for Program {
             })
             .collect();
         writeln!(f, "return ({})", outs.join(", "))
+    }
+}
+
+impl fmt::Display for Atom {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Atom::Var(v) => write!(f, "{v}"),
+            Atom::Sym(s) => write!(f, "{s}"),
+            Atom::Prod(fs) => {
+                for (k, factor) in fs.iter().enumerate() {
+                    if k > 0 {
+                        write!(f, "*")?;
+                    }
+                    write!(f, "{factor}")?;
+                }
+                Ok(())
+            }
+            Atom::FloorDiv(e, d) => write!(f, "({e} // {})", Paren(d)),
+            Atom::Mod(e, d) => write!(f, "({e} % {})", Paren(d)),
+        }
+    }
+}
+
+struct Paren<'a>(&'a Expr);
+
+impl fmt::Display for Paren<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.0.terms().is_empty()
+            || (self.0.terms().len() == 1 && self.0.constant() == 0 && self.0.terms()[0].1 == 1)
+        {
+            write!(f, "{}", self.0)
+        } else {
+            write!(f, "({})", self.0)
+        }
+    }
+}
+
+impl fmt::Display for Expr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.terms().is_empty() {
+            return write!(f, "{}", self.constant());
+        }
+        for (k, (atom, coef)) in self.terms().iter().enumerate() {
+            let sign = if *coef < 0 { "-" } else { "+" };
+            if k == 0 {
+                if *coef < 0 {
+                    write!(f, "-")?;
+                }
+            } else {
+                write!(f, " {sign} ")?;
+            }
+            let mag = coef.abs();
+            if mag == 1 {
+                write!(f, "{atom}")?;
+            } else {
+                write!(f, "{mag}*{atom}")?;
+            }
+        }
+        if self.constant() > 0 {
+            write!(f, " + {}", self.constant())?;
+        } else if self.constant() < 0 {
+            write!(f, " - {}", -self.constant())?;
+        }
+        Ok(())
     }
 }

@@ -33,14 +33,18 @@
 //! only to be compared into masks (causal masks from `i - j <= 0` stay in the
 //! loop) or hashed into random bits (`hash_mix`, with a key read as a float32
 //! and converted); int64 loads as pairs of `I64X2` halves, only to be compared
-//! into masks ([`long`]); bool stages, which store their mask as bytes; masked
-//! float32 loads (padding, `cat`), read lane by lane, masked-off lanes from the
-//! constant table's 0.0, so no memory outside the mask is touched; a gather
+//! into masks ([`long`]); bool stages, which store their mask as bytes;
+//! bfloat16 loads (widened exactly) and roundings to bfloat16 (as
+//! `half::bf16`), the executor storing a bfloat16 output; masked float32 loads
+//! (padding, `cat`), read lane by lane, masked-off lanes from the constant
+//! table's 0.0, or, when the mask is the same on every lane, as whole groups
+//! from the buffer or from the table's zero block, so no memory outside the
+//! mask is touched; a gather
 //! whose row is the same on every lane (an embedding's token id) as an affine
 //! load, its row computed by the executor (`analysis.rs`'s `Class::Pre`); and a
 //! scatter's value when its row is the same on every lane (the executor computes
 //! the row, then stores). Anything else keeps the interpreter: float64, other
-//! integer arithmetic, half precision, other gathers.
+//! integer arithmetic, float16, other gathers.
 //!
 //! Transcendentals (exp, erf, tanh, ...) are not inline: at four lanes they lose
 //! to the interpreter's AVX-512/AVX2 tile routines. A stage that has them is cut
