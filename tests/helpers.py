@@ -280,3 +280,10 @@ def wgpu_available() -> bool:
         return True
     except Exception:  # noqa: BLE001 - any failure to open an adapter means "no wgpu"
         return False
+
+
+def cpu_kernels(fn: Callable[..., Any], *args: torch.Tensor) -> list:
+    """The CPU kernels (`k0`, `k1`, ...) rdyn plans for `fn` on `args`,
+    traced with rdyn's decompositions (library and eager steps left out)."""
+    gm = make_fx(fn, decomposition_table=rdyn.DECOMPOSITIONS)(*args)
+    return [k for k in rdyn.describe_graph(gm, list(args)).kernels if k.name.startswith("k")]

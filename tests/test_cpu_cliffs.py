@@ -14,15 +14,9 @@ from __future__ import annotations
 
 import pytest
 import torch
-from torch.fx.experimental.proxy_tensor import make_fx
 
 import rdyn
-from helpers import assert_same
-
-
-def _kernels(fn, *args):
-    gm = make_fx(fn, decomposition_table=rdyn.DECOMPOSITIONS)(*args)
-    return [k for k in rdyn.describe_graph(gm, list(args)).kernels if k.name.startswith("k")]
+from helpers import assert_same, cpu_kernels
 
 
 def _check(fn, *args64: torch.Tensor) -> dict:
@@ -38,7 +32,7 @@ def test_column_reduction_of_a_row_normalised_value_tiles_along_the_columns() ->
     fn = lambda x: torch.softmax(x, -1).amax(dim=0)  # noqa: E731
     x = torch.randn(96, 80, dtype=torch.float64)
     _check(fn, x)
-    (column,) = [k for k in _kernels(fn, x.float()) if "max over [96]" in k.source]
+    (column,) = [k for k in cpu_kernels(fn, x.float()) if "max over [96]" in k.source]
     assert "tile Outer" in column.source, column.source
 
 
@@ -54,7 +48,7 @@ def test_an_interleave_compiles_with_affine_indices(dim: int) -> None:
     x, cos, sin = (torch.randn(s, generator=g, dtype=torch.float64) for s in [(2, 12, dim), (12, dim // 2), (12, dim // 2)])
     stats = _check(rotary, x, cos, sin)
     assert stats["cpu_stages_interpreted"] == 0, stats
-    sources = "".join(k.source for k in _kernels(rotary, x.float(), cos.float(), sin.float()))
+    sources = "".join(k.source for k in cpu_kernels(rotary, x.float(), cos.float(), sin.float()))
     assert f"inner [2, {dim // 2}]" in sources and "//" not in sources and "%" not in sources, sources
 
 
@@ -69,7 +63,7 @@ def test_narrow_patches_tile_along_a_wide_dim() -> None:
     g = torch.Generator().manual_seed(0)
     x, w = torch.randn(2, 6, 40, 40, generator=g, dtype=torch.float64), torch.randn(6, generator=g, dtype=torch.float64)
     _check(patches, x, w)
-    (kernel,) = _kernels(patches, x.float(), w.float())
+    (kernel,) = cpu_kernels(patches, x.float(), w.float())
     outer = kernel.source.split("outer [", 1)[1].split("]", 1)[0]
     assert int(outer.split(",")[-1]) >= 16, kernel.source
 
@@ -146,6 +140,6 @@ def test_an_interleave_of_heads_tiles_along_a_wide_dim() -> None:
     q, cos, sin = (torch.randn(s, generator=g, dtype=torch.float64) for s in [(2, 16, 256), (16, 32), (16, 32)])
     stats = _check(fn, q, cos, sin)
     assert stats["cpu_stages_interpreted"] == 0, stats
-    (kernel,) = _kernels(fn, q.float(), cos.float(), sin.float())
+    (kernel,) = cpu_kernels(fn, q.float(), cos.float(), sin.float())
     outer = kernel.source.split("outer [", 1)[1].split("]", 1)[0]
     assert int(outer.split(",")[-1]) >= 16, kernel.source

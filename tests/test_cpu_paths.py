@@ -14,15 +14,9 @@ import textwrap
 
 import pytest
 import torch
-from torch.fx.experimental.proxy_tensor import make_fx
 
 import rdyn
-from helpers import assert_same, compile_aten
-
-
-def _kernels(fn, *args):
-    gm = make_fx(fn, decomposition_table=rdyn.DECOMPOSITIONS)(*args)
-    return [k for k in rdyn.describe_graph(gm, list(args)).kernels if k.name.startswith("k")]
+from helpers import assert_same, compile_aten, cpu_kernels
 
 
 def test_kernels_run_on_atens_openmp_team() -> None:
@@ -113,7 +107,7 @@ def test_head_merge_is_split_into_affine_loads() -> None:
         return (x.transpose(1, 2).reshape(b, t, h * d) * 2).reshape(b * t, h * d).contiguous()
 
     x = torch.randn(2, 4, 16, 32, dtype=torch.float64)
-    kernels = _kernels(merge, x.float())
+    kernels = cpu_kernels(merge, x.float())
     assert len(kernels) == 1
     assert "//" not in kernels[0].source and "%" not in kernels[0].source
     assert_same(compile_aten(merge, [x.float()])(x.float()), merge(x.float()), merge(x))
@@ -132,7 +126,7 @@ def test_pooled_windows_read_through_a_flat_view_split_into_affine_loads() -> No
 
     g = torch.Generator().manual_seed(8)
     x, w = torch.randn(2, 8, 13, 13, generator=g), torch.randn(4, 8, generator=g)
-    windows = [k for k in _kernels(pool, x, w) if "max" in k.source]
+    windows = [k for k in cpu_kernels(pool, x, w) if "max" in k.source]
     assert windows, "no window kernel"
     for k in windows:
         assert "//" not in k.source and "jit" in k.source, k.source
@@ -156,7 +150,7 @@ def test_cat_chains_store_their_long_pieces() -> None:
 
     g = torch.Generator().manual_seed(9)
     x, w = torch.randn(2, 16, 4, 4, generator=g), torch.randn(1, 8, 1, 1, generator=g)
-    lines = [len(k.source.splitlines()) for k in _kernels(chain, x, w)]
+    lines = [len(k.source.splitlines()) for k in cpu_kernels(chain, x, w)]
     assert max(lines) < 150, lines
     assert_same(compile_aten(chain, [x, w])(x, w), chain(x, w), chain(x.double(), w.double()))
 
@@ -175,7 +169,7 @@ def test_head_gradient_sums_split_their_token_dim(dtype) -> None:
     g = torch.Generator().manual_seed(5)
     xs = [torch.randn(3, 2, 40, 32, generator=g, dtype=torch.float64) for _ in range(3)]
     low = [x.to(dtype) for x in xs]
-    kernels = _kernels(bias_grads, *low)
+    kernels = cpu_kernels(bias_grads, *low)
     assert len(kernels) == 1, kernels
     assert "sum over [3, 40]" in kernels[0].source and "//" not in kernels[0].source, kernels[0].source
     assert_same(compile_aten(bias_grads, low)(*low), bias_grads(*low), bias_grads(*xs))
@@ -184,7 +178,7 @@ def test_head_gradient_sums_split_their_token_dim(dtype) -> None:
 def test_square_and_cube_are_products() -> None:
     fn = lambda x: x**2 + x**3 + x**2.5  # noqa: E731
     x = torch.rand(64, 48, dtype=torch.float64) * 2 + 0.1
-    source = _kernels(fn, x.float())[0].source
+    source = cpu_kernels(fn, x.float())[0].source
     assert source.count("pow") == 1  # only x ** 2.5
     for dtype in (torch.float32, torch.float64):
         xd = x.to(dtype)
@@ -203,7 +197,7 @@ def test_gelu_is_one_op_and_matches_float64(approximate, dtype) -> None:
     fn = lambda x: torch.nn.functional.gelu(x, approximate=approximate)  # noqa: E731
     x64 = torch.cat([torch.linspace(-8, 8, 4001, dtype=torch.float64), torch.tensor(_SPECIAL, dtype=torch.float64)])
     x = x64.to(dtype)
-    source = "\n".join(k.source for k in _kernels(fn, x))
+    source = "\n".join(k.source for k in cpu_kernels(fn, x))
     if approximate == "none":
         assert "gelu r" in source and "erf" not in source, source
     else:
@@ -228,7 +222,7 @@ def test_gelu_backward_is_one_op_and_matches_float64(approximate, dtype) -> None
     x64 = torch.cat([torch.linspace(-8, 8, 4001, dtype=torch.float64), torch.tensor(_SPECIAL, dtype=torch.float64)])
     g64 = torch.linspace(-2, 3, x64.numel(), dtype=torch.float64)
     x, g = x64.to(dtype), g64.to(dtype)
-    source = "\n".join(k.source for k in _kernels(fn, g, x))
+    source = "\n".join(k.source for k in cpu_kernels(fn, g, x))
     if approximate == "none":
         assert "gelu_grad r" in source and "erf" not in source and "exp" not in source, source
     else:
@@ -298,7 +292,7 @@ def test_division_by_a_power_of_two_is_exact(dtype) -> None:
     big = torch.finfo(dtype).max
     edge = [tiny, -tiny, tiny * 3, big, -big, big / 2, 0.0, -0.0, float("inf"), -float("inf"), float("nan"), 1.0, 1 / 3]
     x = torch.cat([torch.tensor(edge, dtype=dtype), torch.randn(51, dtype=dtype) * 1e3]).view(4, 16)
-    source = "\n".join(k.source for k in _kernels(fn, x))
+    source = "\n".join(k.source for k in cpu_kernels(fn, x))
     assert source.count("div r") == 1 and "mul r" in source, source
     *quotients, mean = torch.compile(fn, backend="rdyn")(x)
     *want, want_mean = fn(x)
@@ -320,7 +314,7 @@ def test_layer_norm_gelu_residual_is_one_kernel() -> None:
 
     x = torch.randn(4, 33, 64, dtype=torch.float64)
     args32 = [v.float() for v in (x, w, b, s, t)]
-    kernels = _kernels(block, *args32)
+    kernels = cpu_kernels(block, *args32)
     assert len(kernels) == 1 and kernels[0].source.count("gelu r") == 1, [k.source for k in kernels]
     assert_same(compile_aten(block, args32)(*args32), block(*args32), block(x, w, b, s, t))
     grads = [v.clone().requires_grad_() for v in args32]
@@ -345,7 +339,7 @@ def test_layer_norm_reads_its_stored_residual_sum_back() -> None:
     g = torch.Generator().manual_seed(7)
     args64 = [torch.randn(*shape, generator=g, dtype=torch.float64) for shape in ((96, 64), (64,), (96, 64), (64,), (64,))]
     args32 = [v.float() for v in args64]
-    (kernel,) = _kernels(block, *args32)
+    (kernel,) = cpu_kernels(block, *args32)
     stages = kernel.source.split("  stage -> ")[1:]
     stored = re.match(r"buf\d+", stages[0]).group(0)
     assert len(stages) == 4 and "sum over" not in stages[0].splitlines()[0], kernel.source
@@ -534,7 +528,7 @@ def test_logsumexp_of_infinite_and_nan_rows(dtype) -> None:
 
 def test_log_softmax_and_logsumexp_share_one_exp_pass() -> None:
     """The sum of `exp(x - max)` both need is computed once."""
-    kernels = _kernels(lambda x: (torch.log_softmax(x, -1), torch.logsumexp(x, -1)), torch.randn(8, 64))
+    kernels = cpu_kernels(lambda x: (torch.log_softmax(x, -1), torch.logsumexp(x, -1)), torch.randn(8, 64))
     assert sum(k.source.count(" exp ") for k in kernels) == 1, "\n".join(k.source for k in kernels)
 
 
@@ -731,7 +725,7 @@ def test_layout_changes_are_blocked_transposes(dtype, shape) -> None:
         (lambda t: t.contiguous(memory_format=torch.channels_last), x),
         (lambda t: t.contiguous(), x.contiguous(memory_format=torch.channels_last)),
     ):
-        source = "\n".join(k.source for k in _kernels(fn, src))
+        source = "\n".join(k.source for k in cpu_kernels(fn, src))
         assert source.count("as blocked transposes") == 1, source
         (got,) = compile_aten(fn, [src])(src)
         want = fn(src)
@@ -757,7 +751,7 @@ def test_transposing_copies_match_eager(name) -> None:
     values bit for bit, with eager's strides."""
     fn, make = _TRANSPOSING_COPIES[name]
     x = make()
-    source = "\n".join(k.source for k in _kernels(fn, x))
+    source = "\n".join(k.source for k in cpu_kernels(fn, x))
     assert source.count("as blocked transposes") == 1, source
     (got,) = compile_aten(fn, [x])(x)
     want = fn(x)
