@@ -124,11 +124,15 @@ fn fill_table(
 ///
 /// # Safety
 /// As [`call_jit`].
-unsafe fn invoke(jit: &JitStage, out: (*mut f32, usize), len: usize, sc: &Scratch) {
+unsafe fn invoke(jit: &JitStage, out: (*mut f32, usize), len: usize, sc: &mut Scratch) {
     // SAFETY: the addresses are lanes of buffers the plan indexes in bounds
     // (as for the interpreter; a gather's row was bounds-checked when its
-    // address was taken); `out` as the caller says.
-    unsafe { (jit.func)(sc.addrs.as_ptr(), out.0, len as i64, jit.constants.as_ptr(), out.1 as i64) };
+    // address was taken, or is checked by the function per lane); `out` as
+    // the caller says.
+    let bad = unsafe { (jit.func)(sc.addrs.as_ptr(), out.0, len as i64, jit.constants.as_ptr(), out.1 as i64) };
+    if bad != 0 {
+        sc.error = true;
+    }
 }
 
 /// The executor's instructions for a compiled stage from the `from`-th on.

@@ -16,6 +16,7 @@ use rdyn_ir::loops::{BinaryOp, UnaryOp};
 use rdyn_ir::ops::Jit;
 use rdyn_ir::{DType, Kind};
 
+use super::gather::{self, GatherPart};
 use super::stage::JitLoad;
 use crate::plan::{IndexFn, InstOp, Reg, StagePlan};
 use crate::tile::TILE;
@@ -33,6 +34,10 @@ pub(super) enum Class {
     /// An invariant integer the executor computes (interpreted, one lane)
     /// before each call; only the indirect parts of loads read it.
     Pre,
+    /// A row id that differs from lane to lane (an integer load, and its
+    /// bounds check): only a gathered load's indirect part reads it, and
+    /// that load reads and checks it per lane ([`super::gather`]).
+    Row,
 }
 
 /// Where an operand's value comes from.
@@ -53,6 +58,9 @@ pub(super) struct Analysis {
     /// through the interpreter's routine (over the whole tile between two
     /// loops, or once on one lane when invariant) rather than inline.
     pub call: Vec<Option<u32>>,
+    /// Per instruction: a gathered load's lane-varying indirect parts
+    /// (empty for anything else).
+    pub gathers: Vec<Vec<GatherPart>>,
     pub value: Def,
 }
 
@@ -63,6 +71,12 @@ impl Analysis {
             Def::Inst(i) => self.class[i] == Class::Mask,
             Def::Const(_) => false,
         }
+    }
+
+    /// Whether a load gathers lane-varying rows (the function then has an
+    /// error flag for their bounds checks).
+    pub fn gathers_rows(&self) -> bool {
+        self.gathers.iter().any(|g| !g.is_empty())
     }
 
     /// The [`Class::Pre`] instructions, in order.
@@ -82,7 +96,7 @@ fn operand_regs(op: &InstOp) -> Vec<Reg> {
     }
 }
 
-fn analyse(stage: &StagePlan, tile_var: Option<usize>, extents: &[i64]) -> Option<Analysis> {
+fn analyse(stage: &StagePlan, tile_var: Option<usize>, extents: &[i64], pre_index: bool) -> Option<Analysis> {
     let mut current: Vec<Option<Def>> = vec![None; stage.regs.len()];
     // `None`: a float64 constant, which no compiled instruction may use.
     let mut const_class = vec![None; stage.regs.len()];
@@ -101,6 +115,7 @@ fn analyse(stage: &StagePlan, tile_var: Option<usize>, extents: &[i64]) -> Optio
         invariant: stage.uniform_insts(tile_var),
         step: vec![0; n],
         call: vec![None; n],
+        gathers: vec![Vec::new(); n],
         value: Def::Const(0),
     };
     let class_of = |a: &Analysis, d: Def| match d {
@@ -110,13 +125,17 @@ fn analyse(stage: &StagePlan, tile_var: Option<usize>, extents: &[i64]) -> Optio
     for (i, inst) in stage.insts.iter().enumerate() {
         let ops: Vec<Def> = operand_regs(&inst.op).iter().map(|r| current[*r as usize]).collect::<Option<Vec<_>>>()?;
         let cls: Vec<Class> = ops.iter().map(|d| class_of(&a, *d)).collect::<Option<_>>()?;
+        // A row id is read only by a gathered load, through its bounds check.
+        if cls.contains(&Class::Row) {
+            return None;
+        }
         let all_float = cls.iter().all(|c| *c == Class::Float);
         let all_mask = cls.iter().all(|c| *c == Class::Mask);
         let float_inst = inst.kind == Kind::F32 && inst.narrow.is_none();
         let mask_inst = inst.kind == Kind::I64 && matches!(inst.narrow, None | Some(DType::Bool));
         let is_pre = |r: &Reg| matches!(current[*r as usize], Some(Def::Inst(j)) if a.class[j] == Class::Pre);
         let long = long_load(&inst.op) && compared(stage, i);
-        if a.invariant[i] && inst.kind == Kind::I64 && !long && pre_inst(stage, &inst.op, &is_pre) {
+        if a.invariant[i] && inst.kind == Kind::I64 && !long && pre_inst(stage, &inst.op, &is_pre, pre_index) {
             a.operands.push(ops);
             a.class.push(Class::Pre);
             current[inst.dst as usize] = Some(Def::Inst(i));
@@ -126,12 +145,23 @@ fn analyse(stage: &StagePlan, tile_var: Option<usize>, extents: &[i64]) -> Optio
             InstOp::Load { index, indirect, mask, dtype, .. } => {
                 // A masked load: float32, its mask a compiled one.
                 let masked_ok = mask.is_none() || (*dtype == DType::F32 && indirect.is_empty() && cls == [Class::Mask]);
-                if !indirect.iter().all(|(r, _)| is_pre(r))
-                    || !masked_ok
-                    || !(matches!(dtype, DType::F32 | DType::BF16 | DType::Bool) || long)
+                // A lane-varying row id: a plain integer load no comparison reads.
+                let row = gather::row_dtype(*dtype)
+                    && mask.is_none()
+                    && indirect.is_empty()
+                    && !long
+                    && !a.invariant[i]
+                    && inst.kind == Kind::I64
+                    && inst.narrow.is_none();
+                let parts = gather_parts(stage, &a, &current, indirect, &is_pre)?;
+                let gathered_ok = parts.is_empty() || (mask.is_none() && matches!(dtype, DType::F32 | DType::BF16));
+                if !masked_ok
+                    || !gathered_ok
+                    || !(matches!(dtype, DType::F32 | DType::BF16 | DType::Bool) || long || row)
                 {
                     return None;
                 }
+                a.gathers[i] = parts;
                 let step = match tile_var {
                     Some(v) => index.step(v as u32)?,
                     None => 0,
@@ -143,6 +173,8 @@ fn analyse(stage: &StagePlan, tile_var: Option<usize>, extents: &[i64]) -> Optio
                 a.step[i] = step;
                 if long {
                     Class::Long
+                } else if row {
+                    Class::Row
                 } else if inst.kind == Kind::F32 {
                     Class::Float
                 } else {
@@ -166,6 +198,14 @@ fn analyse(stage: &StagePlan, tile_var: Option<usize>, extents: &[i64]) -> Optio
                     && [x, y].iter().all(|r| int_operand(stage, &a, current[**r as usize])) =>
             {
                 Class::Mask
+            }
+            InstOp::Bounded { src, .. }
+                if inst.kind == Kind::I64
+                    && inst.narrow.is_none()
+                    && matches!(current[*src as usize], Some(Def::Inst(j))
+                        if a.class[j] == Class::Row && gather::bounded_row(stage, i, j).is_some()) =>
+            {
+                Class::Row
             }
             InstOp::ConstF(_) if float_inst => Class::Float,
             InstOp::ConstI(_) if mask_inst => Class::Mask,
@@ -216,12 +256,45 @@ fn analyse(stage: &StagePlan, tile_var: Option<usize>, extents: &[i64]) -> Optio
     (float || mask).then_some(a)
 }
 
+/// A load's lane-varying indirect parts: each must be a checked row id
+/// ([`Class::Row`]) or executor-computed ([`Class::Pre`], not listed);
+/// `None` for anything else.
+fn gather_parts(
+    stage: &StagePlan,
+    a: &Analysis,
+    current: &[Option<Def>],
+    indirect: &[(Reg, i64)],
+    is_pre: &dyn Fn(&Reg) -> bool,
+) -> Option<Vec<GatherPart>> {
+    let mut parts = Vec::new();
+    for (reg, stride) in indirect {
+        if is_pre(reg) {
+            continue;
+        }
+        let Some(Def::Inst(check)) = current[*reg as usize] else { return None };
+        let InstOp::Bounded { src, .. } = &stage.insts[check].op else { return None };
+        let Some(Def::Inst(load)) = current[*src as usize] else { return None };
+        let (size, negatives) = gather::bounded_row(stage, check, load)?;
+        if a.class.get(check) != Some(&Class::Row) {
+            return None;
+        }
+        parts.push(GatherPart { reg: *reg, stride: *stride, load, size, negatives });
+    }
+    Some(parts)
+}
+
 /// Whether `op`, an invariant integer instruction, is left to the executor
 /// ([`Class::Pre`]): an integer load (its indirect parts executor-computed
-/// too), or arithmetic, a cast or a bounds check on such values.
-fn pre_inst(stage: &StagePlan, op: &InstOp, is_pre: &dyn Fn(&Reg) -> bool) -> bool {
+/// too), or arithmetic, a select, a cast or a bounds check on such values;
+/// with `pre_index`, an index too (a row id computed from positions, as
+/// T5's relative-position buckets).
+fn pre_inst(stage: &StagePlan, op: &InstOp, is_pre: &dyn Fn(&Reg) -> bool, pre_index: bool) -> bool {
     let int_const = |r: &Reg| stage.consts.iter().any(|(c, _)| c == r) && stage.regs[*r as usize] == Kind::I64;
     match op {
+        InstOp::Index(_) => pre_index,
+        InstOp::Where(c, x, y) => {
+            [c, x, y].iter().any(|r| is_pre(r)) && [c, x, y].into_iter().all(|r| is_pre(r) || int_const(r))
+        }
         InstOp::Load { dtype, indirect, mask, .. } => {
             !matches!(dtype, DType::F32 | DType::BF16 | DType::Bool)
                 && mask.is_none()
@@ -270,7 +343,10 @@ pub(super) struct Supported {
 }
 
 pub(super) fn supported(stage: &StagePlan, tile_var: Option<usize>, extents: &[i64]) -> Option<Supported> {
-    let analysis = analyse(stage, tile_var, extents)?;
+    // An invariant index stays a compiled lane value where it can (a causal
+    // mask compares it with a varying one); only a stage that does not
+    // compile so tries it as the executor's (feeding a gather's row).
+    let analysis = analyse(stage, tile_var, extents, false).or_else(|| analyse(stage, tile_var, extents, true))?;
     // A scatter's store stays with the executor (its value is the compiled
     // function's output): its indirect index must be the same on every
     // lane, an executor-computed instruction (an `index_add`'s row).
@@ -289,7 +365,12 @@ pub(super) fn supported(stage: &StagePlan, tile_var: Option<usize>, extents: &[i
                     buf: Some(*buf),
                     index: index.clone(),
                     size: dtype.itemsize() as i64,
-                    indirect: indirect.clone(),
+                    // The executor adds its own parts; the function the rows.
+                    indirect: indirect
+                        .iter()
+                        .filter(|(r, s)| !analysis.gathers[i].iter().any(|p| p.reg == *r && p.stride == *s))
+                        .copied()
+                        .collect(),
                     pre_before,
                 }),
                 InstOp::Index(index) => {

@@ -16,6 +16,7 @@ use std::collections::HashMap;
 use cranelift_codegen::ir::condcodes::FloatCC;
 use cranelift_codegen::ir::{types, InstBuilder, MemFlagsData, Opcode, Type, Value, ValueDef};
 use cranelift_frontend::FunctionBuilder;
+use rdyn_ir::loops::{BinaryOp, UnaryOp};
 use rdyn_ir::random::{FMIX, GOLDEN};
 
 /// Zero words after a stage's constants in its table: a load whose mask is
@@ -38,6 +39,9 @@ pub(super) struct Pool {
     /// [`ZERO_BLOCK`] zeros after the constants, which a masked-off group
     /// of a load whose mask is the same on every lane reads instead.
     pub zero_block: Value,
+    /// Where a stage that gathers lane-varying rows ORs 1 for a row out of
+    /// range (an `I32` on the stack, returned by the function).
+    pub error: Option<Value>,
     /// Per bit pattern: float and mask values, scalar and 4-lane.
     values: HashMap<u32, [Value; 4]>,
 }
@@ -58,7 +62,7 @@ impl Pool {
             values.insert(x, [f, i, fw, iw]);
         }
         let zero_block = b.ins().iadd_imm_s(table, 4 * bits.len() as i64);
-        Pool { bits, zero_addr: table, zero_block, values }
+        Pool { bits, zero_addr: table, zero_block, error: None, values }
     }
 }
 
@@ -255,4 +259,69 @@ impl Em<'_, '_> {
         let h = self.fmix32(h);
         self.b.ins().ushr_imm_u(h, 8)
     }
+}
+
+/// An inline float unary op (`Jit::Inline` in `rdyn_ir::ops`).
+pub(super) fn unary(em: &mut Em, op: UnaryOp, x: Value) -> Value {
+    match op {
+        UnaryOp::Neg => em.b.ins().fneg(x),
+        UnaryOp::Abs => em.b.ins().fabs(x),
+        UnaryOp::Sqrt => em.b.ins().sqrt(x),
+        UnaryOp::Rsqrt => {
+            let s = em.b.ins().sqrt(x);
+            let one = em.fc(1.0);
+            em.div(one, s)
+        }
+        UnaryOp::Reciprocal => {
+            let one = em.fc(1.0);
+            em.div(one, x)
+        }
+        UnaryOp::Floor => em.b.ins().floor(x),
+        UnaryOp::Ceil => em.b.ins().ceil(x),
+        UnaryOp::Trunc => em.b.ins().trunc(x),
+        UnaryOp::Round => em.b.ins().nearest(x),
+        UnaryOp::IsNan => {
+            let m = em.is_nan(x);
+            em.one_if(m)
+        }
+        UnaryOp::IsInf => {
+            let size = em.b.ins().fabs(x);
+            let m = em.cmpc(FloatCC::Equal, size, f32::INFINITY);
+            em.one_if(m)
+        }
+        // `Not` (nothing else passes `inline`).
+        _ => {
+            let m = em.cmpc(FloatCC::Equal, x, 0.0);
+            em.one_if(m)
+        }
+    }
+}
+
+/// An inline float binary op (`Jit::Inline`, or `pow` by 2).
+pub(super) fn binary(em: &mut Em, op: BinaryOp, x: Value, y: Value) -> Value {
+    let cc = match op {
+        BinaryOp::Add => return em.add(x, y),
+        BinaryOp::Sub => return em.sub(x, y),
+        BinaryOp::Mul | BinaryOp::Pow => return if op == BinaryOp::Mul { em.mul(x, y) } else { em.mul(x, x) },
+        BinaryOp::Div => return em.div(x, y),
+        // NaN-propagating, and `y` on ties, as the interpreter: `x` if NaN,
+        // else `x` if strictly better, else `y` (one maxps/minps and a blend
+        // in the vector loops).
+        BinaryOp::Max | BinaryOp::Min => {
+            let better =
+                if op == BinaryOp::Max { em.cmp(FloatCC::LessThan, y, x) } else { em.cmp(FloatCC::LessThan, x, y) };
+            let r = em.sel(better, x, y);
+            let nan = em.is_nan(x);
+            return em.sel(nan, x, r);
+        }
+        BinaryOp::Eq => FloatCC::Equal,
+        BinaryOp::Ne => FloatCC::NotEqual,
+        BinaryOp::Lt => FloatCC::LessThan,
+        BinaryOp::Le => FloatCC::LessThanOrEqual,
+        BinaryOp::Gt => FloatCC::GreaterThan,
+        // `Ge` (nothing else passes `inline`).
+        _ => FloatCC::GreaterThanOrEqual,
+    };
+    let m = em.cmp(cc, x, y);
+    em.one_if(m)
 }

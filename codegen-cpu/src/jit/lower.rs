@@ -18,11 +18,12 @@ use cranelift_codegen::ir::{
 use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext};
 use cranelift_jit::JITModule;
 use cranelift_module::{FuncId, Linkage, Module};
-use rdyn_ir::loops::{BinaryOp, ReduceOp, UnaryOp};
+use rdyn_ir::loops::{BinaryOp, ReduceOp};
 use rdyn_ir::{DType, Kind};
 
 use super::analysis::{int_cc, int_const, Analysis, Class, Def, Supported};
-use super::emit::{Em, Pool, UNIFORM_MASK_MAX_STEP, ZERO_BLOCK};
+use super::emit::{binary, unary, Em, Pool, UNIFORM_MASK_MAX_STEP, ZERO_BLOCK};
+use super::gather;
 use super::long::{compare_long, load_long, long_operand, splat_long, Long};
 use super::memory::{load, masked_load, store_value, uniform_masked_load};
 use super::phases::Phases;
@@ -78,6 +79,8 @@ pub(super) fn compile_stage(
     let ptr = types::I64;
     let mut ctx = module.make_context();
     ctx.func.signature.params.extend([ptr, ptr, types::I64, ptr, types::I64].map(AbiParam::new));
+    // Nonzero: a gathered row was out of range.
+    ctx.func.signature.returns.push(AbiParam::new(types::I32));
     let mut fctx = FunctionBuilderContext::new();
     let mut b = FunctionBuilder::new(&mut ctx.func, &mut fctx);
 
@@ -87,7 +90,14 @@ pub(super) fn compile_stage(
     b.seal_block(entry);
     let params = b.block_params(entry).to_vec();
     let (addrs, mut out, len, table, row_count) = (params[0], params[1], params[2], params[3], params[4]);
-    let constants = Pool::load(&mut b, table, constant_bits(stage, output));
+    let mut constants = Pool::load(&mut b, table, constant_bits(stage, output));
+    if a.gathers_rows() {
+        let ss = b.create_sized_stack_slot(StackSlotData::new(StackSlotKind::ExplicitSlot, 4, 2));
+        let error = b.ins().stack_addr(types::I64, ss, 0);
+        let no = b.ins().iconst(types::I32, 0);
+        b.ins().store(MemFlagsData::trusted(), no, error, 0);
+        constants.error = Some(error);
+    }
     let pool = &constants;
     let zero = b.ins().iconst(types::I64, 0);
     // Spilled values and call results live in tiles on the stack.
@@ -384,7 +394,11 @@ pub(super) fn compile_stage(
         b.switch_to_block(done);
         b.seal_block(done);
     }
-    b.ins().return_(&[]);
+    let error = match pool.error {
+        Some(at) => b.ins().load(types::I32, MemFlagsData::trusted(), at, 0),
+        None => b.ins().iconst(types::I32, 0),
+    };
+    b.ins().return_(&[error]);
     b.finalize(module.target_config());
 
     let id = module.declare_function(name, Linkage::Local, &ctx.func.signature).map_err(|e| e.to_string())?;
@@ -503,7 +517,7 @@ fn constant_bits(stage: &StagePlan, output: Output) -> Vec<u32> {
 /// elements of memory (so memory can stand in for its spill tile).
 fn walks_memory(stage: &StagePlan, a: &Analysis, d: usize) -> bool {
     let plain = matches!(&stage.insts[d].op, InstOp::Load { dtype: DType::F32, mask: None, .. });
-    plain && a.step[d] == 1 && !a.invariant[d] && a.class[d] == Class::Float
+    plain && a.step[d] == 1 && !a.invariant[d] && a.class[d] == Class::Float && a.gathers[d].is_empty()
 }
 
 /// `addr + at * bytes` (just `addr` when the step is zero).
@@ -541,6 +555,18 @@ fn emit_insts(
     row: &[Option<Value>],
 ) -> Result<(), String> {
     for &k in which {
+        if a.class[k] == Class::Row {
+            // Read and checked by the gathered loads themselves.
+            continue;
+        }
+        if !a.gathers[k].is_empty() {
+            let mut em = Em { b, wide, pool };
+            let addr = row[k].ok_or("load without address")?;
+            for (g, env) in envs.iter_mut().enumerate() {
+                env.insts[k] = Some(gather::load(&mut em, stage, a, k, addr, row, g as i64)?);
+            }
+            continue;
+        }
         if emit_long(b, pool, stage, a, k, envs, wide, row[k])? {
             continue;
         }
@@ -734,67 +760,4 @@ pub(super) fn combine(em: &mut Em, op: ReduceOp, acc: Value, x: Value) -> Value 
         // `Sum` (`output` accumulates nothing else).
         _ => em.add(acc, x),
     }
-}
-
-fn unary(em: &mut Em, op: UnaryOp, x: Value) -> Value {
-    match op {
-        UnaryOp::Neg => em.b.ins().fneg(x),
-        UnaryOp::Abs => em.b.ins().fabs(x),
-        UnaryOp::Sqrt => em.b.ins().sqrt(x),
-        UnaryOp::Rsqrt => {
-            let s = em.b.ins().sqrt(x);
-            let one = em.fc(1.0);
-            em.div(one, s)
-        }
-        UnaryOp::Reciprocal => {
-            let one = em.fc(1.0);
-            em.div(one, x)
-        }
-        UnaryOp::Floor => em.b.ins().floor(x),
-        UnaryOp::Ceil => em.b.ins().ceil(x),
-        UnaryOp::Trunc => em.b.ins().trunc(x),
-        UnaryOp::Round => em.b.ins().nearest(x),
-        UnaryOp::IsNan => {
-            let m = em.is_nan(x);
-            em.one_if(m)
-        }
-        UnaryOp::IsInf => {
-            let size = em.b.ins().fabs(x);
-            let m = em.cmpc(FloatCC::Equal, size, f32::INFINITY);
-            em.one_if(m)
-        }
-        // `Not` (nothing else passes `inline`).
-        _ => {
-            let m = em.cmpc(FloatCC::Equal, x, 0.0);
-            em.one_if(m)
-        }
-    }
-}
-
-fn binary(em: &mut Em, op: BinaryOp, x: Value, y: Value) -> Value {
-    let cc = match op {
-        BinaryOp::Add => return em.add(x, y),
-        BinaryOp::Sub => return em.sub(x, y),
-        BinaryOp::Mul | BinaryOp::Pow => return if op == BinaryOp::Mul { em.mul(x, y) } else { em.mul(x, x) },
-        BinaryOp::Div => return em.div(x, y),
-        // NaN-propagating, and `y` on ties, as the interpreter: `x` if NaN,
-        // else `x` if strictly better, else `y` (one maxps/minps and a blend
-        // in the vector loops).
-        BinaryOp::Max | BinaryOp::Min => {
-            let better =
-                if op == BinaryOp::Max { em.cmp(FloatCC::LessThan, y, x) } else { em.cmp(FloatCC::LessThan, x, y) };
-            let r = em.sel(better, x, y);
-            let nan = em.is_nan(x);
-            return em.sel(nan, x, r);
-        }
-        BinaryOp::Eq => FloatCC::Equal,
-        BinaryOp::Ne => FloatCC::NotEqual,
-        BinaryOp::Lt => FloatCC::LessThan,
-        BinaryOp::Le => FloatCC::LessThanOrEqual,
-        BinaryOp::Gt => FloatCC::GreaterThan,
-        // `Ge` (nothing else passes `inline`).
-        _ => FloatCC::GreaterThanOrEqual,
-    };
-    let m = em.cmp(cc, x, y);
-    em.one_if(m)
 }

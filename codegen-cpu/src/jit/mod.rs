@@ -40,11 +40,15 @@
 //! table's 0.0, or, when the mask is the same on every lane, as whole groups
 //! from the buffer or from the table's zero block, so no memory outside the
 //! mask is touched; a gather
-//! whose row is the same on every lane (an embedding's token id) as an affine
-//! load, its row computed by the executor (`analysis.rs`'s `Class::Pre`); and a
-//! scatter's value when its row is the same on every lane (the executor computes
-//! the row, then stores). Anything else keeps the interpreter: float64, other
-//! integer arithmetic, float16, other gathers.
+//! whose row is the same on every lane (an embedding's token id, or a row
+//! computed from positions: integer arithmetic, selects and checks on loads and
+//! indices) as an affine load, its row computed by the executor (`analysis.rs`'s
+//! `Class::Pre`); a gather whose row differs from lane to lane (a bias table
+//! indexed by an index tensor) lane by lane, each row id read and bounds-checked
+//! in the function ([`gather`]; a row out of range is the function's nonzero
+//! return); and a scatter's value when its row is the same on every lane (the
+//! executor computes the row, then stores). Anything else keeps the
+//! interpreter: float64, other integer arithmetic, float16, masked gathers.
 //!
 //! Transcendentals (exp, erf, tanh, ...) are not inline: at four lanes they lose
 //! to the interpreter's AVX-512/AVX2 tile routines. A stage that has them is cut
@@ -65,6 +69,7 @@
 
 mod analysis;
 mod emit;
+mod gather;
 mod long;
 mod lower;
 mod memory;

@@ -29,7 +29,9 @@ pub(crate) struct JitLoad {
 /// what [`Output`] names; the constants are [`JitStage::constants`]. A
 /// stage compiled for rows ([`JitStage::rows`]) repeats for `rows` rows,
 /// each a fixed step after the previous one; any other takes `rows = 1`.
-pub(crate) type StageFn = unsafe extern "C" fn(*const i64, *mut f32, i64, *const u32, i64);
+/// A compiled stage: (load addresses, output, lanes, constants, rows) → nonzero
+/// when a gathered row was out of range.
+pub(crate) type StageFn = unsafe extern "C" fn(*const i64, *mut f32, i64, *const u32, i64) -> i32;
 
 /// What a compiled stage does with its value.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -191,3 +191,138 @@ fn gathered_rows_run_by_rows_beside_an_interpreted_stage() {
     ids[37] = 6;
     assert!(run(&compiled, &ids).is_none() && run(&kernel, &ids).is_none());
 }
+
+/// A gather whose row differs from lane to lane (a relative-position bias:
+/// `x[i0, i1] + bias[i0 + 3 · bounded(ids[i1])]`), compiled with its row
+/// ids read and checked per lane, against the interpreter bit for bit:
+/// int64 and int32 ids, wrapping and rejecting negatives, outer and inner
+/// tiles (50 lanes: 16-lane, 4-lane and 1-lane loops).
+#[test]
+fn lane_varying_gathers_compile_and_check_their_rows() {
+    if !super::enabled() {
+        return;
+    }
+    let (i0, i1) = (Expr::v(0), Expr::v(1));
+    for (id_dtype, negatives, mode) in [
+        (DType::I64, Negatives::Reject, TileMode::Outer),
+        (DType::I64, Negatives::Wrap, TileMode::Inner),
+        (DType::I32, Negatives::Wrap, TileMode::Outer),
+        (DType::I32, Negatives::Reject, TileMode::Inner),
+    ] {
+        let bufs = vec![
+            buf(&[3, 50], &[50, 1], DType::F32),
+            buf(&[7, 3], &[3, 1], DType::F32),
+            buf(&[50], &[1], id_dtype),
+            buf(&[3, 50], &[50, 1], DType::F32),
+        ];
+        let int = |dst, op| Inst { dst, kind: Kind::I64, narrow: None, op };
+        let ids =
+            InstOp::Load { buf: BufId(2), dtype: id_dtype, index: IndexFn::new(&i1), indirect: vec![], mask: None };
+        let bias = InstOp::Load {
+            buf: BufId(1),
+            dtype: DType::F32,
+            index: IndexFn::new(&i0),
+            indirect: vec![(1, 3)],
+            mask: None,
+        };
+        let x = InstOp::Load {
+            buf: BufId(0),
+            dtype: DType::F32,
+            index: IndexFn::new(&i0.scale(50).add(&i1)),
+            indirect: vec![],
+            mask: None,
+        };
+        let insts = vec![
+            int(0, ids),
+            int(1, InstOp::Bounded { src: 0, size: 7, negatives }),
+            f32_inst(2, bias),
+            f32_inst(3, x),
+            f32_inst(4, InstOp::Binary(BinaryOp::Add, 3, 2)),
+        ];
+        let mut stage = f32_stage(3, None, insts, 4, &i0.scale(50).add(&i1), 5);
+        stage.regs[..2].fill(Kind::I64);
+        let kernel = match mode {
+            TileMode::Outer => one_stage(vec![3, 50], mode, stage, 256),
+            _ => {
+                stage.inner = vec![50];
+                one_stage(vec![3], mode, stage, 256)
+            }
+        };
+        let compiled = compile(&kernel, &bufs);
+        assert!(
+            compiled.stages[0].jit.as_ref().is_some_and(|j| j.pre.is_empty()),
+            "{id_dtype:?} {mode:?}: not compiled"
+        );
+        let xs: Vec<f32> = (0..150).map(|k| ((k * 7919) % 1000) as f32 / 100.0 - 5.0).collect();
+        let table: Vec<f32> = (0..21).map(|k| k as f32 * 0.25 - 2.0).collect();
+        let run = |kernel: &KernelPlan, ids: &[i64]| {
+            let ids32: Vec<i32> = ids.iter().map(|&v| v as i32).collect();
+            let id_ptr = if id_dtype == DType::I32 { ids32.as_ptr() as usize } else { ids.as_ptr() as usize };
+            let mut out = vec![0f32; 150];
+            let ptrs = [xs.as_ptr() as usize, table.as_ptr() as usize, id_ptr, out.as_mut_ptr() as usize];
+            let ok = run_kernel(kernel, &Memory { ptrs: &ptrs, bufs: &bufs });
+            ok.then(|| out.iter().map(|x| x.to_bits()).collect::<Vec<_>>())
+        };
+        let mut ids: Vec<i64> = (0..50).map(|k| (k * 5 + k / 7) % 7).collect();
+        let got = run(&compiled, &ids).expect("ids in range");
+        assert_eq!(Some(&got), run(&kernel, &ids).as_ref(), "{id_dtype:?} {negatives:?} {mode:?}");
+        for (k, bits) in got.iter().enumerate() {
+            let (r, l) = (k / 50, k % 50);
+            assert_eq!(*bits, (xs[k] + table[r + 3 * ids[l] as usize]).to_bits(), "element {k}");
+        }
+        // A negative id: counted from the end where it wraps, else an error.
+        ids[45] = -2;
+        let wrapped = run(&compiled, &ids);
+        assert_eq!(wrapped, run(&kernel, &ids));
+        assert_eq!(wrapped.is_some(), negatives == Negatives::Wrap);
+        // An id out of range (in the one-lane tail) fails both paths.
+        ids[45] = 1;
+        ids[49] = 7;
+        assert!(run(&compiled, &ids).is_none() && run(&kernel, &ids).is_none());
+    }
+}
+
+/// A gather whose row is computed from positions (T5's relative-position
+/// buckets): `table[i2 + 4 · bounded(where(i0 + 2·i1 < 5, i0 + 2·i1, 5))]`
+/// over [3, 4, 4] in outer tiles of 4 lanes. The row is the same on every
+/// lane, so the executor computes it (index, comparison, select, check)
+/// along the rows and the function loads each row's address from its table.
+#[test]
+fn gathers_with_rows_computed_from_positions_compile() {
+    if !super::enabled() {
+        return;
+    }
+    let (i0, i1, i2) = (Expr::v(0), Expr::v(1), Expr::v(2));
+    let bufs = vec![buf(&[6, 4], &[4, 1], DType::F32), buf(&[3, 4, 4], &[16, 4, 1], DType::F32)];
+    let int = |dst, op| Inst { dst, kind: Kind::I64, narrow: None, op };
+    let row =
+        InstOp::Load { buf: BufId(0), dtype: DType::F32, index: IndexFn::new(&i2), indirect: vec![(4, 4)], mask: None };
+    let insts = vec![
+        int(0, InstOp::Index(IndexFn::new(&i0.add(&i1.scale(2))))),
+        Inst { dst: 2, kind: Kind::I64, narrow: Some(DType::Bool), op: InstOp::Binary(BinaryOp::Lt, 0, 1) },
+        int(3, InstOp::Where(2, 0, 1)),
+        int(4, InstOp::Bounded { src: 3, size: 6, negatives: Negatives::Reject }),
+        f32_inst(5, row),
+        f32_inst(6, InstOp::Binary(BinaryOp::Add, 5, 5)),
+    ];
+    let mut stage = f32_stage(1, None, insts, 6, &i0.scale(16).add(&i1.scale(4)).add(&i2), 7);
+    stage.regs[..5].fill(Kind::I64);
+    stage.consts = vec![(1, InstOp::ConstI(5))];
+    let kernel = one_stage(vec![3, 4, 4], TileMode::Outer, stage, 256);
+    let compiled = compile(&kernel, &bufs);
+    assert!(compiled.stages[0].jit.as_ref().is_some_and(|j| j.pre.len() == 4), "the row is not the executor's");
+    let table: Vec<f32> = (0..24).map(|k| k as f32 * 0.5 - 3.0).collect();
+    let run = |kernel: &KernelPlan| {
+        let mut out = vec![0f32; 48];
+        let ptrs = [table.as_ptr() as usize, out.as_mut_ptr() as usize];
+        assert!(run_kernel(kernel, &Memory { ptrs: &ptrs, bufs: &bufs }));
+        out.iter().map(|x| x.to_bits()).collect::<Vec<_>>()
+    };
+    let got = run(&compiled);
+    assert_eq!(got, run(&kernel));
+    for (k, bits) in got.iter().enumerate() {
+        let (a, b, c) = (k / 16, k / 4 % 4, k % 4);
+        let r = (a + 2 * b).min(5);
+        assert_eq!(*bits, (table[c + 4 * r] * 2.0).to_bits(), "element {k}");
+    }
+}

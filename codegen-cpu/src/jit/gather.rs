@@ -1,0 +1,144 @@
+//! Gathers whose row differs from lane to lane: a float32 (or bfloat16)
+//! load with an indirect part read, per lane, from an int64 (or int32)
+//! buffer and bounds-checked (`Bounded`), as a relative-position bias
+//! table indexed by a precomputed index tensor (Swin, T5), `index_select`
+//! over a varying index, or `gather` along the last dim.
+//!
+//! The row loads and their checks ([`Class::Row`]) emit nothing of their
+//! own: each lane of the gathered load reads its row ids, checks them as
+//! the interpreter's `bounded` does (a negative one counted from the end
+//! once where it wraps; out of range gives row 0, a safe element, and sets
+//! the function's error flag, which the executor turns into the kernel's
+//! error), and loads its element with one scalar load. Four lanes are four
+//! such loads put into one vector: x86 has gathers, but Cranelift does not
+//! expose them, and an element's address needs its own bounds check anyway.
+//! An interpreted stage spent ~5 ns per element on each such load (one
+//! dispatch per op over tiles through L1); a compiled lane costs about ten
+//! instructions.
+//!
+//! [`Class::Row`]: super::analysis::Class::Row
+
+use cranelift_codegen::ir::condcodes::IntCC;
+use cranelift_codegen::ir::{types, InstBuilder, MemFlagsData, Value};
+use rdyn_ir::loops::Negatives;
+use rdyn_ir::DType;
+
+use super::analysis::Analysis;
+use super::emit::Em;
+use crate::plan::{InstOp, Reg, StagePlan};
+
+/// One lane-varying indirect part of a gathered load: `stride ·
+/// bounded(row)`, the row read by instruction `load` (an integer load of
+/// [`super::analysis::Class::Row`]).
+#[derive(Clone, Debug)]
+pub(super) struct GatherPart {
+    /// The register the load's indirect part names (the bounds check's).
+    pub reg: Reg,
+    pub stride: i64,
+    pub load: usize,
+    pub size: i64,
+    pub negatives: Negatives,
+}
+
+/// The bounds check of instruction `k`, if it checks a row load of
+/// `stage`: (the load's instruction, the size, how negatives count).
+pub(super) fn bounded_row(stage: &StagePlan, k: usize, load: usize) -> Option<(i64, Negatives)> {
+    match (&stage.insts[k].op, &stage.insts[load].op) {
+        (InstOp::Bounded { size, negatives, .. }, InstOp::Load { .. }) => Some((*size, *negatives)),
+        _ => None,
+    }
+}
+
+/// Whether a load of `dtype` may be a row id ([`super::analysis::Class::Row`]).
+pub(super) fn row_dtype(dtype: DType) -> bool {
+    matches!(dtype, DType::I64 | DType::I32)
+}
+
+/// Group `group`'s lanes of gathered load `k` (float32 or bfloat16, no
+/// mask): `addr` is the load's affine address at the iteration's first
+/// lane, `rows[j]` each row load's. Lanes out of range OR one into the
+/// function's error flag ([`super::emit::Pool::error`]).
+pub(super) fn load(
+    em: &mut Em,
+    stage: &StagePlan,
+    a: &Analysis,
+    k: usize,
+    addr: Value,
+    rows: &[Option<Value>],
+    group: i64,
+) -> Result<Value, String> {
+    let InstOp::Load { dtype, .. } = &stage.insts[k].op else { return Err("gather of a non-load".into()) };
+    let size = dtype.itemsize() as i64;
+    let error = em.pool.error.ok_or("gather without an error flag")?;
+    let lanes: i64 = if em.wide { 4 } else { 1 };
+    let mut bad = em.b.ins().iconst(types::I32, 0);
+    let mut values = Vec::with_capacity(lanes as usize);
+    for l in 0..lanes {
+        let lane = 4 * group + l;
+        let mut offset = em.b.ins().iconst(types::I64, lane * a.step[k] * size);
+        for part in &a.gathers[k] {
+            let p = rows[part.load].ok_or("row load without an address")?;
+            let (row, out) = row_id(em, stage, a, part, p, lane)?;
+            bad = em.b.ins().bor(bad, out);
+            let bytes = em.b.ins().imul_imm_s(row, part.stride * size);
+            offset = em.b.ins().iadd(offset, bytes);
+        }
+        let at = em.b.ins().iadd(addr, offset);
+        values.push(element(em, at, *dtype));
+    }
+    let old = em.b.ins().load(types::I32, MemFlagsData::trusted(), error, 0);
+    let now = em.b.ins().bor(old, bad);
+    em.b.ins().store(MemFlagsData::trusted(), now, error, 0);
+    if !em.wide {
+        return Ok(values[0]);
+    }
+    let mut v = em.b.ins().scalar_to_vector(types::F32X4, values[0]);
+    for (l, x) in values.iter().enumerate().skip(1) {
+        v = em.b.ins().insertlane(v, *x, l as u8);
+    }
+    Ok(v)
+}
+
+/// Lane `lane`'s row id of `part` (its row load at `p` for the iteration's
+/// first lane), checked: (the row, or 0 out of range; 1 if out of range
+/// else 0, as an `I32`).
+fn row_id(
+    em: &mut Em,
+    stage: &StagePlan,
+    a: &Analysis,
+    part: &GatherPart,
+    p: Value,
+    lane: i64,
+) -> Result<(Value, Value), String> {
+    let InstOp::Load { dtype, .. } = &stage.insts[part.load].op else { return Err("row id is not a load".into()) };
+    let at = (lane * a.step[part.load] * dtype.itemsize() as i64) as i32;
+    let flags = MemFlagsData::trusted();
+    let mut row = match dtype {
+        DType::I32 => em.b.ins().sload32(flags, p, at),
+        _ => em.b.ins().load(types::I64, flags, p, at),
+    };
+    if part.negatives == Negatives::Wrap {
+        let negative = em.b.ins().icmp_imm_s(IntCC::SignedLessThan, row, 0);
+        let wrapped = em.b.ins().iadd_imm_s(row, part.size);
+        row = em.b.ins().select(negative, wrapped, row);
+    }
+    // Unsigned: a negative row is out of range too.
+    let inside = em.b.ins().icmp_imm_u(IntCC::UnsignedLessThan, row, part.size);
+    let zero = em.b.ins().iconst(types::I64, 0);
+    let row = em.b.ins().select(inside, row, zero);
+    let inside = em.b.ins().uextend(types::I32, inside);
+    Ok((row, em.b.ins().bxor_imm_u(inside, 1)))
+}
+
+/// One element at `at`: a float32, or a bfloat16 widened exactly (the
+/// upper half of the float32 it becomes).
+fn element(em: &mut Em, at: Value, dtype: DType) -> Value {
+    let flags = MemFlagsData::trusted();
+    if dtype == DType::BF16 {
+        let half = em.b.ins().uload16(types::I32, flags, at, 0);
+        let bits = em.b.ins().ishl_imm_u(half, 16);
+        em.b.ins().bitcast(types::F32, MemFlagsData::new(), bits)
+    } else {
+        em.b.ins().load(types::F32, flags, at, 0)
+    }
+}
