@@ -1,12 +1,15 @@
 """CPU flash attention (`python/rdyn/_attention.py`) against ATen's kernels.
 
-The forward and the backward are decomposed into batched matrix products
-around fused kernels. Each must give ATen's outputs: values, dtypes and
-strides (the forward's output follows the query's layout, the log-sum-exp is
-stored [batch, query, head], the gradients [batch, tokens, head, dim]),
-rows whose scores are all -inf included. Through `torch.compile`, results
-and gradients are checked against float64 eager, and no attention kernel of
-ATen's runs where a decomposition applies.
+On the CPU device ATen's flash kernels run as library calls (not eager
+fallbacks), forward and backward. Elsewhere, and with
+``RDYN_ATTENTION=decompose``, the forward and the backward are decomposed
+into batched matrix products around fused kernels. Each must give ATen's
+outputs: values, dtypes and strides (the forward's output follows the
+query's layout, the log-sum-exp is stored [batch, query, head], the
+gradients [batch, tokens, head, dim]), rows whose scores are all -inf
+included. Through `torch.compile`, results and gradients are checked against
+float64 eager, and no attention kernel of ATen's runs where the
+decomposition applies.
 """
 
 from __future__ import annotations
@@ -21,6 +24,12 @@ aten = torch.ops.aten
 sdpa = torch.nn.functional.scaled_dot_product_attention
 
 _FLASH = aten._scaled_dot_product_flash_attention_for_cpu.default
+
+
+@pytest.fixture
+def decompose(monkeypatch):
+    """rdyn's decomposition in place of ATen's kernels on the CPU device."""
+    monkeypatch.setenv("RDYN_ATTENTION", "decompose")
 
 
 def _attention_inputs(case, g):
@@ -72,7 +81,7 @@ def test_flash_attention_decomposition_matches_aten(case) -> None:
         torch.testing.assert_close(a, w, equal_nan=True, **tol)
 
 
-def test_flash_attention_compiles_without_fallback() -> None:
+def test_flash_attention_compiles_without_fallback(decompose) -> None:
     """SDPA, causal or with an additive mask, runs in rdyn's kernels (no
     ATen attention kernel, no eager fallback) and matches float64 eager."""
 
@@ -92,7 +101,7 @@ def test_flash_attention_compiles_without_fallback() -> None:
         assert_same(torch.compile(fn, backend="rdyn")(*args, mask), fn(*args, mask), fn(q64, k64, v64, ref_mask))
 
 
-def test_attention_is_two_gemms_around_one_kernel() -> None:
+def test_attention_is_two_gemms_around_one_kernel(decompose) -> None:
     """Inference SDPA lowers to the scores' GEMM, one fused softmax kernel,
     and the product with the values: the probabilities are stored in the
     order the second GEMM reads them (the softmax's per-row max and sum,
@@ -108,7 +117,7 @@ def test_attention_is_two_gemms_around_one_kernel() -> None:
         torch.testing.assert_close(got, sdpa(q, k, v, is_causal=causal))
 
 
-def test_training_forward_computes_the_probabilities_once() -> None:
+def test_training_forward_computes_the_probabilities_once(decompose) -> None:
     """The backward builds its probabilities from the scores as the
     forward does (``exps / sum``), so that AOTAutograd's
     common-subexpression pass leaves one computation of them (saved, or
@@ -173,7 +182,7 @@ def _graph_targets(fn, *args):
 
 
 @pytest.mark.parametrize("masked", [False, True])
-def test_attention_gradients_run_in_rdyn(masked) -> None:
+def test_attention_gradients_run_in_rdyn(masked, decompose) -> None:
     """A training step through SDPA, causal or with an additive mask: the
     graphs have no ATen attention kernel, and the gradients match float64
     eager."""
@@ -201,3 +210,48 @@ def test_attention_gradients_run_in_rdyn(masked) -> None:
     fn(*ref, mask64).square().sum().backward()
     for name, a, e, r in zip("qkv", leaves, eager, ref):
         assert_same(a.grad, e.grad, r.grad, what=f"grad of {name}")
+
+
+@pytest.mark.parametrize("masked", [False, True])
+def test_cpu_attention_runs_as_aten_library_calls(masked) -> None:
+    """By default on the CPU device, SDPA's forward and backward are ATen's
+    flash kernels called as library steps (`benches/attention_shapes.py`:
+    they beat the decomposition at most shapes): no eager fallback, no
+    decomposed softmax kernel, and results and gradients match float64
+    eager."""
+    g = torch.Generator().manual_seed(7)
+    q64, k64, v64 = (torch.randn(2, 4, 16, 8, generator=g, dtype=torch.float64) for _ in range(3))
+    mask64 = torch.randn(16, 16, generator=g, dtype=torch.float64) if masked else None
+    mask = None if mask64 is None else mask64.float()
+
+    def fn(q, k, v, mask):
+        return sdpa(q, k, v, attn_mask=mask, is_causal=mask is None)
+
+    leaves = [t.float().requires_grad_() for t in (q64, k64, v64)]
+    report = rdyn.explain(lambda q, k, v: fn(q, k, v, mask), *leaves)
+    assert report.kinds == ["forward", "backward"] and report.fallback_ops == {}, report
+    calls = [k.source for k in report.kernels if k.name.endswith("library")]
+    assert any("flash_attention_for_cpu.default" in c for c in calls), report
+    assert any("flash_attention_for_cpu_backward" in c for c in calls), report
+    torch._dynamo.reset()
+    rdyn.reset_stats()
+    torch.compile(fn, backend="rdyn")(*leaves, mask).square().sum().backward()
+    assert rdyn.stats()["fallback_ops"] == {}
+    eager = [t.float().requires_grad_() for t in (q64, k64, v64)]
+    fn(*eager, mask).square().sum().backward()
+    ref = [t.clone().requires_grad_() for t in (q64, k64, v64)]
+    fn(*ref, mask64).square().sum().backward()
+    for name, a, e, r in zip("qkv", leaves, eager, ref):
+        assert_same(a.grad, e.grad, r.grad, what=f"grad of {name}")
+
+
+def test_attention_choice_is_checked(monkeypatch) -> None:
+    """An unknown ``RDYN_ATTENTION`` names the variable and its values."""
+    monkeypatch.setenv("RDYN_ATTENTION", "fast")
+    torch._dynamo.reset()
+    q = torch.randn(1, 2, 4, 8)
+    with pytest.raises(ValueError, match="RDYN_ATTENTION='fast' is not one of"):
+        rdyn.compile_graph  # noqa: B018 - the import path is the backend's
+        from rdyn.backend import decompositions
+
+        decompositions("cpu")

@@ -111,6 +111,7 @@ ops! {
     Mm => "mm", Bmm => "bmm", Addmm => "addmm", Convolution => "convolution",
     ConvolutionBackward => "convolution_backward",
     FlashAttentionCpu => "_scaled_dot_product_flash_attention_for_cpu",
+    FlashAttentionCpuBackward => "_scaled_dot_product_flash_attention_for_cpu_backward",
     // special functions
     I0 => "i0", SpecialI0 => "special_modified_bessel_i0", SpecialI0e => "special_i0e",
     SpecialI1 => "special_i1", SpecialModI1 => "special_modified_bessel_i1", SpecialI1e => "special_i1e",

@@ -1,12 +1,23 @@
 """CPU flash attention (``_scaled_dot_product_flash_attention_for_cpu`` and
-its backward) as batched matrix products around pointwise work rdyn fuses.
+its backward): ATen's flash kernels as library calls on the CPU device, or
+batched matrix products around pointwise work rdyn fuses (the
+decomposition below) on the others, or everywhere with
+``RDYN_ATTENTION=decompose`` (``aten``: ATen's kernels everywhere).
 
-ATen's kernels are tiled for long sequences; at the sizes of small
-transformers (2 heads, 64 tokens) the forward took 50-100 µs per call and
-the backward 110-150 µs, about twice what the GEMMs and one fused kernel
-cost. PyTorch's own decomposition of the forward returns the attention
-weights in place of the log-sum-exp, which breaks its gradient, and it has
-none for the backward.
+Why ATen's kernels on the CPU: they never store the scores (tiles of
+queries and keys stay in cache, masked tiles of a causal mask are skipped),
+where the decomposition writes and reads [query, key] scores per head
+twice. Measured with ``benches/attention_shapes.py`` (2 threads, 9 shapes
+from 64 to 1024 tokens, causal or not, torch 2.15): the decomposition ran
+at 0.66x of ATen's speed in inference (geomean; 0.42-0.81x, one shape
+ahead: head dim 128, 1.12x) and 0.76x for forward and backward (0.50-0.92x;
+three shapes ahead, 1.08-1.20x), and further behind on one thread. On a
+GPU (wgpu, the CUDA simulator) the decomposition's kernels are the device's
+own, and a library call would be a host step, so they keep it.
+
+PyTorch's own decomposition of the forward returns the attention weights
+in place of the log-sum-exp, which breaks its gradient, and it has none for
+the backward.
 
 An additive mask is added to the scores, fused into the softmax's kernel:
 GPT-2's, built by comparing position ids (int64), is recomputed per head
@@ -34,6 +45,7 @@ returns NotImplemented: the op then runs as ATen's kernel.
 from __future__ import annotations
 
 import math
+import os
 
 import torch
 
@@ -224,3 +236,16 @@ DECOMPOSITIONS = {
     aten._scaled_dot_product_flash_attention_for_cpu.default: flash_attention_cpu,
     aten._scaled_dot_product_flash_attention_for_cpu_backward.default: flash_attention_cpu_backward,
 }
+
+#: ``RDYN_ATTENTION``'s values: "auto" (ATen's kernels on the CPU device,
+#: the decomposition on the others), "decompose", "aten".
+CHOICES = ("auto", "decompose", "aten")
+
+
+def decomposed_on(device: str) -> bool:
+    """Whether attention on `device` runs as the decomposition (else as
+    ATen's flash kernels, library calls)."""
+    choice = os.environ.get("RDYN_ATTENTION", "auto")
+    if choice not in CHOICES:
+        raise ValueError(f"rdyn: RDYN_ATTENTION={choice!r} is not one of {list(CHOICES)}")
+    return choice == "decompose" or (choice == "auto" and device != "cpu")

@@ -101,7 +101,10 @@ def _key(gm: torch.fx.GraphModule, example_inputs, options) -> str | None:
     if any(torch.is_autocast_enabled(d) for d in ("cpu", "cuda")):
         return None
     h = hashlib.sha256()
-    for part in (_VERSION, _build(), torch.__version__, sys.version, repr(options), str(torch.is_grad_enabled())):
+    # The stored graph is the decomposed one: which decompositions ran is
+    # part of the key (``RDYN_ATTENTION`` picks attention's).
+    attention = os.environ.get("RDYN_ATTENTION", "auto")
+    for part in (_VERSION, _build(), torch.__version__, sys.version, repr(options), str(torch.is_grad_enabled()), attention):
         h.update(part.encode())
         h.update(b"\0")
     storages = set()

@@ -18,6 +18,7 @@ from torch._functorch.partitioners import min_cut_rematerialization_partition
 
 from . import _cache, _rdyn
 from ._attention import DECOMPOSITIONS as ATTENTION_DECOMPOSITIONS
+from ._attention import decomposed_on
 from ._decomp import DECOMPOSITIONS as RDYN_DECOMPOSITIONS
 from ._decomp_index import DECOMPOSITIONS as INDEX_DECOMPOSITIONS
 from ._errors import InternalError, UnavailableError
@@ -376,9 +377,17 @@ def _compile_captured(gm: torch.fx.GraphModule, example_inputs, opts: Options):
         fw_compiler=fw,
         bw_compiler=fw,
         inference_compiler=inference,
-        decompositions=DECOMPOSITIONS,
+        decompositions=decompositions(opts.device),
         partition_fn=min_cut_rematerialization_partition,
     )(gm, example_inputs)
+
+
+def decompositions(device: str) -> dict:
+    """`DECOMPOSITIONS` for `device`: without attention's where ATen's flash
+    kernels run it (`_attention.decomposed_on`)."""
+    if decomposed_on(device):
+        return DECOMPOSITIONS
+    return {op: f for op, f in DECOMPOSITIONS.items() if op not in ATTENTION_DECOMPOSITIONS}
 
 
 def _from_cache(graph: torch.fx.GraphModule, example_inputs, options: Options):

@@ -17,6 +17,10 @@ Environment:
   RDYN_INDEX_CHECKS=device|sync      how CUDA kernels report an index out of
                                      range (the `index_checks` option)
   RDYN_CUDA_GEMM=cublas|aten         how CUDA GEMMs run (the `cuda_gemm` option)
+  RDYN_ATTENTION=auto|decompose|aten how CPU attention (`scaled_dot_product_attention`)
+                                     runs: ATen's flash kernels as library calls on
+                                     the CPU device and rdyn's decomposition on the
+                                     others (auto), or one of them everywhere
 """
 
 from __future__ import annotations

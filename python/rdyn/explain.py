@@ -157,7 +157,7 @@ def _explain_backend(report: Report, device: str):
     """AOTAutograd as rdyn's backend configures it (the same decompositions
     and partitioner, so the same graphs), describing each graph into
     `report` and running it as it is."""
-    from .backend import DECOMPOSITIONS
+    from .backend import decompositions
 
     def describer(kind):
         def compile_(gm, inputs):
@@ -170,7 +170,7 @@ def _explain_backend(report: Report, device: str):
         fw_compiler=describer("forward"),
         bw_compiler=describer("backward"),
         inference_compiler=describer("inference"),
-        decompositions=DECOMPOSITIONS,
+        decompositions=decompositions("cpu" if device == "cpu" else "gpu"),
         partition_fn=min_cut_rematerialization_partition,
     )
 

@@ -119,9 +119,9 @@ pub(crate) fn rule(op: Op) -> Rule {
         LayerNorm => norm::layer_norm,
         Mm | Bmm | Addmm => gemm::gemm,
         Convolution => conv::convolution,
-        // ATen's fused attention: what `flash_attention_cpu` (Python)
-        // leaves to it, attention with a mask.
-        ConvolutionBackward | FlashAttentionCpu => common::library,
+        // ATen's fused attention: what `_attention.py` leaves to it (long
+        // sequences, where its flash kernel wins; shapes it does not take).
+        ConvolutionBackward | FlashAttentionCpu | FlashAttentionCpuBackward => common::library,
         // Decomposed before they get here (`python/rdyn/backend.py`); in a
         // graph that still has one, eager's.
         LeakyRelu | Elu | NanToNum | Hardsigmoid | Hardswish | Mish | Softplus | Logit => none,
