@@ -159,7 +159,7 @@ impl fmt::Display for Expr {
             } else {
                 write!(f, " {sign} ")?;
             }
-            let mag = coef.abs();
+            let mag = coef.unsigned_abs();
             if mag == 1 {
                 write!(f, "{atom}")?;
             } else {
@@ -169,7 +169,7 @@ impl fmt::Display for Expr {
         if self.constant() > 0 {
             write!(f, " + {}", self.constant())?;
         } else if self.constant() < 0 {
-            write!(f, " - {}", -self.constant())?;
+            write!(f, " - {}", self.constant().unsigned_abs())?;
         }
         Ok(())
     }

@@ -8,7 +8,13 @@
 //!
 //! Errors: [`LowerError::Unsupported`] for one node means "run this node
 //! eagerly" and is handled here (the node becomes a fallback extern); any other
-//! error is a compiler bug and fails the whole graph.
+//! error is a compiler bug and fails the whole graph. Malformed input is
+//! `Invalid`, never a panic: `lower.rs` checks what every rule takes for
+//! granted (values that exist, metadata a tensor can have, each rule's
+//! result of its output's rank and sizes), and each rule what its own
+//! arguments imply (`repeat`'s counts, a split's sizes, a diagonal's dims, an
+//! embedding's integer indices), naming the op, the input and what was
+//! expected; `tests/malformed.rs` sweeps mutations of one graph per rule.
 //!
 //! # Where things are
 //!

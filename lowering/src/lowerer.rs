@@ -174,7 +174,7 @@ impl Lowerer<'_> {
         let mut ctx = self.syms.clone();
         for (k, size) in sizes.iter().enumerate() {
             if let Some(n) = size.as_const() {
-                ctx.var_ranges.insert(Var(k as u32), (0, (n - 1).max(0)));
+                ctx.var_ranges.insert(Var(k as u32), (0, n.saturating_sub(1).max(0)));
             }
         }
         ctx

@@ -20,7 +20,9 @@ impl Lowerer<'_> {
     /// Store `lazy` into a new temporary buffer (contiguous unless `strides`
     /// says otherwise) and return it. The kernel walks the buffer in storage
     /// order: a channels-last buffer is written along its channels, not
-    /// across them (see [`storage_order`]).
+    /// across them (see [`storage_order`]). `strides` has one stride per
+    /// dim of `lazy`: callers pass a value's metadata strides for its lazy,
+    /// whose rank `lower.rs` checks is the metadata's.
     pub(crate) fn realize(&mut self, lazy: &Lazy, strides: Option<Vec<Expr>>) -> BufId {
         let strides = strides.unwrap_or_else(|| contiguous_strides(&lazy.sizes));
         let order = storage_order(&lazy.sizes, &strides);

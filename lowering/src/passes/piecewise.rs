@@ -82,8 +82,9 @@ fn split(program: &mut Program, stage: &Stage, min_elements: i64) -> Option<Vec<
     let whole: Piece = sizes.iter().map(|&n| (0, n)).collect();
     let mut pieces = Vec::new();
     cut(&mut program.scalars, stage.value, whole, &reduce, &mut pieces);
-    let elements: i64 = sizes.iter().chain(&reduce).product();
-    if pieces.len() < 2 || pieces.len() > MAX_PIECES || elements < min_elements * pieces.len() as i64 {
+    // Saturating: a malformed graph's stage may have more points than an i64 counts.
+    let elements = sizes.iter().chain(&reduce).fold(1i64, |n, &m| n.saturating_mul(m));
+    if pieces.len() < 2 || pieces.len() > MAX_PIECES || elements < min_elements.saturating_mul(pieces.len() as i64) {
         return None;
     }
     Some(

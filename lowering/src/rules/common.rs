@@ -6,7 +6,7 @@ use rdyn_ir::graph::{Arg, Node};
 use rdyn_ir::loops::{ExternKind, ScalarId};
 use rdyn_ir::{DType, Expr};
 
-use crate::error::{invalid, unsupported, LowerError};
+use crate::error::{invalid, shape, unsupported, LowerError};
 use crate::lazy::Lazy;
 use crate::lowerer::{Handled, Lowerer, Res};
 
@@ -20,6 +20,62 @@ pub(super) fn native(sizes: Vec<Expr>, value: ScalarId, dtype: DType) -> Res {
 pub(super) fn norm_dim(d: i64, ndim: usize) -> usize {
     let n = ndim.max(1) as i64;
     (if d < 0 { d + n } else { d }).clamp(0, n - 1) as usize
+}
+
+/// A `dim` argument for a tensor of `ndim` dims, normalized, or an error
+/// naming it (`what`) when it is out of range (`-ndim..ndim`).
+pub(super) fn checked_dim(d: i64, ndim: usize, what: &str, op: &str) -> Result<usize, LowerError> {
+    let n = ndim as i64;
+    match (-n..n).contains(&d) {
+        true => Ok(d.rem_euclid(n) as usize),
+        false => Err(invalid(
+            op,
+            format!("{what} {d} is out of range for a rank-{ndim} input; expected {} to {}", -n, n - 1),
+        )),
+    }
+}
+
+/// An int argument (`what`, for the error), `default` when it is None; a
+/// symbol is left to eager.
+pub(super) fn int_arg(arg: &Arg, default: i64, what: &str, op: &str) -> Result<i64, LowerError> {
+    match arg {
+        Arg::None => Ok(default),
+        Arg::Int(e) => e.as_const().ok_or_else(|| unsupported(op, format!("symbolic {what}"))),
+        other => Err(invalid(op, format!("{what} is {other}; expected an int"))),
+    }
+}
+
+/// An int list argument (`what`, for the error) as index expressions,
+/// symbols included (one int counts as a list of one).
+pub(super) fn expr_list(arg: &Arg, what: &str, op: &str) -> Result<Vec<Expr>, LowerError> {
+    let items = match arg {
+        Arg::List(items) => items.as_slice(),
+        one => std::slice::from_ref(one),
+    };
+    let bad = || invalid(op, format!("{what} is {arg}; expected a list of ints"));
+    items.iter().map(|a| a.as_expr().ok_or_else(bad)).collect()
+}
+
+/// The error for output metadata whose sizes `given` are not the
+/// `expected` ones that `why` (the arguments) give.
+pub(super) fn disagree(op: &str, given: &[Expr], why: String, expected: &[Expr]) -> LowerError {
+    invalid(op, format!("output has sizes {}; {why} give {}", shape(given), shape(expected)))
+}
+
+/// `what` (an output) has dtype `given`, the `expected` one of `source`.
+pub(super) fn check_dtype(op: &str, what: &str, given: DType, source: &str, expected: DType) -> Result<(), LowerError> {
+    match given == expected {
+        true => Ok(()),
+        false => Err(invalid(op, format!("{what} is {given}; expected {source}'s {expected}"))),
+    }
+}
+
+/// `what` (an index tensor) has an integer dtype.
+pub(super) fn check_index_dtype(op: &str, what: &str, dtype: DType) -> Result<(), LowerError> {
+    match dtype.is_int() {
+        true => Ok(()),
+        false => Err(invalid(op, format!("{what} is {dtype}; expected an integer dtype"))),
+    }
 }
 
 /// An int list argument (one int counts as a list of one).

@@ -39,7 +39,7 @@
 //! so those stay NCHW.
 
 use super::common::{acc_dtype, int_list, library};
-use crate::error::{invalid, unsupported, LowerError};
+use crate::error::{agree, invalid, shape, unsupported, LowerError};
 use crate::lazy::Lazy;
 use crate::lowerer::{Handled, Lowerer, Res};
 use rdyn_ir::graph::{Arg, Node, ValueId};
@@ -93,6 +93,7 @@ impl Lowerer<'_> {
     /// the model.
     fn channels_last_wins(&self, node: &Node) -> bool {
         let Some(conv) = self.conv2d(node) else { return false };
+        // No overflow: `lower.rs` refuses metadata of 2^63 elements or more.
         let numel = |sizes: &[Expr]| sizes.iter().try_fold(1i64, |n, s| Some(n * s.as_const()?));
         let (Some(x), Some(w)) = (numel(&conv.x_sizes), numel(&conv.w_sizes)) else { return false };
         let Some(out) = node.outputs.first() else { return false };
@@ -106,7 +107,7 @@ impl Lowerer<'_> {
             && conv.groups == 1
             && input_nchw
             && nchw(*out)
-            && 8 * w <= x
+            && w.saturating_mul(8) <= x
             && conv.x_sizes[1].as_const().is_some_and(|c| c >= 16)
     }
 
@@ -179,7 +180,40 @@ impl Lowerer<'_> {
         Ok(result)
     }
 
+    /// What rdyn's own kernels read of a 2-D convolution's metadata: a
+    /// weight with the input's channels per group, and an output of the
+    /// batch, the filters and, per spatial dim, `(n + 2p − d(k − 1) − 1) / s + 1`
+    /// (where known): an error naming what disagrees otherwise.
+    fn check_conv2d(&self, node: &Node) -> Result<(), LowerError> {
+        let op = node.target.as_str();
+        let Some(conv) = self.conv2d(node) else { return Ok(()) };
+        let (x, w) = (&conv.x_sizes, &conv.w_sizes);
+        let groups = conv.groups;
+        if let (Some(c), Some(per_group)) = (x[1].as_const(), w[1].as_const()) {
+            if groups < 1 || per_group.checked_mul(groups) != Some(c) {
+                let why = format!("the weight has {per_group} input channels per group, {groups} groups");
+                return Err(invalid(op, format!("{why}; expected the input's {c} channels in all")));
+            }
+        }
+        let (given, _) = self.out_meta(node)?;
+        let mut expected = vec![x[0].clone(), w[0].clone()];
+        for m in 0..2 {
+            expected.push(match (x[2 + m].as_const(), w[2 + m].as_const()) {
+                (Some(n), Some(k)) => Expr::c(conv_len(n, k, conv.stride[m], conv.padding[m], conv.dilation[m])),
+                _ => given.get(2 + m).cloned().unwrap_or_default(),
+            });
+        }
+        match agree(&given, &expected) {
+            true => Ok(()),
+            false => {
+                let why = format!("a weight of sizes {} over an input of sizes {}", shape(w), shape(x));
+                Err(invalid(op, format!("output has sizes {}; {why} gives {}", shape(&given), shape(&expected))))
+            }
+        }
+    }
+
     fn depthwise(&mut self, node: &Node, kind: ExternKind) -> Res {
+        self.check_conv2d(node)?;
         let (sizes, dtype) = self.out_meta(node)?;
         let x = self.tensor_arg(node, 0, "input")?;
         let w = self.tensor_arg(node, 1, "weight")?;
@@ -222,6 +256,7 @@ impl Lowerer<'_> {
     /// `patches[b, p, t] @ weightᵀ[t, o]`, read back through a transposed
     /// view (what follows a patch embedding wants the channels innermost).
     fn patch_gemm(&mut self, node: &Node, [kh, kw]: [i64; 2]) -> Res {
+        self.check_conv2d(node)?;
         let op = node.target.as_str();
         let (sizes, dtype) = self.out_meta(node)?;
         let x = self.tensor_arg(node, 0, "input")?;
@@ -288,6 +323,16 @@ impl Lowerer<'_> {
         let result = self.view(&product, sizes, &back);
         let result = self.add_channel_bias(node, result)?;
         Ok(Handled::Extern(vec![self.cast_lazy(result, dtype)]))
+    }
+}
+
+/// A convolution's output length along a dim of length `n` (ATen's
+/// formula, in int128); -1 (no length) past int64 or for a stride below 1.
+fn conv_len(n: i64, k: i64, s: i64, p: i64, d: i64) -> i64 {
+    let [n, k, s, p, d] = [n, k, s, p, d].map(i128::from);
+    match s >= 1 {
+        true => i64::try_from((n + 2 * p - d * (k - 1) - 1).div_euclid(s) + 1).unwrap_or(-1),
+        false => -1,
     }
 }
 

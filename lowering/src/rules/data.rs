@@ -12,9 +12,10 @@ use rdyn_ir::loops::BinaryOp;
 use rdyn_ir::op::Op;
 use rdyn_ir::{DType, Expr};
 
-use super::common::{int_list, native, norm_dim};
-use crate::error::{invalid, unsupported};
+use super::common::{checked_dim, disagree, int_arg, int_list, native};
+use crate::error::{agree, invalid, shape, unsupported, LowerError};
 use crate::lazy::vars;
+use crate::lazy::Lazy;
 use crate::lowerer::{Lowerer, Res, CAT_PIECE_LIMIT};
 
 /// `cat`: each piece a masked load where the index is in its range;
@@ -24,15 +25,30 @@ pub(super) fn cat(lw: &mut Lowerer<'_>, node: &Node) -> Res {
     let op = node.target.as_str();
     let list = node.arg(0, "tensors").as_list().ok_or_else(|| unsupported(op, "tensors"))?.to_vec();
     let n = sizes.len();
-    let d = norm_dim(node.arg(1, "dim").as_int().unwrap_or(0), n);
+    if n == 0 {
+        return Err(invalid(
+            op,
+            "the output is 0-dim; expected a rank of 1 or more (0-dim tensors do not concatenate)",
+        ));
+    }
+    let d = checked_dim(int_arg(node.arg(1, "dim"), 0, "dim", op)?, n, "dim", op)?;
     let mut parts = Vec::new();
-    for item in &list {
+    for (k, item) in list.iter().enumerate() {
         let Arg::Tensor(v) = item else {
             return Err(unsupported(op, "non-tensor in cat"));
         };
         let lazy = lw.value(*v, op)?;
         if lazy.ndim() == 1 && lazy.sizes[0].is_const(0) && n != 1 {
             continue; // legacy empty tensors are skipped
+        }
+        let mut expected = sizes.clone();
+        expected[d] = lazy.sizes.get(d).cloned().unwrap_or_else(Expr::zero);
+        if !agree(&lazy.sizes, &expected) {
+            let (given, output) = (shape(&lazy.sizes), shape(&sizes));
+            return Err(invalid(
+                op,
+                format!("tensor {k} has sizes {given}; the output's {output} need {}", shape(&expected)),
+            ));
         }
         let lazy = if lw.body_size(&lazy) > CAT_PIECE_LIMIT {
             let buf = lw.realize(&lazy, None);
@@ -42,6 +58,7 @@ pub(super) fn cat(lw: &mut Lowerer<'_>, node: &Node) -> Res {
         };
         parts.push(lazy);
     }
+    check_cat_length(op, &sizes, d, &parts)?;
     let mut start = Expr::zero();
     let var = Expr::v(d as u32);
     let mut pieces = Vec::new();
@@ -72,6 +89,20 @@ pub(super) fn cat(lw: &mut Lowerer<'_>, node: &Node) -> Res {
     native(sizes, acc, out)
 }
 
+/// The pieces of a `cat` along `d` add up to the output's length there,
+/// where all are known.
+fn check_cat_length(op: &str, sizes: &[Expr], d: usize, parts: &[Lazy]) -> Result<(), LowerError> {
+    let known: Option<Vec<i64>> = parts.iter().map(|p| p.sizes[d].as_const()).collect();
+    let (Some(known), Some(length)) = (known, sizes[d].as_const()) else { return Ok(()) };
+    match known.iter().try_fold(0i64, |total, n| total.checked_add(*n)) == Some(length) {
+        true => Ok(()),
+        false => Err(invalid(
+            op,
+            format!("the pieces' lengths {known:?} along dim {d} do not add up to the output's {length}"),
+        )),
+    }
+}
+
 /// `constant_pad_nd`: a masked load, `value` outside.
 pub(super) fn constant_pad(lw: &mut Lowerer<'_>, node: &Node) -> Res {
     let (sizes, out) = lw.out_meta(node)?;
@@ -83,12 +114,35 @@ pub(super) fn constant_pad(lw: &mut Lowerer<'_>, node: &Node) -> Res {
     let pad = node.arg(1, "pad").as_list().ok_or_else(|| unsupported(op, "pad is not a list"))?;
     let fill = node.arg(2, "value").as_float().unwrap_or(0.0);
     let n = x.ndim();
+    if pad.len() % 2 != 0 || pad.len() > 2 * n {
+        return Err(invalid(
+            op,
+            format!("{} pads for a rank-{n} input; expected two per dim, for up to {n} dims", pad.len()),
+        ));
+    }
+    // (left, right) per dim, from the last dim back.
+    let pairs: Vec<(Expr, Expr)> = pad
+        .chunks(2)
+        .map(|pair| match (pair[0].as_expr(), pair[1].as_expr()) {
+            (Some(left), Some(right)) => Ok((left, right)),
+            _ => Err(unsupported(op, "pad")),
+        })
+        .collect::<Result<_, _>>()?;
+    let mut expected = x.sizes.clone();
+    for (k, (left, right)) in pairs.iter().enumerate() {
+        let d = n - 1 - k;
+        expected[d] = padded(&x.sizes[d], left, right).unwrap_or_else(|| sizes.get(d).cloned().unwrap_or_default());
+    }
+    if !agree(&sizes, &expected) {
+        let pads: Vec<String> = pad.iter().map(Arg::to_string).collect();
+        let why = format!("pads [{}] of an input of sizes {}", pads.join(", "), shape(&x.sizes));
+        return Err(disagree(op, &sizes, why, &expected));
+    }
     let mut map = vars(n);
     let mut conds = Vec::new();
-    for (k, pair) in pad.chunks(2).enumerate().take(n) {
+    for (k, (left, _)) in pairs.iter().enumerate() {
         let d = n - 1 - k;
-        let left = pair[0].as_expr().ok_or_else(|| unsupported(op, "pad"))?;
-        map[d] = Expr::v(d as u32).sub(&left);
+        map[d] = Expr::v(d as u32).sub(left);
         conds.push((map[d].clone(), x.sizes[d].clone()));
     }
     let ctx = lw.ctx_for(&sizes);
@@ -104,6 +158,16 @@ pub(super) fn constant_pad(lw: &mut Lowerer<'_>, node: &Node) -> Res {
         }
     };
     native(sizes, value, out)
+}
+
+/// A dim of `size` padded by `left` and `right`, where all three are
+/// known: -1 (no size) where a negative pad removes more than the dim has
+/// (eager refuses it) or the sum overflows.
+fn padded(size: &Expr, left: &Expr, right: &Expr) -> Option<Expr> {
+    let (size, left, right) = (size.as_const()?, left.as_const()?, right.as_const()?);
+    let fits = left >= -size && right >= -size;
+    let total = size.checked_add(left).and_then(|n| n.checked_add(right)).filter(|_| fits);
+    Some(Expr::c(total.unwrap_or(-1)))
 }
 
 /// `iota` and `arange`: `start + i·step`, computed in float64 or int64.
@@ -141,11 +205,22 @@ pub(super) fn slice_scatter(lw: &mut Lowerer<'_>, node: &Node) -> Res {
     if n == 0 {
         return Err(unsupported(op, "0-dim input"));
     }
-    let d = norm_dim(node.arg(2, "dim").as_int().unwrap_or(0), n);
+    let d = checked_dim(int_arg(node.arg(2, "dim"), 0, "dim", op)?, n, "dim", op)?;
+    let src_rank = if node.op == Op::SelectScatter { n - 1 } else { n };
+    if x.ndim() != n || src.ndim() != src_rank {
+        let ranks = format!("self has rank {} and src rank {}", x.ndim(), src.ndim());
+        return Err(invalid(op, format!("{ranks}; expected {n} and {src_rank} for an output of rank {n}")));
+    }
+    if !agree(&sizes, &x.sizes) {
+        return Err(disagree(op, &sizes, "self's sizes".to_string(), &x.sizes));
+    }
     let size = x.sizes[d].as_const().ok_or_else(|| unsupported(op, "symbolic size"))?;
     let norm = |v: i64| if v < 0 { (v + size).max(0) } else { v.min(size) };
     let (start, end, step) = if node.op == Op::SelectScatter {
         let i = node.arg(3, "index").as_int().ok_or_else(|| unsupported(op, "index"))?;
+        if !(-size..size).contains(&i) {
+            return Err(invalid(op, format!("index {i} is out of range for dim {d} of size {size}")));
+        }
         let i = if i < 0 { i + size } else { i };
         (i, i + 1, 1)
     } else {
@@ -220,12 +295,24 @@ pub(super) fn roll(lw: &mut Lowerer<'_>, node: &Node) -> Res {
         return Err(unsupported(op, "roll without dims"));
     }
     let n = x.ndim();
+    if n == 0 {
+        return Err(unsupported(op, "a roll of a 0-dim tensor"));
+    }
     let ctx = lw.ctx_for(&sizes);
     let mut map = vars(n);
     for (shift, d) in shifts.iter().zip(dims) {
-        let d = norm_dim(d, n);
+        let d = checked_dim(d, n, "dim", op)?;
+        // Read modulo a known size, a shift is its remainder (the same
+        // index); only a shift along a symbolic or empty dim is kept whole.
+        let shift = match x.sizes[d].as_const() {
+            Some(size) if size > 0 => shift.rem_euclid(size),
+            _ if shift.unsigned_abs() > i32::MAX as u64 => {
+                return Err(unsupported(op, format!("shift {shift} along a dim of symbolic or no size")));
+            }
+            _ => *shift,
+        };
         map[d] =
-            Expr::v(d as u32).sub(&Expr::c(*shift)).add(&x.sizes[d].scale(shift.abs() + 1)).modulo(&x.sizes[d], &ctx);
+            Expr::v(d as u32).sub(&Expr::c(shift)).add(&x.sizes[d].scale(shift.abs() + 1)).modulo(&x.sizes[d], &ctx);
     }
     let value = lw.view(&x, sizes.clone(), &map).value;
     native(sizes, value, out)

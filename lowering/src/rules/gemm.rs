@@ -28,7 +28,7 @@
 //! the product.
 
 use super::common::{acc_dtype, library};
-use crate::error::{invalid, unsupported};
+use crate::error::{agree, invalid, shape, unsupported};
 use crate::lazy::Lazy;
 use crate::lowerer::{Handled, Lowerer, Res};
 use rdyn_ir::blas::split;
@@ -54,6 +54,10 @@ pub(super) fn gemm(lw: &mut Lowerer<'_>, node: &Node) -> Res {
             return library(lw, node);
         }
         return Err(unsupported(op, format!("GEMM of {} and {} into {out}", a.dtype, b.dtype)));
+    }
+    if !gemm_sizes(&a.sizes, &b.sizes).is_some_and(|expected| agree(&sizes, &expected)) {
+        let why = format!("operands of sizes {} and {}", shape(&a.sizes), shape(&b.sizes));
+        return Err(invalid(op, format!("output has sizes {}; expected the product of {why}", shape(&sizes))));
     }
     // Half precision multiplies in float32, as ATen does: float32
     // accumulation, one rounding of the result.
@@ -232,6 +236,16 @@ impl Lowerer<'_> {
             outputs: vec![out],
         }));
     }
+}
+
+/// The sizes of the product of matrices (or batches of them, 3-D) of
+/// sizes `a` and `b`, if they multiply (the same rank, and sizes that
+/// agree where known).
+fn gemm_sizes(a: &[Expr], b: &[Expr]) -> Option<Vec<Expr>> {
+    let r = a.len();
+    let fits =
+        (2..=3).contains(&r) && b.len() == r && agree(&a[r - 1..], &b[r - 2..r - 1]) && agree(&a[..r - 2], &b[..r - 2]);
+    fits.then(|| [&a[..r - 1], &b[r - 1..]].concat())
 }
 
 /// Whether a 2-D or 3-D layout's last two dims form a matrix cuBLAS reads

@@ -36,8 +36,8 @@ use rdyn_ir::loops::{BinaryOp, BufId, Buffer, Kernel, Negatives, ScalarId, Scala
 use rdyn_ir::op::Op;
 use rdyn_ir::{Ctx, DType, Expr};
 
-use super::common::{acc_dtype, native, norm_dim};
-use crate::error::{invalid, unsupported, LowerError};
+use super::common::{acc_dtype, check_dtype, check_index_dtype, checked_dim, disagree, int_arg, native, norm_dim};
+use crate::error::{agree, invalid, shape, unsupported, LowerError};
 use crate::lazy::{vars, Lazy};
 use crate::lowerer::{Handled, Lowerer, Res};
 
@@ -50,8 +50,25 @@ pub(super) fn gather(lw: &mut Lowerer<'_>, node: &Node) -> Res {
     if n == 0 {
         return Err(unsupported(op, "0-dim input"));
     }
-    let d = norm_dim(node.arg(1, "dim").as_int().unwrap_or(0), n);
+    let d = checked_dim(int_arg(node.arg(1, "dim"), 0, "dim", op)?, n, "dim", op)?;
     let idx = lw.tensor_arg(node, 2, "index")?;
+    check_index_dtype(op, "the index", idx.dtype)?;
+    // gather: the index's sizes (it has the input's rank); index_select:
+    // the input's, the index's length along `d` (a 1-D or 0-dim index).
+    let expected = match node.op {
+        Op::Gather if idx.ndim() == n => idx.sizes.clone(),
+        Op::Gather => return Err(invalid(op, format!("the index has rank {}; expected the input's {n}", idx.ndim()))),
+        _ if idx.ndim() <= 1 => {
+            let mut expected = x.sizes.clone();
+            expected[d] = idx.sizes.first().cloned().unwrap_or_else(|| Expr::c(1));
+            expected
+        }
+        _ => return Err(invalid(op, format!("the index has rank {}; expected 0 or 1", idx.ndim()))),
+    };
+    if !agree(&sizes, &expected) {
+        let why = format!("an index of sizes {} into an input of sizes {}", shape(&idx.sizes), shape(&x.sizes));
+        return Err(disagree(op, &sizes, why, &expected));
+    }
     let idx_value = if node.op == Op::Gather {
         idx.value
     } else {
@@ -66,9 +83,21 @@ pub(super) fn gather(lw: &mut Lowerer<'_>, node: &Node) -> Res {
 
 /// `embedding(weight, indices)`: rows of the weight.
 pub(super) fn embedding(lw: &mut Lowerer<'_>, node: &Node) -> Res {
+    let op = node.target.as_str();
     let (sizes, out) = lw.out_meta(node)?;
     let w = lw.tensor_arg(node, 0, "weight")?;
     let idx = lw.tensor_arg(node, 1, "indices")?;
+    if w.ndim() != 2 {
+        return Err(invalid(op, format!("the weight has rank {}; expected 2", w.ndim())));
+    }
+    check_index_dtype(op, "the index tensor", idx.dtype)?;
+    check_dtype(op, "the output", out, "the weight", w.dtype)?;
+    // A row of the weight per index.
+    let expected = [idx.sizes.as_slice(), &w.sizes[1..]].concat();
+    if !agree(&sizes, &expected) {
+        let why = format!("indices of sizes {} into a weight of sizes {}", shape(&idx.sizes), shape(&w.sizes));
+        return Err(disagree(op, &sizes, why, &expected));
+    }
     let k = idx.ndim() as u32;
     let value = lw.gather_load(&w, &[None, Some(Expr::v(k))], &[(0, idx.value)], &sizes, Negatives::Reject);
     native(sizes, value, out)
@@ -93,6 +122,9 @@ impl Lowerer<'_> {
     /// the output variables, or a data value (`indirect`) for gathered dims.
     /// Indices that are index expressions provably inside the tensor make
     /// this a view (fusable, no buffer); the rest are bounds-checked gathers.
+    /// Callers give one `index` entry per dim of `src` and `indirect` dims
+    /// among them (what they check of the node's ranks), so `src.sizes[d]`
+    /// and the strides of `src`'s buffer exist.
     pub(super) fn gather_load(
         &mut self,
         src: &Lazy,
@@ -221,15 +253,21 @@ impl Placement {
 
 /// The index tensors of an index or index_put: (dim, tensor) per tensor
 /// entry; None entries keep their dim whole.
-fn index_tensors(l: &Lowerer<'_>, node: &Node) -> Result<Vec<(usize, Lazy)>, LowerError> {
+/// At most one entry per dim of the `ndim`-dim tensor indexed.
+fn index_tensors(l: &Lowerer<'_>, node: &Node, ndim: usize) -> Result<Vec<(usize, Lazy)>, LowerError> {
     let op = node.target.as_str();
     let list = node.arg(1, "indices").as_list().ok_or_else(|| unsupported(op, "indices"))?;
+    if list.len() > ndim {
+        return Err(invalid(op, format!("{} indices for a rank-{ndim} input; expected at most {ndim}", list.len())));
+    }
     let mut indexed = Vec::new();
     for (d, item) in list.iter().enumerate() {
         if let Arg::Tensor(v) = item {
-            if matches!(l.graph.meta(*v).dtype, DType::Bool | DType::U8) {
+            let dtype = l.graph.meta(*v).dtype;
+            if matches!(dtype, DType::Bool | DType::U8) {
                 return Err(unsupported(op, "boolean mask index"));
             }
+            check_index_dtype(op, &format!("index {d}"), dtype)?;
             indexed.push((d, l.value(*v, op)?));
         }
     }
@@ -277,10 +315,17 @@ impl Lowerer<'_> {
     /// `x[i0, :, i2]`-style indexing with tensors (aten.index.Tensor).
     pub(super) fn advanced_index(&mut self, node: &Node, sizes: &[Expr]) -> Result<ScalarId, LowerError> {
         let x = self.tensor_arg(node, 0, "self")?;
-        let indexed = index_tensors(self, node)?;
-        let b_ndim = sizes.len() + indexed.len() - x.ndim();
+        let indexed = index_tensors(self, node, x.ndim())?;
         let dims: Vec<usize> = indexed.iter().map(|(d, _)| *d).collect();
-        let place = Placement::new(x.ndim(), &dims, b_ndim);
+        let b_expected = broadcast_sizes(&indexed);
+        let place = Placement::new(x.ndim(), &dims, b_expected.len());
+        let expected = place.sizes(&x.sizes, &b_expected);
+        if !agree(sizes, &expected) {
+            let why = format!("indices of {} dims into an input of sizes {}", b_expected.len(), shape(&x.sizes));
+            return Err(disagree(&node.target, sizes, why, &expected));
+        }
+        // The output's rank is `expected`'s: this is `b_expected.len()`.
+        let b_ndim = sizes.len() + indexed.len() - x.ndim();
         let b_sizes = sizes[place.b_start..place.b_start + b_ndim].to_vec();
         let index: Vec<Option<Expr>> = place.dims.iter().map(|p| p.map(|p| Expr::v(p as u32))).collect();
         let indirect = self.placed_indices(&indexed, &b_sizes, place.b_start, sizes);
@@ -400,7 +445,7 @@ impl Lowerer<'_> {
     /// of `x[indices]`; None entries (index_add's decomposition puts them
     /// before its dim) keep their dims whole.
     fn index_put_points(&mut self, node: &Node, sizes: &[Expr], buffer: &Buffer) -> Result<Points, LowerError> {
-        let indexed = index_tensors(self, node)?;
+        let indexed = index_tensors(self, node, sizes.len())?;
         let values = self.tensor_arg(node, 2, "values")?;
         let b_sizes = broadcast_sizes(&indexed);
         let dims: Vec<usize> = indexed.iter().map(|(d, _)| *d).collect();

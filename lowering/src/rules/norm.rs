@@ -14,7 +14,7 @@
 
 use super::common::acc_dtype;
 use super::reduce::Moments;
-use crate::error::{unsupported, LowerError};
+use crate::error::{agree, invalid, shape, unsupported, LowerError};
 use crate::lazy::Lazy;
 use crate::lowerer::{Handled, Lowerer, Res};
 use rdyn_ir::graph::{Arg, Node};
@@ -89,13 +89,27 @@ impl Lowerer<'_> {
     /// `eps_at`: the position of `eps` (6 in `_native_batch_norm_legit_no_training`,
     /// 7 in `native_batch_norm`, after `training`).
     fn batch_norm(&mut self, node: &Node, eps_at: usize) -> Res {
+        let op = node.target.as_str();
         let (sizes, out) = self.out_meta(node)?;
-        let x = self.operand(node.arg(0, "input"), &sizes, out, &node.target)?;
+        if sizes.len() < 2 {
+            return Err(invalid(
+                op,
+                format!("output has rank {}; expected 2 or more (dim 1 the channels)", sizes.len()),
+            ));
+        }
+        let x = self.operand(node.arg(0, "input"), &sizes, out, op)?;
         let eps = node.arg(eps_at, "eps").as_float().unwrap_or(1e-5);
         // Per-channel values over their own `[channels]` domain.
         let channel = |lw: &mut Self, arg: &Arg| -> Result<Option<ScalarId>, LowerError> {
             let Arg::Tensor(v) = arg else { return Ok(None) };
-            let lazy = lw.value(*v, &node.target)?;
+            let lazy = lw.value(*v, op)?;
+            if !agree(&lazy.sizes, &sizes[1..2]) {
+                let given = shape(&lazy.sizes);
+                return Err(invalid(
+                    op,
+                    format!("{v} has sizes {given}; expected one value per channel, {}", sizes[1]),
+                ));
+            }
             Ok(Some(lw.prog.scalars.cast(lazy.value, out)))
         };
         let weight = channel(self, node.arg(1, "weight"))?;
@@ -175,6 +189,13 @@ impl Lowerer<'_> {
     ) -> Result<Option<ScalarId>, LowerError> {
         let Arg::Tensor(v) = node.arg(pos, name) else { return Ok(None) };
         let lazy = self.value(*v, &node.target)?;
+        // The normalized shape: the output's last dims.
+        let tail = sizes.len().checked_sub(lazy.ndim()).map(|at| &sizes[at..]);
+        if !tail.is_some_and(|tail| agree(&lazy.sizes, tail)) {
+            let why =
+                format!("{name} has sizes {}; expected the last of the output's {}", shape(&lazy.sizes), shape(sizes));
+            return Err(invalid(&node.target, why));
+        }
         let b = self.broadcast_to(&lazy, sizes);
         Ok(Some(self.prog.scalars.cast(b.value, acc)))
     }

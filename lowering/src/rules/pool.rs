@@ -6,7 +6,7 @@
 //! exist and reach `h`, each adding `grad / count` with the forward's divisor.
 
 use super::common::int_list;
-use crate::error::{invalid, unsupported, LowerError};
+use crate::error::{agree, invalid, shape, unsupported, LowerError};
 use crate::lazy::Lazy;
 use crate::lowerer::{Handled, Lowerer, Res};
 use rdyn_ir::graph::Node;
@@ -27,6 +27,7 @@ pub(super) fn avg_pool(lw: &mut Lowerer<'_>, node: &Node) -> Res {
     }
     let lead = n - sp;
     let w = Window::parse(node, 1, sp)?;
+    w.check_output(op, &x.sizes, &sizes, lead)?;
     let (kernel, stride, pad) = (&w.kernel, &w.stride, &w.pad);
     // Window position k_m of output o_m reads input o_m·s_m − p_m + k_m.
     let mut ext = sizes.clone();
@@ -69,6 +70,7 @@ pub(super) fn avg_pool_backward(lw: &mut Lowerer<'_>, node: &Node) -> Res {
     }
     let lead = n - sp;
     let w = Window::parse(node, 2, sp)?;
+    w.check_output(op, &sizes, &g.sizes, lead)?;
     let mut ext = sizes.clone();
     ext.extend((0..sp).map(|m| Expr::c((w.kernel[m] + w.stride[m] - 1) / w.stride[m])));
     let ctx = lw.ctx_for(&ext);
@@ -159,6 +161,7 @@ struct Window {
     kernel: Vec<i64>,
     stride: Vec<i64>,
     pad: Vec<i64>,
+    ceil_mode: bool,
     count_include_pad: bool,
     divisor: Option<i64>,
 }
@@ -184,12 +187,55 @@ impl Window {
         if kernel.iter().chain(&stride).any(|&v| v <= 0) {
             return Err(invalid(op, "kernel_size and stride must be positive"));
         }
+        if let Some((p, k)) = pad.iter().zip(&kernel).find(|(p, k)| **p < 0 || **p > **k / 2) {
+            return Err(invalid(op, format!("padding {p} for a kernel of {k}; expected 0 to half the kernel")));
+        }
         Ok(Window {
+            ceil_mode: node.arg(first + 3, "ceil_mode").as_bool().unwrap_or(false),
             kernel,
             stride,
             pad,
             count_include_pad: node.arg(first + 4, "count_include_pad").as_bool().unwrap_or(true),
             divisor: node.arg(first + 5, "divisor_override").as_int(),
         })
+    }
+}
+
+impl Window {
+    /// The number of windows along spatial dim `m` of length `input`, as
+    /// ATen's `pooling_output_shape` counts them.
+    fn windows(&self, m: usize, input: i64) -> i64 {
+        let (k, s, p) = (i128::from(self.kernel[m]), i128::from(self.stride[m]), i128::from(self.pad[m]));
+        let span = i128::from(input) + 2 * p - k + if self.ceil_mode { s - 1 } else { 0 };
+        let mut out = span.div_euclid(s) + 1;
+        if self.ceil_mode && (out - 1) * s >= i128::from(input) + p {
+            out -= 1;
+        }
+        i64::try_from(out).unwrap_or(-1)
+    }
+
+    /// The pooled sizes `pooled` are those of `input` (`lead` dims before
+    /// the spatial ones) pooled by this window; and the window is one
+    /// rdyn's arithmetic holds.
+    fn check_output(&self, op: &str, input: &[Expr], pooled: &[Expr], lead: usize) -> Result<(), LowerError> {
+        let expected: Vec<Expr> = input
+            .iter()
+            .enumerate()
+            .map(|(d, size)| match (d.checked_sub(lead), size.as_const()) {
+                (Some(m), Some(n)) => Expr::c(self.windows(m, n)),
+                (Some(_), None) => pooled[d].clone(),
+                (None, _) => size.clone(),
+            })
+            .collect();
+        if !agree(pooled, &expected) {
+            let why = format!("this window over {} gives {}", shape(input), shape(&expected));
+            return Err(invalid(op, format!("pooled sizes {}; {why}", shape(pooled))));
+        }
+        // Past int32 (ATen's pooling kernels index in int32), the window
+        // arithmetic could overflow int64: eager's.
+        match self.kernel.iter().chain(&self.stride).all(|&v| v <= i64::from(i32::MAX)) {
+            true => Ok(()),
+            false => Err(unsupported(op, "a kernel or stride past 2^31")),
+        }
     }
 }

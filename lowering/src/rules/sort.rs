@@ -77,7 +77,9 @@ pub(super) fn sort(lw: &mut Lowerer<'_>, node: &Node) -> Res {
             (flag(key, false), SortSelect::All, true)
         }
         Op::Topk => (flag(node.arg(3, "largest"), true), SortSelect::Leading(int(node.arg(1, "k"), "k")?), true),
-        Op::Kthvalue => (false, SortSelect::Kth(int(node.arg(1, "k"), "k")? - 1), flag(node.arg(3, "keepdim"), false)),
+        Op::Kthvalue => {
+            (false, SortSelect::Kth(int(node.arg(1, "k"), "k")?.saturating_sub(1)), flag(node.arg(3, "keepdim"), false))
+        }
         // A whole-tensor median is 0-dim: the flattened dim goes.
         Op::Median => (false, SortSelect::Median, !whole && flag(node.arg(2, "keepdim"), false)),
         _ => (false, SortSelect::NanMedian, !whole && flag(node.arg(2, "keepdim"), false)),
