@@ -315,21 +315,32 @@ const ROW_CALL_MIN: i64 = 128;
 /// stage, move last the dim of at least [`NARROW_TILE`] points whose accesses
 /// step least (the sum of its coefficients over every load and store, a
 /// non-affine one counting as far apart): the lanes then walk memory nearly
-/// contiguously. The outer points of a pointwise kernel are independent, so
-/// any order is the same kernel.
+/// contiguously. A wide last dim some access divides (`i // 2`, `i % 2` of
+/// an interleave of odd length, which no split makes affine) moves too, for
+/// a wide dim every access walks affinely: lanes along a divided dim compute
+/// their indices one by one (interpreted: 290 ns a point for a rotary
+/// backward), while along an affine one the divided parts are the same on
+/// every lane and computed once per call. The outer points of a pointwise
+/// kernel are independent, so any order is the same kernel.
 fn widest_tile_last(groups: &mut [Vec<usize>], outer: &[i64], exprs: &[Expr], compiled: bool) {
     let size = |g: &[usize]| g.iter().map(|k| outer[*k]).product::<i64>();
+    // Whether some access is not affine along the group (`i // 2`, `i % 2`
+    // of an interleave whose odd length no split divides).
+    let divided = |g: &[usize]| g.last().is_none_or(|&c| exprs.iter().any(|e| e.linear_coef(Var(c as u32)).is_none()));
     let Some(last) = groups.last() else { return };
     let rows = groups.len().checked_sub(2).map_or(1, |g| size(&groups[g]));
-    if size(last) >= NARROW_TILE || (compiled && size(last) * rows >= ROW_CALL_MIN) {
+    let wide = size(last) >= NARROW_TILE || (compiled && size(last) * rows >= ROW_CALL_MIN);
+    let last_divided = divided(last);
+    if wide && !last_divided {
         return;
     }
     let cost = |g: &[usize]| -> i64 {
         let Some(&carrier) = g.last() else { return i64::MAX };
         exprs.iter().map(|e| e.linear_coef(Var(carrier as u32)).map_or(1 << 20, |c| c.abs())).sum()
     };
+    // A wide last dim moves only for one every access walks affinely.
     let best = (0..groups.len())
-        .filter(|&g| size(&groups[g]) >= NARROW_TILE)
+        .filter(|&g| size(&groups[g]) >= NARROW_TILE && !(wide && divided(&groups[g])))
         .min_by_key(|&g| (cost(&groups[g]), -size(&groups[g])));
     if let Some(g) = best {
         groups[g..].rotate_left(1);

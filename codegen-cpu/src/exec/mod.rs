@@ -512,7 +512,9 @@ fn eval(stage: &StagePlan, s: usize, tile_var: usize, len: usize, mem: &Memory, 
 
 /// A pointwise stage's tile: evaluated and stored.
 fn eval_store(stage: &StagePlan, s: usize, tile_var: usize, len: usize, mem: &Memory, sc: &mut Scratch) {
-    let stores = |j: &&JitStage| matches!(j.output, Output::Store(_) | Output::StoreMask(_)) && j.walks(tile_var);
+    let stores = |j: &&JitStage| {
+        matches!(j.output, Output::Store(_) | Output::StoreMask(_) | Output::StoreLong(_)) && j.walks(tile_var)
+    };
     if let Some(jit) = stage.jit.as_ref().filter(stores) {
         let out = f32_output(stage, mem, &sc.env);
         // SAFETY: the output lanes are this tile's elements of the stage's
@@ -521,11 +523,17 @@ fn eval_store(stage: &StagePlan, s: usize, tile_var: usize, len: usize, mem: &Me
         return;
     }
     eval(stage, s, tile_var, len, mem, sc);
-    if stage.jit.as_ref().is_some_and(|j| j.output == Output::Value && j.walks(tile_var))
-        && !stage.store_indirect.is_empty()
-    {
-        indirect::row_scatter(stage, s, tile_var, len, mem, sc);
-        return;
+    let scatter = stage.jit.as_ref().filter(|j| j.output == Output::Value && j.walks(tile_var));
+    if let Some(jit) = scatter.filter(|_| !stage.store_indirect.is_empty()) {
+        if jit.scatter_rows.is_empty() {
+            indirect::row_scatter(stage, s, tile_var, len, mem, sc);
+            return;
+        }
+        // Row ids that differ from lane to lane: read and checked over the
+        // tile, then the interpreter's store, lane by lane.
+        for &k in &jit.scatter_rows {
+            exec_inst(&stage.insts[k], s, tile_var, len, mem, sc);
+        }
     }
     store(stage, s, tile_var, len, stage.value, mem, sc);
 }
@@ -558,7 +566,9 @@ fn jit_accumulate(
     let written = match jit.output {
         Output::Fold(_) => FOLD_LANES,
         Output::Accumulate(_) => len,
-        Output::Value | Output::Store(_) | Output::StoreMask(_) | Output::FoldStore(_) => return false,
+        Output::Value | Output::Store(_) | Output::StoreMask(_) | Output::StoreLong(_) | Output::FoldStore(_) => {
+            return false
+        }
     };
     let out = match &mut sc.acc {
         Tile::F32(acc) if acc.len() >= written => acc.as_mut_ptr(),

@@ -14,9 +14,10 @@
 use cranelift_codegen::ir::condcodes::IntCC;
 use rdyn_ir::loops::{BinaryOp, UnaryOp};
 use rdyn_ir::ops::Jit;
-use rdyn_ir::{DType, Kind};
+use rdyn_ir::{Ctx, DType, Kind};
 
 use super::gather::{self, GatherPart};
+use super::int::{self, Range};
 use super::stage::JitLoad;
 use crate::plan::{IndexFn, InstOp, Reg, StagePlan};
 use crate::tile::TILE;
@@ -61,6 +62,9 @@ pub(super) struct Analysis {
     /// Per instruction: a gathered load's lane-varying indirect parts
     /// (empty for anything else).
     pub gathers: Vec<Vec<GatherPart>>,
+    /// Per instruction: a [`Class::Int`] value's bounds over the kernel's
+    /// ranges (`None`: unknown, as a hash's; see [`super::int`]).
+    pub range: Vec<Option<Range>>,
     pub value: Def,
 }
 
@@ -71,6 +75,12 @@ impl Analysis {
             Def::Inst(i) => self.class[i] == Class::Mask,
             Def::Const(_) => false,
         }
+    }
+
+    /// Whether the stage's value is an integer ([`Class::Int`]), stored
+    /// to its int64 output.
+    pub fn value_is_int(&self) -> bool {
+        matches!(self.value, Def::Inst(i) if matches!(self.class[i], Class::Int | Class::Long))
     }
 
     /// Whether a load gathers lane-varying rows (the function then has an
@@ -85,7 +95,7 @@ impl Analysis {
     }
 }
 
-fn operand_regs(op: &InstOp) -> Vec<Reg> {
+pub(super) fn operand_regs(op: &InstOp) -> Vec<Reg> {
     match op {
         InstOp::Load { mask: Some(m), .. } => vec![*m],
         InstOp::Unary(_, x) => vec![*x],
@@ -96,7 +106,22 @@ fn operand_regs(op: &InstOp) -> Vec<Reg> {
     }
 }
 
-fn analyse(stage: &StagePlan, tile_var: Option<usize>, extents: &[i64], pre_index: bool) -> Option<Analysis> {
+/// How [`analyse`] reads what is the same on every lane and int64 loads.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Try {
+    /// Indices as compiled lanes; int64 loads as [`Class::Long`] only when
+    /// compared, else executor-computed when invariant.
+    Plain,
+    /// Invariant indices executor-computed too (a gather's row computed
+    /// from positions).
+    PreIndex,
+    /// Every plain int64 load as [`Class::Long`], for int64 arithmetic
+    /// (a position id's difference, a step counter's increment).
+    LongArith,
+}
+
+fn analyse(stage: &StagePlan, tile_var: Option<usize>, extents: &[i64], how: Try) -> Option<Analysis> {
+    let pre_index = how == Try::PreIndex;
     let mut current: Vec<Option<Def>> = vec![None; stage.regs.len()];
     // `None`: a float64 constant, which no compiled instruction may use.
     let mut const_class = vec![None; stage.regs.len()];
@@ -116,6 +141,7 @@ fn analyse(stage: &StagePlan, tile_var: Option<usize>, extents: &[i64], pre_inde
         step: vec![0; n],
         call: vec![None; n],
         gathers: vec![Vec::new(); n],
+        range: Vec::with_capacity(n),
         value: Def::Const(0),
     };
     let class_of = |a: &Analysis, d: Def| match d {
@@ -134,13 +160,27 @@ fn analyse(stage: &StagePlan, tile_var: Option<usize>, extents: &[i64], pre_inde
         let float_inst = inst.kind == Kind::F32 && inst.narrow.is_none();
         let mask_inst = inst.kind == Kind::I64 && matches!(inst.narrow, None | Some(DType::Bool));
         let is_pre = |r: &Reg| matches!(current[*r as usize], Some(Def::Inst(j)) if a.class[j] == Class::Pre);
-        let long = long_load(&inst.op) && compared(stage, i);
+        let long = long_load(&inst.op) && (compared(stage, i) || how == Try::LongArith);
         if a.invariant[i] && inst.kind == Kind::I64 && !long && pre_inst(stage, &inst.op, &is_pre, pre_index) {
             a.operands.push(ops);
+            a.range.push(None);
             a.class.push(Class::Pre);
             current[inst.dst as usize] = Some(Def::Inst(i));
             continue;
         }
+        let mut range = None;
+        let int_result = (inst.kind == Kind::I64 && inst.narrow.is_none())
+            .then(|| {
+                let ranges: Vec<Option<Range>> = ops.iter().map(|d| int::operand_range(stage, &a, *d)).collect();
+                // A select's condition is a mask, not a number.
+                let cond_ok = !matches!(inst.op, InstOp::Where(..)) || cls.first() == Some(&Class::Mask);
+                let ranges: Vec<Option<Range>> = match inst.op {
+                    InstOp::Where(..) => [None].into_iter().chain(ranges.into_iter().skip(1)).collect(),
+                    _ => ranges,
+                };
+                cond_ok.then(|| int::result_range(stage, &inst.op, &ranges)).flatten()
+            })
+            .flatten();
         let class = match &inst.op {
             InstOp::Load { index, indirect, mask, dtype, .. } => {
                 // A masked load: float32, its mask a compiled one.
@@ -190,6 +230,7 @@ fn analyse(stage: &StagePlan, tile_var: Option<usize>, extents: &[i64], pre_inde
                     return None;
                 }
                 a.step[i] = step;
+                range = int::index_range(index, extents);
                 Class::Int
             }
             InstOp::Binary(op, x, y)
@@ -206,6 +247,24 @@ fn analyse(stage: &StagePlan, tile_var: Option<usize>, extents: &[i64], pre_inde
                         if a.class[j] == Class::Row && gather::bounded_row(stage, i, j).is_some()) =>
             {
                 Class::Row
+            }
+            // Integer arithmetic on index lanes, while it stays in 32 bits.
+            InstOp::Binary(..) | InstOp::Unary(..) | InstOp::Where(..) if int_result.is_some() => {
+                range = int_result;
+                Class::Int
+            }
+            // int64 arithmetic with a loaded int64 side.
+            _ if inst.kind == Kind::I64
+                && inst.narrow.is_none()
+                && cls.contains(&Class::Long)
+                && long_arith(stage, &a, &inst.op, &ops) =>
+            {
+                Class::Long
+            }
+            // A mask as the integer 0 or 1.
+            InstOp::Cast { from: Kind::I64, to: DType::I64, .. } if inst.kind == Kind::I64 && cls == [Class::Mask] => {
+                range = Some((0, 1));
+                Class::Int
             }
             InstOp::ConstF(_) if float_inst => Class::Float,
             InstOp::ConstI(_) if mask_inst => Class::Mask,
@@ -234,6 +293,7 @@ fn analyse(stage: &StagePlan, tile_var: Option<usize>, extents: &[i64], pre_inde
         }
         a.operands.push(ops);
         a.class.push(class);
+        a.range.push(range);
         current[inst.dst as usize] = Some(Def::Inst(i));
     }
     a.value = current[stage.value as usize]?;
@@ -253,7 +313,9 @@ fn analyse(stage: &StagePlan, tile_var: Option<usize>, extents: &[i64], pre_inde
     // value stays the interpreter's (its fill needs no loop).
     let mask =
         stage.value_kind == Kind::I64 && matches!(a.value, Def::Inst(_)) && class_of(&a, a.value) == Some(Class::Mask);
-    (float || mask).then_some(a)
+    // An integer value (a pool's argmax index), stored as int64.
+    let int = stage.value_kind == Kind::I64 && a.value_is_int();
+    (float || mask || int).then_some(a)
 }
 
 /// A load's lane-varying indirect parts: each must be a checked row id
@@ -306,6 +368,25 @@ fn pre_inst(stage: &StagePlan, op: &InstOp, is_pre: &dyn Fn(&Reg) -> bool, pre_i
     }
 }
 
+/// Whether `op` is int64 arithmetic the JIT runs on [`Class::Long`] lanes:
+/// add, subtract, multiply, min, max, negate, or a select by a mask, each
+/// operand a compiled int64 value, a 32-bit index (sign-extended) or an
+/// integer constant.
+fn long_arith(stage: &StagePlan, a: &Analysis, op: &InstOp, ops: &[Def]) -> bool {
+    let side = |d: &Def| match d {
+        Def::Inst(i) => a.class[*i] == Class::Long || (a.class[*i] == Class::Int && a.range[*i].is_some()),
+        Def::Const(r) => int_const(stage, *r).is_some(),
+    };
+    match op {
+        InstOp::Binary(BinaryOp::Add | BinaryOp::Sub | BinaryOp::Mul | BinaryOp::Max | BinaryOp::Min, ..)
+        | InstOp::Unary(UnaryOp::Neg, _) => ops.iter().all(side),
+        InstOp::Where(..) => {
+            matches!(ops.first(), Some(Def::Inst(c)) if a.class[*c] == Class::Mask) && ops[1..].iter().all(side)
+        }
+        _ => false,
+    }
+}
+
 /// A plain int64 load (no mask, no indirect part), which compiles as
 /// [`Class::Long`] when it is compared.
 fn long_load(op: &InstOp) -> bool {
@@ -340,19 +421,22 @@ fn pre_register(stage: &StagePlan, a: &Analysis, r: Reg) -> bool {
 pub(super) struct Supported {
     pub analysis: Analysis,
     pub loads: Vec<JitLoad>,
+    /// See `JitStage::scatter_rows`.
+    pub scatter_rows: Vec<usize>,
 }
 
 pub(super) fn supported(stage: &StagePlan, tile_var: Option<usize>, extents: &[i64]) -> Option<Supported> {
     // An invariant index stays a compiled lane value where it can (a causal
     // mask compares it with a varying one); only a stage that does not
     // compile so tries it as the executor's (feeding a gather's row).
-    let analysis = analyse(stage, tile_var, extents, false).or_else(|| analyse(stage, tile_var, extents, true))?;
+    let analysis = [Try::Plain, Try::PreIndex, Try::LongArith]
+        .into_iter()
+        .find_map(|how| analyse(stage, tile_var, extents, how))?;
     // A scatter's store stays with the executor (its value is the compiled
-    // function's output): its indirect index must be the same on every
-    // lane, an executor-computed instruction (an `index_add`'s row).
-    if !stage.store_indirect.iter().all(|(r, _)| pre_register(stage, &analysis, *r)) {
-        return None;
-    }
+    // function's output): its indirect index is the same on every lane, an
+    // executor-computed instruction (an `index_add`'s row), or a checked row
+    // id the executor reads after the call (a max pool's backward).
+    let scatter_rows = scatter_rows(stage, &analysis)?;
     let loads = stage
         .insts
         .iter()
@@ -380,16 +464,46 @@ pub(super) fn supported(stage: &StagePlan, tile_var: Option<usize>, extents: &[i
             }
         })
         .collect();
-    Some(Supported { analysis, loads })
+    Some(Supported { analysis, loads, scatter_rows })
 }
 
-/// Whether an affine index stays within 32 bits over `extents` (with room
-/// for a tile's lanes), as compiled integer lanes hold it.
-fn fits_i32(index: &IndexFn, extents: &[i64]) -> bool {
-    if !index.is_affine() {
-        return false;
+/// The instructions that compute a scatter's lane-varying row ids (each a
+/// [`Class::Row`] load and its bounds check, which nothing compiled reads),
+/// for the executor to run over the tile after the call; `None` when some
+/// indirect part of the store is neither that nor executor-computed.
+fn scatter_rows(stage: &StagePlan, a: &Analysis) -> Option<Vec<usize>> {
+    let mut rows = Vec::new();
+    for (r, _) in &stage.store_indirect {
+        if pre_register(stage, a, *r) {
+            continue;
+        }
+        let check = stage.insts.iter().rposition(|inst| inst.dst == *r)?;
+        let InstOp::Bounded { src, .. } = &stage.insts[check].op else { return None };
+        let load = stage.insts[..check].iter().rposition(|inst| inst.dst == *src)?;
+        if a.class[check] != Class::Row || a.class[load] != Class::Row {
+            return None;
+        }
+        rows.extend([load, check]);
     }
+    // Run after the call, they must not overwrite the value it leaves.
+    if rows.iter().any(|&k| stage.insts[k].dst == stage.value) {
+        return None;
+    }
+    rows.sort_unstable();
+    rows.dedup();
+    Some(rows)
+}
+
+/// Whether an index stays within 32 bits over `extents` (with room for a
+/// tile's lanes), as compiled integer lanes hold it. Its non-affine part
+/// (`i // 2`, `i % 2`) must not vary along the tile (the caller checks
+/// that it has a step): the executor passes its value at the first lane.
+fn fits_i32(index: &IndexFn, extents: &[i64]) -> bool {
     let mut bound = index.c0.unsigned_abs();
+    if let Some(rest) = &index.rest {
+        let Some((lo, hi)) = rest.bounds(&Ctx::with_extents(extents)) else { return false };
+        bound = bound.saturating_add(lo.unsigned_abs().max(hi.unsigned_abs()));
+    }
     for (v, c) in &index.coefs {
         let Some(n) = extents.get(*v as usize) else { return false };
         bound = bound.saturating_add(c.unsigned_abs().saturating_mul(n.unsigned_abs() + TILE as u64));

@@ -16,7 +16,7 @@ use std::collections::HashMap;
 use cranelift_codegen::ir::condcodes::FloatCC;
 use cranelift_codegen::ir::{types, InstBuilder, MemFlagsData, Opcode, Type, Value, ValueDef};
 use cranelift_frontend::FunctionBuilder;
-use rdyn_ir::loops::{BinaryOp, UnaryOp};
+use rdyn_ir::loops::{BinaryOp, ReduceOp, UnaryOp};
 use rdyn_ir::random::{FMIX, GOLDEN};
 
 /// Zero words after a stage's constants in its table: a load whose mask is
@@ -324,4 +324,32 @@ pub(super) fn binary(em: &mut Em, op: BinaryOp, x: Value, y: Value) -> Value {
     };
     let m = em.cmp(cc, x, y);
     em.one_if(m)
+}
+
+/// Whether a fold's first loop tracks NaNs apart from its accumulators.
+pub(super) fn tracks_nan(op: ReduceOp) -> bool {
+    matches!(op, ReduceOp::Max | ReduceOp::Min)
+}
+
+/// `x` if strictly better than `acc`, else `acc` (also when either is NaN):
+/// one maxps/minps in the vector loops.
+pub(super) fn best(em: &mut Em, op: ReduceOp, acc: Value, x: Value) -> Value {
+    let better =
+        if op == ReduceOp::Max { em.cmp(FloatCC::LessThan, acc, x) } else { em.cmp(FloatCC::LessThan, x, acc) };
+    em.sel(better, x, acc)
+}
+
+/// The interpreter's lane combine `acc ⊕ x` (max/min keep `acc` on ties
+/// and propagate NaN; which NaN, when both are, is unspecified).
+pub(super) fn combine(em: &mut Em, op: ReduceOp, acc: Value, x: Value) -> Value {
+    match op {
+        ReduceOp::Prod => em.mul(acc, x),
+        ReduceOp::Max | ReduceOp::Min => {
+            let r = best(em, op, acc, x);
+            let x_nan = em.is_nan(x);
+            em.sel(x_nan, x, r)
+        }
+        // `Sum` (`output` accumulates nothing else).
+        _ => em.add(acc, x),
+    }
 }

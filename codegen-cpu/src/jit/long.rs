@@ -7,13 +7,22 @@
 //! This is what attention masks built from position ids need (GPT-2's
 //! `cumsum`-derived ids compared with each other): the interpreter spent
 //! ~5 ns per element there.
+//!
+//! int64 arithmetic runs on the same halves (add, subtract, multiply, min,
+//! max, negate, select by a mask widened to 64-bit lanes), exact as the
+//! interpreter's wrapping int64, when a stage does not compile otherwise
+//! (`analysis.rs`'s `Try::LongArith`): a position id's difference compared
+//! with 1, a step counter's increment. Such a value may be the stage's
+//! int64 output.
 
 use cranelift_codegen::ir::condcodes::IntCC;
 use cranelift_codegen::ir::{types, Endianness, InstBuilder, MemFlagsData, Value};
 
+use rdyn_ir::loops::{BinaryOp, UnaryOp};
+
 use super::analysis::{int_const, Analysis, Class, Def};
 use super::emit::Em;
-use crate::plan::{Reg, StagePlan};
+use crate::plan::{InstOp, Reg, StagePlan};
 
 /// One int64 value at the builder's width: a scalar `I64`, or four lanes
 /// as two `I64X2` halves.
@@ -101,4 +110,79 @@ pub(super) fn compare_long(em: &mut Em, cc: IntCC, x: Long, y: Long) -> Result<V
     let order = em.b.func.dfg.immediates.push(order.as_slice().into());
     let bytes = em.b.ins().shuffle(lo, hi, order);
     Ok(em.b.ins().bitcast(types::I32X4, le, bytes))
+}
+
+/// An operand of int64 arithmetic: a lane mask (a select's condition) or an
+/// int64 value.
+pub(super) enum Side {
+    Mask(Value),
+    Long(Long),
+}
+
+/// int64 instruction `op` over `sides` (in operand order).
+pub(super) fn arith(em: &mut Em, op: &InstOp, sides: &[Side]) -> Result<Long, String> {
+    let long = |k: usize| match sides.get(k) {
+        Some(Side::Long(l)) => Ok(*l),
+        _ => Err("int64 operand missing".to_string()),
+    };
+    let halves = |em: &mut Em, x: Long, f: &dyn Fn(&mut Em, Value) -> Value| Long {
+        lo: f(em, x.lo),
+        hi: x.hi.map(|h| f(em, h)),
+    };
+    match op {
+        InstOp::Binary(op, ..) => {
+            let (x, y) = (long(0)?, long(1)?);
+            let f = |em: &mut Em, p: Value, q: Value| -> Result<Value, String> {
+                Ok(match op {
+                    BinaryOp::Add => em.b.ins().iadd(p, q),
+                    BinaryOp::Sub => em.b.ins().isub(p, q),
+                    BinaryOp::Mul => em.b.ins().imul(p, q),
+                    BinaryOp::Max => em.b.ins().smax(p, q),
+                    BinaryOp::Min => em.b.ins().smin(p, q),
+                    _ => return Err("int64 op without a lane form".into()),
+                })
+            };
+            let lo = f(em, x.lo, y.lo)?;
+            let hi = match (x.hi, y.hi) {
+                (Some(p), Some(q)) => Some(f(em, p, q)?),
+                _ => None,
+            };
+            Ok(Long { lo, hi })
+        }
+        InstOp::Unary(UnaryOp::Neg, _) => Ok(halves(em, long(0)?, &|em, v| em.b.ins().ineg(v))),
+        InstOp::Where(..) => {
+            let Some(Side::Mask(m)) = sides.first() else { return Err("select without its mask".into()) };
+            let (x, y) = (long(1)?, long(2)?);
+            if let (Some(xh), Some(yh)) = (x.hi, y.hi) {
+                let (ml, mh) = (em.b.ins().swiden_low(*m), em.b.ins().swiden_high(*m));
+                let lo = em.b.ins().bitselect(ml, x.lo, y.lo);
+                let hi = em.b.ins().bitselect(mh, xh, yh);
+                return Ok(Long { lo, hi: Some(hi) });
+            }
+            let m = em.b.ins().sextend(types::I64, *m);
+            let t = em.b.ins().band(x.lo, m);
+            let f = em.b.ins().band_not(y.lo, m);
+            Ok(Long { lo: em.b.ins().bor(t, f), hi: None })
+        }
+        _ => Err("not an int64 instruction".into()),
+    }
+}
+
+/// Store one group's int64 lanes, `step` elements apart; `p` is the output
+/// at the iteration's first lane, `off` the group's byte offset from it.
+pub(super) fn store_long(em: &mut Em, p: Value, off: i64, step: i64, v: Long) {
+    let flags = MemFlagsData::new().with_notrap();
+    let Some(hi) = v.hi else {
+        em.b.ins().store(flags, v.lo, p, off as i32);
+        return;
+    };
+    if step == 1 {
+        em.b.ins().store(flags, v.lo, p, off as i32);
+        em.b.ins().store(flags, hi, p, (off + 16) as i32);
+        return;
+    }
+    for (l, (half, lane)) in [(v.lo, 0u8), (v.lo, 1), (hi, 0), (hi, 1)].into_iter().enumerate() {
+        let x = em.b.ins().extractlane(half, lane);
+        em.b.ins().store(flags, x, p, (off + 8 * step * l as i64) as i32);
+    }
 }

@@ -22,9 +22,10 @@ use rdyn_ir::loops::{BinaryOp, ReduceOp};
 use rdyn_ir::{DType, Kind};
 
 use super::analysis::{int_cc, int_const, Analysis, Class, Def, Supported};
-use super::emit::{binary, unary, Em, Pool, UNIFORM_MASK_MAX_STEP, ZERO_BLOCK};
+use super::emit::{best, binary, combine, tracks_nan, unary, Em, Pool, UNIFORM_MASK_MAX_STEP, ZERO_BLOCK};
 use super::gather;
-use super::long::{compare_long, load_long, long_operand, splat_long, Long};
+use super::int;
+use super::long::{arith, compare_long, load_long, long_operand, splat_long, store_long, Long, Side};
 use super::memory::{load, masked_load, store_value, uniform_masked_load};
 use super::phases::Phases;
 use super::stage::Output;
@@ -70,11 +71,15 @@ pub(super) fn compile_stage(
     name: &str,
 ) -> Result<(FuncId, Vec<u32>), String> {
     let out_step = match output {
-        Output::Store(step) | Output::StoreMask(step) => step,
+        Output::Store(step) | Output::StoreMask(step) | Output::StoreLong(step) => step,
         Output::Value | Output::Accumulate(_) | Output::Fold(_) | Output::FoldStore(_) => 1,
     };
     // Bytes per output element: a mask is stored as bytes.
-    let out_size = if matches!(output, Output::StoreMask(_)) { 1 } else { 4 };
+    let out_size = match output {
+        Output::StoreMask(_) => 1,
+        Output::StoreLong(_) => 8,
+        _ => 4,
+    };
     let a = &supported.analysis;
     let ptr = types::I64;
     let mut ctx = module.make_context();
@@ -326,7 +331,16 @@ pub(super) fn compile_stage(
                             let r = combine(&mut em, op, old, v);
                             em.b.ins().store(MemFlagsData::trusted(), r, p, 0);
                         }
-                        _ => store_value(&mut em, output, out_row, 4 * out_size * g as i64 * out_step, out_step, v),
+                        _ => {
+                            let off = 4 * out_size * g as i64 * out_step;
+                            match a.value {
+                                Def::Inst(d) if a.class[d] == Class::Long => {
+                                    let long = env.longs[d].ok_or("int64 value undefined")?;
+                                    store_long(&mut em, out_row, off, out_step, long)
+                                }
+                                _ => store_value(&mut em, output, out_row, off, out_step, v),
+                            }
+                        }
                     }
                 }
             }
@@ -602,10 +616,33 @@ fn emit_long(
     addr: Option<Value>,
 ) -> Result<bool, String> {
     let mut em = Em { b, wide, pool };
-    if a.class[k] == Class::Long {
+    if a.class[k] == Class::Long && matches!(stage.insts[k].op, InstOp::Load { .. }) {
         let addr = addr.ok_or("load without address")?;
         for (g, env) in envs.iter_mut().enumerate() {
             let long = load_long(&mut em, addr, g as i64, a.step[k]);
+            env.insts[k] = Some(long.lo);
+            env.longs[k] = Some(long);
+        }
+        return Ok(true);
+    }
+    if a.class[k] == Class::Long {
+        // int64 arithmetic (`long::arith`).
+        for env in envs.iter_mut() {
+            let mut sides = Vec::new();
+            for (reg, d) in super::analysis::operand_regs(&stage.insts[k].op).into_iter().zip(&a.operands[k]) {
+                let value = env.get(*d).ok_or("operand undefined")?;
+                let long = match d {
+                    Def::Inst(i) => env.longs[*i],
+                    Def::Const(_) => None,
+                };
+                let is_mask = matches!(d, Def::Inst(i) if a.class[*i] == Class::Mask);
+                sides.push(if is_mask {
+                    Side::Mask(value)
+                } else {
+                    Side::Long(long_operand(&mut em, stage, a, reg, *d, value, long)?)
+                });
+            }
+            let long = arith(&mut em, &stage.insts[k].op, &sides)?;
             env.insts[k] = Some(long.lo);
             env.longs[k] = Some(long);
         }
@@ -640,6 +677,10 @@ fn inst_value(
     group: i64,
 ) -> Result<Value, String> {
     let inst = &stage.insts[k];
+    let arithmetic = matches!(inst.op, InstOp::Binary(..) | InstOp::Unary(..) | InstOp::Where(..));
+    if a.class[k] == Class::Int && arithmetic && !matches!(inst.op, InstOp::Binary(BinaryOp::HashMix, ..)) {
+        return int::emit(em, stage, &inst.op, ops);
+    }
     Ok(match &inst.op {
         InstOp::Binary(BinaryOp::HashMix, ..) => em.hash_mix(ops[0], ops[1]),
         InstOp::Load { dtype, mask: Some(_), .. } if *dtype == DType::F32 => {
@@ -721,6 +762,12 @@ fn inst_value(
         InstOp::Cast { from: Kind::I64, to: DType::F32, .. } => em.one_if(ops[0]),
         InstOp::Cast { from: Kind::F32, to: DType::Bool, .. } => em.truthy(ops[0]),
         InstOp::Cast { from: Kind::F32, to: DType::BF16, .. } => em.round_bf16(ops[0]),
+        // A mask (all ones or zero) as the integer 1 or 0.
+        InstOp::Cast { from: Kind::I64, to: DType::I64, .. } if a.class[k] == Class::Int => {
+            let one = em.b.ins().iconst(types::I32, 1);
+            let one = em.widen(one);
+            em.b.ins().band(ops[0], one)
+        }
         InstOp::Cast { .. } => ops[0],
         _ => return Err("unsupported instruction".into()),
     })
@@ -733,31 +780,3 @@ fn is_int(a: &Analysis, k: usize) -> bool {
 
 /// Accumulator vectors of a fold's first loop (4 lanes each).
 const FOLD_GROUPS: usize = FOLD_LANES / 4;
-
-/// Whether a fold's first loop tracks NaNs apart from its accumulators.
-fn tracks_nan(op: ReduceOp) -> bool {
-    matches!(op, ReduceOp::Max | ReduceOp::Min)
-}
-
-/// `x` if strictly better than `acc`, else `acc` (also when either is NaN):
-/// one maxps/minps in the vector loops.
-fn best(em: &mut Em, op: ReduceOp, acc: Value, x: Value) -> Value {
-    let better =
-        if op == ReduceOp::Max { em.cmp(FloatCC::LessThan, acc, x) } else { em.cmp(FloatCC::LessThan, x, acc) };
-    em.sel(better, x, acc)
-}
-
-/// The interpreter's lane combine `acc ⊕ x` (max/min keep `acc` on ties
-/// and propagate NaN; which NaN, when both are, is unspecified).
-pub(super) fn combine(em: &mut Em, op: ReduceOp, acc: Value, x: Value) -> Value {
-    match op {
-        ReduceOp::Prod => em.mul(acc, x),
-        ReduceOp::Max | ReduceOp::Min => {
-            let r = best(em, op, acc, x);
-            let x_nan = em.is_nan(x);
-            em.sel(x_nan, x, r)
-        }
-        // `Sum` (`output` accumulates nothing else).
-        _ => em.add(acc, x),
-    }
-}

@@ -13,8 +13,8 @@ use cranelift_codegen::ir::condcodes::IntCC;
 use cranelift_codegen::ir::{types, Endianness, InstBuilder, MemFlagsData, Value};
 use rdyn_ir::DType;
 
+use super::emit::combine;
 use super::emit::Em;
-use super::lower::combine;
 use super::stage::Output;
 
 /// Load group `group`'s lanes; `p` is the load at the iteration's first lane.
@@ -119,6 +119,10 @@ pub(super) fn masked_load(em: &mut Em, p: Value, group: i64, step: i64, mask: Va
 pub(super) fn store_value(em: &mut Em, output: Output, p: Value, off: i64, out_step: i64, mut v: Value) {
     if let Output::StoreMask(_) = output {
         store_mask(em, p, off, out_step, v);
+        return;
+    }
+    if let Output::StoreLong(_) = output {
+        super::int::store_long(em, p, off, out_step, v);
         return;
     }
     if let Output::Accumulate(op) = output {

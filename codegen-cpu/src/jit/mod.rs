@@ -65,11 +65,13 @@
 //! columns). One `JITModule` per program, freed with the last plan that uses it.
 //!
 //! `RDYN_JIT=0` turns compilation off (every stage interpreted);
-//! `RDYN_JIT_DISASM=1` prints each compiled stage's machine code to stderr.
+//! `RDYN_JIT_DISASM=1` prints each compiled stage's machine code to stderr
+//! (and why Cranelift refused a stage it was given).
 
 mod analysis;
 mod emit;
 mod gather;
+mod int;
 mod long;
 mod lower;
 mod memory;
@@ -77,6 +79,8 @@ mod phases;
 pub(crate) mod stage;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_arith;
 #[cfg(test)]
 mod tests_gather;
 #[cfg(test)]
@@ -201,12 +205,17 @@ pub fn compile_program(steps: &mut [CpuStep], bufs: &[BufPlan]) {
             let output = output(kernel, stage, tv, bufs);
             // A mask value has no float32 register to go to: it compiles
             // only when it stores itself.
-            if supported.analysis.value_is_mask() != matches!(output, Output::StoreMask(_)) {
+            if supported.analysis.value_is_mask() != matches!(output, Output::StoreMask(_))
+                || supported.analysis.value_is_int() != matches!(output, Output::StoreLong(_))
+            {
                 continue;
             }
             let rows = row_steps(kernel, stage, &supported, output);
             let name = format!("{}_s{s}", kernel.name);
             let compiled = lower::compile_stage(&mut module, stage, &supported, output, rows.as_ref(), &name);
+            if let (Err(e), Some(_)) = (&compiled, std::env::var_os("RDYN_JIT_DISASM")) {
+                eprintln!("[{name}] not compiled: {e}");
+            }
             if let Ok((id, constants)) = compiled {
                 let pre = supported.analysis.pre();
                 let rows = match (rows, output) {
@@ -214,8 +223,19 @@ pub fn compile_program(steps: &mut [CpuStep], bufs: &[BufPlan]) {
                     (Some(_), Output::Accumulate(_)) => Rows::Reduction,
                     (Some(_), _) => Rows::Points,
                 };
-                let (tile_var, loads) = (tv, supported.loads);
-                pending.push(Pending { kernel: k, stage: s, id, tile_var, output, rows, constants, loads, pre });
+                let (tile_var, loads, scatter_rows) = (tv, supported.loads, supported.scatter_rows);
+                pending.push(Pending {
+                    kernel: k,
+                    stage: s,
+                    id,
+                    tile_var,
+                    output,
+                    rows,
+                    constants,
+                    loads,
+                    pre,
+                    scatter_rows,
+                });
             }
         }
     }
@@ -255,6 +275,7 @@ pub fn compile_program(steps: &mut [CpuStep], bufs: &[BufPlan]) {
                 tile_var: p.tile_var,
                 loads: p.loads,
                 pre: p.pre,
+                scatter_rows: p.scatter_rows,
                 output: p.output,
                 rows: p.rows,
                 constants: p.constants.into(),
@@ -275,6 +296,7 @@ struct Pending {
     constants: Vec<u32>,
     loads: Vec<JitLoad>,
     pre: Vec<usize>,
+    scatter_rows: Vec<usize>,
 }
 
 /// The row steps of a stage one call may run for several rows (see
@@ -297,12 +319,12 @@ fn row_steps(kernel: &KernelPlan, stage: &StagePlan, supported: &Supported, outp
         return None;
     }
     let row = match (kernel.mode, output) {
-        (TileMode::Outer, Output::Store(_))
+        (TileMode::Outer, Output::Store(_) | Output::StoreLong(_))
             if m >= 2 && stage.inner.is_empty() && kernel.outer[m - 1] as usize <= kernel.tile =>
         {
             m - 2
         }
-        (TileMode::Inner, Output::Store(_))
+        (TileMode::Inner, Output::Store(_) | Output::StoreLong(_))
             if m >= 1 && matches!(stage.inner[..], [n] if n as usize <= kernel.tile) && stage.reduce.is_none() =>
         {
             m - 1
@@ -320,6 +342,7 @@ fn row_steps(kernel: &KernelPlan, stage: &StagePlan, supported: &Supported, outp
     };
     let out = match output {
         Output::Accumulate(_) => 0,
+        Output::StoreLong(_) => stage.store.step(row)? * DType::I64.itemsize() as i64,
         _ => stage.store.step(row)? * DType::F32.itemsize() as i64,
     };
     Some(RowSteps { loads, out, table })
@@ -389,13 +412,21 @@ fn output(kernel: &KernelPlan, stage: &StagePlan, tile_var: Option<usize>, bufs:
         None if stores_bool(stage, bufs) => {
             store_step_of(stage, tile_var, bufs).map_or(Output::Value, Output::StoreMask)
         }
+        None if stores(stage, bufs, DType::I64) => {
+            store_step_of(stage, tile_var, bufs).map_or(Output::Value, Output::StoreLong)
+        }
         None => store_step(stage, tile_var, bufs).map_or(Output::Value, Output::Store),
     }
 }
 
 /// Whether the stage writes one bool element per point, directly.
 fn stores_bool(stage: &StagePlan, bufs: &[BufPlan]) -> bool {
-    bufs[stage.out.0 as usize].dtype == DType::Bool && stage.store_indirect.is_empty()
+    stores(stage, bufs, DType::Bool)
+}
+
+/// Whether the stage writes one `dtype` element per point, directly.
+fn stores(stage: &StagePlan, bufs: &[BufPlan], dtype: DType) -> bool {
+    bufs[stage.out.0 as usize].dtype == dtype && stage.store_indirect.is_empty()
 }
 
 /// The shortest reduction [`Output::FoldStore`] takes: below it the
@@ -434,6 +465,7 @@ fn store_step_of(stage: &StagePlan, tile_var: Option<usize>, bufs: &[BufPlan]) -
         Some(v) => stage.store.step(v as u32)?,
         None => 0,
     };
-    // Lane offsets within an iteration are 32-bit immediates.
-    (step.abs() < i64::from(i32::MAX) / 64).then_some(step)
+    // Lane offsets within an iteration (16 lanes of up to 8 bytes) are
+    // 32-bit immediates.
+    (step.abs() < i64::from(i32::MAX) / 128).then_some(step)
 }

@@ -44,6 +44,9 @@ pub(crate) enum Output {
     /// Stores a mask into the stage's bool output (bytes 0 or 1), `step`
     /// elements apart: a comparison kept for later (a dropout's mask).
     StoreMask(i64),
+    /// Stores integer lanes into the stage's int64 output, `step` elements
+    /// apart, each sign-extended (a pool's argmax index; `super::int`).
+    StoreLong(i64),
     /// Combines lane by lane into the reduction's accumulator (lanes are
     /// output points: a reduction over an outer tile).
     Accumulate(ReduceOp),
@@ -83,6 +86,10 @@ pub struct JitStage {
     /// Instructions the executor runs on one lane before each call (their
     /// registers feed the loads' indirect parts).
     pub(crate) pre: Vec<usize>,
+    /// Instructions the executor runs over the whole tile after each call:
+    /// a scatter's row ids that differ from lane to lane (their loads and
+    /// bounds checks), which its per-lane store reads.
+    pub(crate) scatter_rows: Vec<usize>,
     pub(crate) output: Output,
     /// What one call may cover beyond one tile.
     pub(crate) rows: Rows,

@@ -124,8 +124,9 @@ fn gathered_rows_run_by_rows_in_inner_tiles() {
 /// An embedding beside an int64 stage the JIT leaves to the executor (an
 /// embedding backward's ids, saved by a training forward): 40 rows of 8
 /// lanes, `table[ids[i0]] * 2` compiled with every row's addresses in
-/// tables filled 8 rows (a register) at a time, `ids[i0] * 3 + 1`
-/// interpreted row by row in between; the kernel still runs by rows.
+/// tables filled 8 rows (a register) at a time, `ids[i0] // 3 + 1`
+/// interpreted row by row in between (int64 division has no compiled
+/// form); the kernel still runs by rows.
 #[test]
 fn gathered_rows_run_by_rows_beside_an_interpreted_stage() {
     if !super::enabled() {
@@ -160,8 +161,11 @@ fn gathered_rows_run_by_rows_beside_an_interpreted_stage() {
     gather.inner = vec![8];
     gather.regs[..2].fill(Kind::I64);
     let int = |dst, op| Inst { dst, kind: Kind::I64, narrow: None, op };
-    let ints =
-        vec![ids_load(0), int(3, InstOp::Binary(BinaryOp::Mul, 0, 1)), int(0, InstOp::Binary(BinaryOp::Add, 3, 2))];
+    let ints = vec![
+        ids_load(0),
+        int(3, InstOp::Binary(BinaryOp::FloorDiv, 0, 1)),
+        int(0, InstOp::Binary(BinaryOp::Add, 3, 2)),
+    ];
     let mut ids = f32_stage(2, None, ints, 0, &i0, 4);
     (ids.out_dtype, ids.value_kind, ids.regs) = (DType::I64, Kind::I64, vec![Kind::I64; 4]);
     ids.consts = vec![(1, InstOp::ConstI(3)), (2, InstOp::ConstI(1))];
@@ -182,7 +186,7 @@ fn gathered_rows_run_by_rows_beside_an_interpreted_stage() {
     let mut ids: Vec<i64> = (0..40).map(|k| (k * 5 + k / 7) % 6).collect();
     let (got, got_ids) = run(&compiled, &ids).expect("ids in range");
     assert_eq!(Some((got.clone(), got_ids.clone())), run(&kernel, &ids));
-    assert_eq!(got_ids, ids.iter().map(|x| x * 3 + 1).collect::<Vec<_>>());
+    assert_eq!(got_ids, ids.iter().map(|x| x / 3 + 1).collect::<Vec<_>>());
     for r in 0..40 {
         let want: Vec<u32> = (0..8).map(|l| (table[ids[r] as usize * 8 + l] * 2.0).to_bits()).collect();
         assert_eq!(got[r * 8..r * 8 + 8], want[..], "row {r}");
@@ -325,4 +329,70 @@ fn gathers_with_rows_computed_from_positions_compile() {
         let r = (a + 2 * b).min(5);
         assert_eq!(*bits, (table[c + 4 * r] * 2.0).to_bits(), "element {k}");
     }
+}
+
+/// A max pool's backward: `out[4·i0 + bounded(ids[i0, i1])] += x[i0, i1] ·
+/// 2`, the row id different on every lane. The value compiles; the executor
+/// reads and checks the ids after the call and adds lane by lane (serial:
+/// lanes may share a row). Bits as the interpreter's, and an id out of range
+/// fails both.
+#[test]
+fn scatters_with_lane_varying_rows_compile() {
+    if !super::enabled() {
+        return;
+    }
+    let (i0, i1) = (Expr::v(0), Expr::v(1));
+    let int = |dst: u16, op: InstOp| Inst { dst, kind: Kind::I64, narrow: None, op };
+    let id = InstOp::Load {
+        buf: BufId(1),
+        dtype: DType::I64,
+        index: IndexFn::new(&i0.scale(37).add(&i1)),
+        indirect: vec![],
+        mask: None,
+    };
+    let x = InstOp::Load {
+        buf: BufId(0),
+        dtype: DType::F32,
+        index: IndexFn::new(&i0.scale(37).add(&i1)),
+        indirect: vec![],
+        mask: None,
+    };
+    let insts = vec![
+        f32_inst(0, x),
+        f32_inst(1, InstOp::Binary(BinaryOp::Mul, 0, 5)),
+        int(2, id),
+        int(3, InstOp::Bounded { src: 2, size: 4, negatives: Negatives::Reject }),
+    ];
+    let mut stage = f32_stage(2, None, insts, 1, &i0.scale(4), 6);
+    stage.regs[2] = Kind::I64;
+    stage.regs[3] = Kind::I64;
+    stage.consts = vec![(5, InstOp::ConstF(2.0))];
+    stage.store_indirect = vec![(3, 1)];
+    stage.accumulate = Some(BinaryOp::Add);
+    let bufs =
+        vec![buf(&[4, 37], &[37, 1], DType::F32), buf(&[4, 37], &[37, 1], DType::I64), buf(&[16], &[1], DType::F32)];
+    let mut kernel = one_stage(vec![4, 37], TileMode::Outer, stage, 16);
+    kernel.serial = true;
+    let compiled = compile(&kernel, &bufs);
+    assert!(
+        compiled.stages[0].jit.as_ref().is_some_and(|j| j.scatter_rows == [2, 3]),
+        "the scatter's value was not compiled"
+    );
+    let x: Vec<f32> = (0..4 * 37).map(|k| ((k * 7919) % 1000) as f32 / 100.0 - 5.0).collect();
+    let run = |k: &KernelPlan, ids: &[i64]| -> Option<Vec<u32>> {
+        let mut out = vec![0f32; 16];
+        let ptrs = [x.as_ptr() as usize, ids.as_ptr() as usize, out.as_mut_ptr() as usize];
+        run_kernel(k, &Memory { ptrs: &ptrs, bufs: &bufs }).then(|| out.iter().map(|v| v.to_bits()).collect())
+    };
+    let ids: Vec<i64> = (0..4 * 37).map(|k| (k * 5 + k / 3) % 4).collect();
+    let got = run(&compiled, &ids).expect("ids in range");
+    assert_eq!(Some(&got), run(&kernel, &ids).as_ref());
+    let mut want = [0f32; 16];
+    for (k, (&v, &id)) in x.iter().zip(&ids).enumerate() {
+        want[4 * (k / 37) + id as usize] += v * 2.0;
+    }
+    assert_eq!(got, want.iter().map(|v| v.to_bits()).collect::<Vec<_>>());
+    let mut bad = ids.clone();
+    bad[40] = 4;
+    assert!(run(&compiled, &bad).is_none() && run(&kernel, &bad).is_none());
 }

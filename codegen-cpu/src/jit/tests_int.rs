@@ -201,3 +201,93 @@ fn int64_comparisons_compile() {
         assert!(want.contains(&1.0) && want.contains(&f32::NEG_INFINITY));
     }
 }
+
+/// int64 arithmetic on loaded values beyond 32 bits, stored as int64:
+/// `where(ids[p + 1] - ids[p] != 1, max(-ids[p], ids[p] · 3), min(ids[p] +
+/// 2^40, i1))`, over tiles with and without a tail, and a 0-dim counter's
+/// increment (`n + 1`), each compiled and equal to the interpreter's and to
+/// the numbers written out.
+#[test]
+fn int64_arithmetic_compiles() {
+    if !super::enabled() {
+        return;
+    }
+    let (i0, i1) = (Expr::v(0), Expr::v(1));
+    let long = |dst, index: Expr| Inst {
+        dst,
+        kind: Kind::I64,
+        narrow: None,
+        op: InstOp::Load {
+            buf: BufId(0),
+            dtype: DType::I64,
+            index: IndexFn::new(&index),
+            indirect: vec![],
+            mask: None,
+        },
+    };
+    let int = |dst, op| Inst { dst, kind: Kind::I64, narrow: None, op };
+    let ids: Vec<i64> = (0..4 * 38).map(|p| if p % 5 == 0 { p + (3 << 33) } else { p - (p % 7 == 0) as i64 }).collect();
+    let at = i0.scale(38).add(&i1);
+    let out_at = i0.scale(37).add(&i1);
+    for tile in [16, 256] {
+        let insts = vec![
+            long(0, at.add_c(1)),
+            long(1, at.clone()),
+            int(2, InstOp::Binary(BinaryOp::Sub, 0, 1)),
+            mask_inst(3, InstOp::Binary(BinaryOp::Ne, 2, 12)),
+            int(4, InstOp::Unary(rdyn_ir::loops::UnaryOp::Neg, 1)),
+            int(5, InstOp::Binary(BinaryOp::Mul, 1, 13)),
+            int(6, InstOp::Binary(BinaryOp::Max, 4, 5)),
+            int(7, InstOp::Binary(BinaryOp::Add, 1, 14)),
+            int(8, InstOp::Index(IndexFn::new(&i1))),
+            int(9, InstOp::Binary(BinaryOp::Min, 7, 8)),
+            int(10, InstOp::Where(3, 6, 9)),
+        ];
+        let mut stage = f32_stage(1, None, insts, 10, &out_at, 15);
+        stage.out_dtype = DType::I64;
+        stage.value_kind = Kind::I64;
+        stage.regs = vec![Kind::I64; 15];
+        stage.consts = vec![(12, InstOp::ConstI(1)), (13, InstOp::ConstI(3)), (14, InstOp::ConstI(1 << 20))];
+        let bufs = vec![buf(&[4 * 38], &[1], DType::I64), buf(&[4, 37], &[37, 1], DType::I64)];
+        let kernel = one_stage(vec![4, 37], TileMode::Outer, stage, tile);
+        let compiled = compile(&kernel, &bufs);
+        assert!(compiled.stages.iter().all(|s| s.jit.is_some()), "stage was not compiled");
+        let mut results = Vec::new();
+        for k in [&compiled, &kernel] {
+            let mut out = vec![0i64; 4 * 37];
+            let ptrs = [ids.as_ptr() as usize, out.as_mut_ptr() as usize];
+            assert!(run_kernel(k, &Memory { ptrs: &ptrs, bufs: &bufs }));
+            results.push(out);
+        }
+        assert_eq!(results[0], results[1]);
+        let want: Vec<i64> = (0..4 * 37)
+            .map(|p| {
+                let (r, c) = (p / 37, p % 37);
+                let x = ids[38 * r + c];
+                if ids[38 * r + c + 1] - x != 1 {
+                    (-x).max(3 * x)
+                } else {
+                    (x + (1 << 20)).min(c as i64)
+                }
+            })
+            .collect();
+        assert_eq!(results[0], want);
+        assert!(want.iter().any(|&v| v > 1 << 33), "values beyond 32 bits are covered");
+    }
+    // A 0-dim counter: n + 1.
+    let insts = vec![long(0, Expr::c(0)), int(1, InstOp::Binary(BinaryOp::Add, 0, 2))];
+    let mut stage = f32_stage(1, None, insts, 1, &Expr::c(0), 3);
+    stage.out_dtype = DType::I64;
+    stage.value_kind = Kind::I64;
+    stage.regs = vec![Kind::I64; 3];
+    stage.consts = vec![(2, InstOp::ConstI(1))];
+    let bufs = vec![buf(&[], &[], DType::I64), buf(&[], &[], DType::I64)];
+    let kernel = one_stage(vec![], TileMode::Inner, stage, 16);
+    let compiled = compile(&kernel, &bufs);
+    assert!(compiled.stages[0].jit.is_some(), "the counter was not compiled");
+    let n = [(5i64 << 40) + 7];
+    let mut out = [0i64];
+    let ptrs = [n.as_ptr() as usize, out.as_mut_ptr() as usize];
+    assert!(run_kernel(&compiled, &Memory { ptrs: &ptrs, bufs: &bufs }));
+    assert_eq!(out[0], n[0] + 1);
+}
