@@ -143,3 +143,103 @@ def test_an_interleave_of_heads_tiles_along_a_wide_dim() -> None:
     (kernel,) = cpu_kernels(fn, q.float(), cos.float(), sin.float())
     outer = kernel.source.split("outer [", 1)[1].split("]", 1)[0]
     assert int(outer.split(",")[-1]) >= 16, kernel.source
+
+
+def _check_training(module: torch.nn.Module, x64: torch.Tensor) -> dict:
+    """A training step of `module` (compiled, float32) against eager in
+    float64: the output and every gradient; rdyn's stats after it."""
+    import copy
+
+    ref = copy.deepcopy(module).double()
+    torch._dynamo.reset()
+    rdyn.reset_stats()
+    x = x64.float().requires_grad_()
+    out = torch.compile(module, backend="rdyn")(x)
+    out.square().sum().backward()
+    x_ref = x64.clone().requires_grad_()
+    out_ref = ref(x_ref)
+    out_ref.square().sum().backward()
+    stats = rdyn.stats()
+    torch.testing.assert_close(out, out_ref.float(), rtol=1e-4, atol=1e-4)
+    grads = [(x.grad, x_ref.grad)] + [(p.grad, q.grad) for p, q in zip(module.parameters(), ref.parameters())]
+    for got, want in grads:
+        torch.testing.assert_close(got, want.float(), rtol=1e-3, atol=1e-3)
+    for b, c in zip(module.buffers(), ref.buffers()):
+        torch.testing.assert_close(b, c.to(b.dtype), rtol=1e-4, atol=1e-4)
+    return stats
+
+
+class _Rotary(torch.nn.Module):
+    """The interleave of rotary embeddings, trained: its backward's odd half
+    starts at index 1 (a `slice_scatter` of `1::2`)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        g = torch.Generator().manual_seed(1)
+        self.cos = torch.nn.Parameter(torch.randn(12, 32, generator=g))
+        self.sin = torch.nn.Parameter(torch.randn(12, 32, generator=g))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x1, x2 = x[..., ::2], x[..., 1::2]
+        return torch.stack((x1 * self.cos - x2 * self.sin, x1 * self.sin + x2 * self.cos), -1).flatten(-2)
+
+
+class _Pools(torch.nn.Module):
+    """Batch norm (its int64 step counter), a max pool (its argmax indices
+    forward, a scatter by them backward) and an average pool (its divisor
+    backward): integer arithmetic on positions, and scatters whose row differs
+    from lane to lane."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.bn = torch.nn.BatchNorm2d(8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = torch.nn.functional.max_pool2d(self.bn(x).relu(), 3, 2, 1)
+        return torch.nn.functional.avg_pool2d(y, 2, ceil_mode=True)
+
+
+@pytest.mark.parametrize(
+    "module, shape", [(_Rotary, (2, 12, 64)), (_Pools, (2, 8, 19, 19))], ids=["rotary", "pools"]
+)
+def test_training_steps_compile_every_stage(module, shape) -> None:
+    g = torch.Generator().manual_seed(0)
+    stats = _check_training(module(), torch.randn(shape, generator=g, dtype=torch.float64))
+    assert stats["cpu_stages_interpreted"] == 0 and stats["nodes_fallback"] == 0, stats
+    assert stats["cpu_stages_compiled"] > 0, stats
+
+
+def test_integer_position_stages_compile() -> None:
+    """int64 arithmetic on loaded ids (GPT-2's position ids' differences)
+    and a float truncated to int64 (T5's log-scaled buckets, saturating at
+    the -inf of log(0)) compile, with eager's values."""
+    import math
+
+    def fn(ids: torch.Tensor, n: int = 16) -> tuple[torch.Tensor, torch.Tensor]:
+        steps = (ids[:, 1:] - ids[:, :-1]) != 1
+        rel = torch.arange(n)[None, :] - torch.arange(n)[:, None]
+        large = (torch.log(rel.abs().float() / 8) / math.log(16) * 8).to(torch.int64) + 8
+        return steps.long() * 3 - ids[:, 1:], large
+
+    ids = torch.tensor([[0, 1, 2, 5, 6, 7, 1 << 40, (1 << 40) + 1]] * 3) * torch.tensor([[1], [-1], [2]])
+    torch._dynamo.reset()
+    rdyn.reset_stats()
+    got = torch.compile(fn, backend="rdyn")(ids)
+    want = fn(ids)
+    for a, b in zip(got, want):
+        assert a.dtype == b.dtype and torch.equal(a, b)
+    stats = rdyn.stats()
+    assert stats["cpu_stages_interpreted"] == 0 and stats["nodes_fallback"] == 0, stats
+
+
+def test_a_divided_odd_dim_does_not_carry_the_tile() -> None:
+    """`repeat_interleave(2)[..., 1:]`: the last dim (63) is read at `(i +
+    1) // 2`, which no split makes affine; the tile moves to a wide dim that
+    every access walks affinely, and the stage compiles."""
+    fn = lambda x, y: x.repeat_interleave(2, -1)[..., 1:] * y  # noqa: E731
+    g = torch.Generator().manual_seed(0)
+    x, y = torch.randn(4, 128, 32, generator=g, dtype=torch.float64), torch.randn(128, 63, generator=g, dtype=torch.float64)
+    stats = _check(fn, x, y)
+    assert stats["cpu_stages_interpreted"] == 0, stats
+    (kernel,) = cpu_kernels(fn, x.float(), y.float())
+    assert kernel.source.split("outer [", 1)[1].split("]", 1)[0].endswith("128"), kernel.source

@@ -11,7 +11,7 @@
 //! allocation that fails there aborts the process. Its left-hand buffers are
 //! bounded by its cache blocking, but with rayon it packs the right-hand side
 //! for all `n` columns at once (`kc · n` elements). So products go to it at
-//! most [`GEMM_COLS`] columns at a time: every buffer it allocates is then a
+//! most `GEMM_COLS` columns at a time: every buffer it allocates is then a
 //! few MiB whatever the data's size (data-sized memory is rdyn's arena, which
 //! is reserved fallibly).
 

@@ -184,17 +184,21 @@ fn analyse(stage: &StagePlan, tile_var: Option<usize>, extents: &[i64], how: Try
         let class = match &inst.op {
             InstOp::Load { index, indirect, mask, dtype, .. } => {
                 // A masked load: float32, its mask a compiled one.
-                let masked_ok = mask.is_none() || (*dtype == DType::F32 && indirect.is_empty() && cls == [Class::Mask]);
-                // A lane-varying row id: a plain integer load no comparison reads.
+                // A lane-varying row id: an integer load no comparison reads.
                 let row = gather::row_dtype(*dtype)
-                    && mask.is_none()
                     && indirect.is_empty()
                     && !long
                     && !a.invariant[i]
                     && inst.kind == Kind::I64
                     && inst.narrow.is_none();
                 let parts = gather_parts(stage, &a, &current, indirect, &is_pre)?;
-                let gathered_ok = parts.is_empty() || (mask.is_none() && matches!(dtype, DType::F32 | DType::BF16));
+                let gathered_ok = parts.is_empty() || matches!(dtype, DType::F32 | DType::BF16);
+                // A masked load: its mask a compiled one; float32 at an
+                // address the executor computes, or lane by lane as a row id
+                // or a gather (a `cat` of embedding lookups).
+                let masked_ok = mask.is_none()
+                    || (cls == [Class::Mask]
+                        && (row || (*dtype == DType::F32 && (indirect.is_empty() || !parts.is_empty()))));
                 if !masked_ok
                     || !gathered_ok
                     || !(matches!(dtype, DType::F32 | DType::BF16 | DType::Bool) || long || row)
@@ -280,6 +284,13 @@ fn analyse(stage: &StagePlan, tile_var: Option<usize>, extents: &[i64], how: Try
             // Random bits: the hash of 32-bit integer lanes (positions, and
             // a key read as a float), converted exactly to float32.
             InstOp::Binary(BinaryOp::HashMix, ..) if mask_inst && cls == [Class::Int, Class::Int] => Class::Int,
+            // A float truncated to int64 (saturating, NaN to 0), for int64
+            // arithmetic after it (T5's log-scaled position buckets).
+            InstOp::Cast { from: Kind::F32, to: DType::I64, .. }
+                if how == Try::LongArith && inst.kind == Kind::I64 && inst.narrow.is_none() && all_float =>
+            {
+                Class::Long
+            }
             InstOp::Cast { from: Kind::F32, to: DType::I64, .. } if mask_inst && all_float => Class::Int,
             InstOp::Cast { from: Kind::I64, to: DType::F32, .. } if float_inst && cls == [Class::Int] => Class::Float,
             InstOp::Cast { from: Kind::F32, to: DType::Bool, .. } if mask_inst && all_float => Class::Mask,

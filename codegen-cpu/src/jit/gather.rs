@@ -16,6 +16,10 @@
 //! dispatch per op over tiles through L1); a compiled lane costs about ten
 //! instructions.
 //!
+//! A masked gather (a `cat` of an embedding lookup beside other values)
+//! reads its masked-off lanes, and their row ids, from the constant table's
+//! zero block: row 0, element 0.0, as the interpreter gives them.
+//!
 //! [`Class::Row`]: super::analysis::Class::Row
 
 use cranelift_codegen::ir::condcodes::IntCC;
@@ -54,16 +58,17 @@ pub(super) fn row_dtype(dtype: DType) -> bool {
     matches!(dtype, DType::I64 | DType::I32)
 }
 
-/// Group `group`'s lanes of gathered load `k` (float32 or bfloat16, no
-/// mask): `addr` is the load's affine address at the iteration's first
-/// lane, `rows[j]` each row load's. Lanes out of range OR one into the
-/// function's error flag ([`super::emit::Pool::error`]).
+/// Group `group`'s lanes of gathered load `k` (float32 or bfloat16):
+/// `addr` is the load's affine address at the iteration's first lane with
+/// the masks of the load and of each of its parts' row loads (`None`:
+/// unmasked), `rows[j]` each row load's address. Lanes out of range OR one
+/// into the function's error flag ([`super::emit::Pool::error`]).
 pub(super) fn load(
     em: &mut Em,
     stage: &StagePlan,
     a: &Analysis,
     k: usize,
-    addr: Value,
+    (addr, masks): (Value, &[Option<Value>]),
     rows: &[Option<Value>],
     group: i64,
 ) -> Result<Value, String> {
@@ -76,14 +81,18 @@ pub(super) fn load(
     for l in 0..lanes {
         let lane = 4 * group + l;
         let mut offset = em.b.ins().iconst(types::I64, lane * a.step[k] * size);
-        for part in &a.gathers[k] {
+        for (j, part) in a.gathers[k].iter().enumerate() {
             let p = rows[part.load].ok_or("row load without an address")?;
-            let (row, out) = row_id(em, stage, a, part, p, lane)?;
+            let mask = lane_mask(em, masks.get(j + 1).copied().flatten(), l);
+            let (row, out) = row_id(em, stage, a, part, (p, mask), lane)?;
             bad = em.b.ins().bor(bad, out);
             let bytes = em.b.ins().imul_imm_s(row, part.stride * size);
             offset = em.b.ins().iadd(offset, bytes);
         }
-        let at = em.b.ins().iadd(addr, offset);
+        let mut at = em.b.ins().iadd(addr, offset);
+        if let Some(m) = lane_mask(em, masks.first().copied().flatten(), l) {
+            at = em.b.ins().select(m, at, em.pool.zero_block);
+        }
         values.push(element(em, at, *dtype));
     }
     let old = em.b.ins().load(types::I32, MemFlagsData::trusted(), error, 0);
@@ -99,23 +108,32 @@ pub(super) fn load(
     Ok(v)
 }
 
+/// Lane `l` (of four, or the only one) of a mask, if any.
+fn lane_mask(em: &mut Em, mask: Option<Value>, l: i64) -> Option<Value> {
+    mask.map(|m| if em.wide { em.b.ins().extractlane(m, l as u8) } else { m })
+}
+
 /// Lane `lane`'s row id of `part` (its row load at `p` for the iteration's
-/// first lane), checked: (the row, or 0 out of range; 1 if out of range
-/// else 0, as an `I32`).
+/// first lane, under this lane's mask if any: masked off, it reads the zero
+/// block), checked: (the row, or 0 out of range; 1 if out of range else 0,
+/// as an `I32`).
 fn row_id(
     em: &mut Em,
     stage: &StagePlan,
     a: &Analysis,
     part: &GatherPart,
-    p: Value,
+    (p, mask): (Value, Option<Value>),
     lane: i64,
 ) -> Result<(Value, Value), String> {
     let InstOp::Load { dtype, .. } = &stage.insts[part.load].op else { return Err("row id is not a load".into()) };
-    let at = (lane * a.step[part.load] * dtype.itemsize() as i64) as i32;
+    let mut at = em.b.ins().iadd_imm_s(p, lane * a.step[part.load] * dtype.itemsize() as i64);
+    if let Some(m) = mask {
+        at = em.b.ins().select(m, at, em.pool.zero_block);
+    }
     let flags = MemFlagsData::trusted();
     let mut row = match dtype {
-        DType::I32 => em.b.ins().sload32(flags, p, at),
-        _ => em.b.ins().load(types::I64, flags, p, at),
+        DType::I32 => em.b.ins().sload32(flags, at, 0),
+        _ => em.b.ins().load(types::I64, flags, at, 0),
     };
     if part.negatives == Negatives::Wrap {
         let negative = em.b.ins().icmp_imm_s(IntCC::SignedLessThan, row, 0);

@@ -186,3 +186,21 @@ pub(super) fn store_long(em: &mut Em, p: Value, off: i64, step: i64, v: Long) {
         em.b.ins().store(flags, x, p, (off + 8 * step * l as i64) as i32);
     }
 }
+
+/// Float lanes truncated to int64 as Rust's `as i64` (and the interpreter)
+/// does: saturating, NaN to 0; lane by lane (SSE has no such conversion).
+pub(super) fn from_float(em: &mut Em, x: Value) -> Long {
+    if !em.wide {
+        return Long { lo: em.b.ins().fcvt_to_sint_sat(types::I64, x), hi: None };
+    }
+    let half = |em: &mut Em, first: u8| {
+        let a = em.b.ins().extractlane(x, first);
+        let b = em.b.ins().extractlane(x, first + 1);
+        let (a, b) = (em.b.ins().fcvt_to_sint_sat(types::I64, a), em.b.ins().fcvt_to_sint_sat(types::I64, b));
+        let v = em.b.ins().scalar_to_vector(types::I64X2, a);
+        em.b.ins().insertlane(v, b, 1)
+    };
+    let lo = half(em, 0);
+    let hi = half(em, 2);
+    Long { lo, hi: Some(hi) }
+}

@@ -25,7 +25,7 @@ use super::analysis::{int_cc, int_const, Analysis, Class, Def, Supported};
 use super::emit::{best, binary, combine, tracks_nan, unary, Em, Pool, UNIFORM_MASK_MAX_STEP, ZERO_BLOCK};
 use super::gather;
 use super::int;
-use super::long::{arith, compare_long, load_long, long_operand, splat_long, store_long, Long, Side};
+use super::long::{arith, compare_long, from_float, load_long, long_operand, splat_long, store_long, Long, Side};
 use super::memory::{load, masked_load, store_value, uniform_masked_load};
 use super::phases::Phases;
 use super::stage::Output;
@@ -577,7 +577,14 @@ fn emit_insts(
             let mut em = Em { b, wide, pool };
             let addr = row[k].ok_or("load without address")?;
             for (g, env) in envs.iter_mut().enumerate() {
-                env.insts[k] = Some(gather::load(&mut em, stage, a, k, addr, row, g as i64)?);
+                // The masks of the load and of its row loads, if any.
+                let mask_of = |i: usize| match stage.insts[i].op {
+                    InstOp::Load { mask: Some(_), .. } => a.operands[i].first().and_then(|d| env.get(*d)),
+                    _ => None,
+                };
+                let masks: Vec<Option<Value>> =
+                    std::iter::once(k).chain(a.gathers[k].iter().map(|p| p.load)).map(mask_of).collect();
+                env.insts[k] = Some(gather::load(&mut em, stage, a, k, (addr, &masks), row, g as i64)?);
             }
             continue;
         }
@@ -620,6 +627,15 @@ fn emit_long(
         let addr = addr.ok_or("load without address")?;
         for (g, env) in envs.iter_mut().enumerate() {
             let long = load_long(&mut em, addr, g as i64, a.step[k]);
+            env.insts[k] = Some(long.lo);
+            env.longs[k] = Some(long);
+        }
+        return Ok(true);
+    }
+    if a.class[k] == Class::Long && matches!(stage.insts[k].op, InstOp::Cast { .. }) {
+        for env in envs.iter_mut() {
+            let x = a.operands[k].first().and_then(|d| env.get(*d)).ok_or("operand undefined")?;
+            let long = from_float(&mut em, x);
             env.insts[k] = Some(long.lo);
             env.longs[k] = Some(long);
         }

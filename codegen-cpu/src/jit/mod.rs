@@ -28,12 +28,14 @@
 //! and stages whose rows the executor picks by a table (`exec/calls.rs`).
 //!
 //! What compiles besides float32 arithmetic, comparisons and selects:
-//! integer indices (affine, bounded within 32 bits over the kernel's ranges;
-//! four lanes are one add of a constant lane-offset vector) as 32-bit lanes,
-//! only to be compared into masks (causal masks from `i - j <= 0` stay in the
-//! loop) or hashed into random bits (`hash_mix`, with a key read as a float32
-//! and converted); int64 loads as pairs of `I64X2` halves, only to be compared
-//! into masks ([`long`]); bool stages, which store their mask as bytes;
+//! integer indices (affine along the tile, any `i // k`, `i % k` parts the
+//! same on every lane; bounded within 32 bits over the kernel's ranges; four
+//! lanes are one add of a constant lane-offset vector) as 32-bit lanes,
+//! compared into masks (causal masks from `i - j <= 0` stay in the loop),
+//! hashed into random bits (`hash_mix`, with a key read as a float32 and
+//! converted) or computed with (below); int64 loads as pairs of `I64X2`
+//! halves, compared into masks ([`long`]) or computed with; bool stages,
+//! which store their mask as bytes;
 //! bfloat16 loads (widened exactly) and roundings to bfloat16 (as
 //! `half::bf16`), the executor storing a bfloat16 output; masked float32 loads
 //! (padding, `cat`), read lane by lane, masked-off lanes from the constant
@@ -46,9 +48,16 @@
 //! `Class::Pre`); a gather whose row differs from lane to lane (a bias table
 //! indexed by an index tensor) lane by lane, each row id read and bounds-checked
 //! in the function ([`gather`]; a row out of range is the function's nonzero
-//! return); and a scatter's value when its row is the same on every lane (the
-//! executor computes the row, then stores). Anything else keeps the
-//! interpreter: float64, other integer arithmetic, float16, masked gathers.
+//! return); and a scatter's value, its row the same on every lane (the
+//! executor computes the row, then stores) or not (the executor reads and
+//! checks the rows over the tile after the call, then adds lane by lane: a max
+//! pool's backward). Integer arithmetic on index lanes (add, subtract,
+//! multiply, min, max, negate, abs, selects, floor division and modulo by a
+//! power of two: pooling windows and argmax indices) runs in 32 bits while the
+//! interval of every value stays there ([`int`]); int64 arithmetic on loaded
+//! values, and floats truncated to int64, on 64-bit lanes ([`long`]); either
+//! may be an int64 stage's stored value. Anything else keeps the interpreter:
+//! float64, integer division by other divisors, float16, masked gathers.
 //!
 //! Transcendentals (exp, erf, tanh, ...) are not inline: at four lanes they lose
 //! to the interpreter's AVX-512/AVX2 tile routines. A stage that has them is cut

@@ -396,3 +396,66 @@ fn scatters_with_lane_varying_rows_compile() {
     bad[40] = 4;
     assert!(run(&compiled, &bad).is_none() && run(&kernel, &bad).is_none());
 }
+
+/// A masked gather (a `cat` of values and an embedding lookup):
+/// `i1 < 20 ? x[i0, i1] : table[i0 + 3 · bounded(ids[i1 - 20])]`, the ids
+/// and the lookup both masked; masked-off lanes read neither the ids nor the
+/// table. Bits as the interpreter's, and an id out of range fails both.
+#[test]
+fn masked_gathers_compile() {
+    if !super::enabled() {
+        return;
+    }
+    let (i0, i1) = (Expr::v(0), Expr::v(1));
+    let bufs = vec![
+        buf(&[3, 50], &[50, 1], DType::F32),
+        buf(&[7, 3], &[3, 1], DType::F32),
+        buf(&[30], &[1], DType::I64),
+        buf(&[3, 50], &[50, 1], DType::F32),
+    ];
+    let int = |dst, op| Inst { dst, kind: Kind::I64, narrow: None, op };
+    let mask = |dst, op| Inst { dst, kind: Kind::I64, narrow: Some(DType::Bool), op };
+    let load = |buf: u32, dtype, index: Expr, indirect: Vec<(u16, i64)>, mask| InstOp::Load {
+        buf: BufId(buf),
+        dtype,
+        index: IndexFn::new(&index),
+        indirect,
+        mask,
+    };
+    let insts = vec![
+        int(0, InstOp::Index(IndexFn::new(&i1))),
+        mask(1, InstOp::Binary(BinaryOp::Ge, 0, 10)),
+        int(2, load(2, DType::I64, i1.add_c(-20), vec![], Some(1))),
+        int(3, InstOp::Bounded { src: 2, size: 7, negatives: Negatives::Reject }),
+        f32_inst(4, load(1, DType::F32, i0.clone(), vec![(3, 3)], Some(1))),
+        mask(5, InstOp::Binary(BinaryOp::Lt, 0, 10)),
+        f32_inst(6, load(0, DType::F32, i0.scale(50).add(&i1), vec![], Some(5))),
+        f32_inst(7, InstOp::Where(1, 4, 6)),
+    ];
+    let mut stage = f32_stage(3, None, insts, 7, &i0.scale(50).add(&i1), 11);
+    for r in [0, 1, 2, 3, 5, 10] {
+        stage.regs[r] = Kind::I64;
+    }
+    stage.consts = vec![(10, InstOp::ConstI(20))];
+    let kernel = one_stage(vec![3, 50], TileMode::Outer, stage, 256);
+    let compiled = compile(&kernel, &bufs);
+    assert!(compiled.stages[0].jit.as_ref().is_some_and(|j| j.pre.is_empty()), "not compiled");
+    let xs: Vec<f32> = (0..150).map(|k| ((k * 7919) % 1000) as f32 / 100.0 - 5.0).collect();
+    let table: Vec<f32> = (0..21).map(|k| k as f32 * 0.25 - 2.0).collect();
+    let run = |kernel: &KernelPlan, ids: &[i64]| {
+        let mut out = vec![0f32; 150];
+        let ptrs = [xs.as_ptr() as usize, table.as_ptr() as usize, ids.as_ptr() as usize, out.as_mut_ptr() as usize];
+        let ok = run_kernel(kernel, &Memory { ptrs: &ptrs, bufs: &bufs });
+        ok.then(|| out.iter().map(|x| x.to_bits()).collect::<Vec<_>>())
+    };
+    let mut ids: Vec<i64> = (0..30).map(|k| (k * 5 + k / 7) % 7).collect();
+    let got = run(&compiled, &ids).expect("ids in range");
+    assert_eq!(Some(&got), run(&kernel, &ids).as_ref());
+    for (k, bits) in got.iter().enumerate() {
+        let (r, l) = (k / 50, k % 50);
+        let want = if l < 20 { xs[k] } else { table[r + 3 * ids[l - 20] as usize] };
+        assert_eq!(*bits, want.to_bits(), "element {k}");
+    }
+    ids[29] = 7;
+    assert!(run(&compiled, &ids).is_none() && run(&kernel, &ids).is_none());
+}

@@ -291,3 +291,46 @@ fn int64_arithmetic_compiles() {
     assert!(run_kernel(&compiled, &Memory { ptrs: &ptrs, bufs: &bufs }));
     assert_eq!(out[0], n[0] + 1);
 }
+
+/// A float truncated to int64, then int64 arithmetic (T5's position
+/// buckets: `(log(x) · 8) as i64 + 8`): saturating at ±inf and beyond
+/// 2^63, NaN to 0, as the interpreter's `as i64`.
+#[test]
+fn floats_truncated_to_int64_compile() {
+    if !super::enabled() {
+        return;
+    }
+    let (i0, i1) = (Expr::v(0), Expr::v(1));
+    let at = i0.scale(37).add(&i1);
+    let (a, _) = inputs();
+    let a: Vec<f32> = a.iter().enumerate().map(|(k, x)| if k % 11 == 3 { x * 1e18 } else { *x }).collect();
+    let int = |dst, op| Inst { dst, kind: Kind::I64, narrow: None, op };
+    let insts = vec![
+        load(0, 0, at.clone()),
+        f32_inst(1, InstOp::Binary(BinaryOp::Mul, 0, 4)),
+        int(2, InstOp::Cast { src: 1, from: Kind::F32, to: DType::I64 }),
+        int(3, InstOp::Binary(BinaryOp::Add, 2, 5)),
+    ];
+    let mut stage = f32_stage(1, None, insts, 3, &at, 6);
+    stage.out_dtype = DType::I64;
+    stage.value_kind = Kind::I64;
+    stage.regs[2] = Kind::I64;
+    stage.regs[3] = Kind::I64;
+    stage.regs[5] = Kind::I64;
+    stage.consts = vec![(4, InstOp::ConstF(8.0)), (5, InstOp::ConstI(8))];
+    let bufs = vec![buf(&[4, 37], &[37, 1], DType::F32), buf(&[4, 37], &[37, 1], DType::I64)];
+    let kernel = one_stage(vec![4, 37], TileMode::Outer, stage, 16);
+    let compiled = compile(&kernel, &bufs);
+    assert!(compiled.stages[0].jit.is_some(), "stage was not compiled");
+    let mut results = Vec::new();
+    for k in [&compiled, &kernel] {
+        let mut out = vec![0i64; 4 * 37];
+        let ptrs = [a.as_ptr() as usize, out.as_mut_ptr() as usize];
+        assert!(run_kernel(k, &Memory { ptrs: &ptrs, bufs: &bufs }));
+        results.push(out);
+    }
+    assert_eq!(results[0], results[1]);
+    let want: Vec<i64> = a.iter().map(|x| ((x * 8.0) as i64).wrapping_add(8)).collect();
+    assert_eq!(results[0], want);
+    assert!(want.contains(&i64::MIN.wrapping_add(8)) && want.contains(&8), "saturation and NaN are covered");
+}

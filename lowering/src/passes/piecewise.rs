@@ -451,4 +451,52 @@ mod tests {
         assert_eq!(masked_loads(&p), 0, "{p}");
         assert_eq!(stored(&p), before);
     }
+    /// The backward of an interleave: `out[r, i] = (i % 2 == 1 && i >= 1) ?
+    /// x[r, (i - 1) // 2] : 0` over a 64-wide row. The turning point of
+    /// `i >= 1` is between two multiples of the divisor 2, so the row stays
+    /// whole (its 64 points split into 32 pairs later) instead of a 1-wide
+    /// and a 63-wide piece that no split divides.
+    #[test]
+    fn cuts_keep_the_step_of_divided_indices() {
+        let mut p = Program::default();
+        let x = buffer(&mut p, &[64, 32], BufRole::Input(0));
+        let y = buffer(&mut p, &[64, 64], BufRole::Temp);
+        let ctx = Ctx::with_extents(&[64, 64]);
+        let shifted = Expr::v(1).add_c(-1);
+        let half = shifted.floordiv(&Expr::c(2), &ctx);
+        let xv = load(&mut p, x, Expr::v(0).scale(32).add(&half));
+        let i = p.scalars.index(Expr::v(1));
+        let one = p.scalars.int_constant(1, DType::I64);
+        let started = p.scalars.binary(BinaryOp::Ge, i, one, DType::Bool);
+        let odd = p.scalars.index(shifted.modulo(&Expr::c(2), &ctx));
+        let zero_i = p.scalars.int_constant(0, DType::I64);
+        let even_step = p.scalars.binary(BinaryOp::Ge, zero_i, odd, DType::Bool);
+        let inside = p.scalars.binary(BinaryOp::And, started, even_step, DType::Bool);
+        let masked = p.scalars.add_mask(xv, inside);
+        let zero = p.scalars.constant(0.0, DType::F32);
+        let value = p.scalars.select(inside, masked, zero, DType::F32);
+        let ranges = vec![Expr::c(64), Expr::c(64)];
+        let store = Expr::v(0).scale(64).add(&Expr::v(1));
+        p.steps.push(single_stage(ranges.clone(), y, ranges, None, value, store));
+        let before = stored(&p);
+        run(&mut p, PIECEWISE_MIN_ELEMENTS);
+        assert_eq!(p.kernels().count(), 1, "{p}");
+        assert_eq!(stored(&p), before);
+        // Without the division, the same condition cuts at 1.
+        let mut p = Program::default();
+        let x = buffer(&mut p, &[64, 64], BufRole::Input(0));
+        let y = buffer(&mut p, &[64, 64], BufRole::Temp);
+        let xv = load(&mut p, x, Expr::v(0).scale(64).add(&Expr::v(1)));
+        let i = p.scalars.index(Expr::v(1));
+        let one = p.scalars.int_constant(1, DType::I64);
+        let started = p.scalars.binary(BinaryOp::Ge, i, one, DType::Bool);
+        let masked = p.scalars.add_mask(xv, started);
+        let zero = p.scalars.constant(0.0, DType::F32);
+        let value = p.scalars.select(started, masked, zero, DType::F32);
+        let ranges = vec![Expr::c(64), Expr::c(64)];
+        let store = Expr::v(0).scale(64).add(&Expr::v(1));
+        p.steps.push(single_stage(ranges.clone(), y, ranges, None, value, store));
+        run(&mut p, PIECEWISE_MIN_ELEMENTS);
+        assert_eq!(p.kernels().count(), 2, "{p}");
+    }
 }
