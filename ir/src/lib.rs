@@ -19,6 +19,9 @@
 //! - [`blas`]: which strided layouts a BLAS reads as matrices, shared by the GEMM
 //!   lowering and the cuBLAS call.
 //! - [`random`]: the counter-based random numbers every backend computes.
+//! - [`special`]: special functions (Bessel I/K, Airy Ai, …) written once in a
+//!   small scalar-function language that the CPU backend evaluates and the
+//!   CUDA backend translates to PTX.
 //!
 //! Invariants: ids index into their arenas; scalar nodes are hash-consed so
 //! structural equality is identity; expressions are canonical, so two indices
@@ -49,6 +52,7 @@ pub mod ops;
 pub mod parse;
 mod print;
 pub mod random;
+pub mod special;
 pub mod sym;
 pub mod verify;
 

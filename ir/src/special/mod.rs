@@ -1,0 +1,225 @@
+//! Special functions written once: a tiny scalar-function language, the
+//! functions written in it, and its reference evaluator.
+//!
+//! Each special function (Bessel I and K, Airy Ai, spherical j0, …) used to
+//! be written twice, as float64 Rust for the CPU backend and as a PTX
+//! emitter for CUDA, and the two drifted apart. Here each is a builder
+//! function producing a [`SpecialFn`]: a body of float64 registers
+//! ([`Reg`]) and boolean flags ([`Flag`]) with straight-line arithmetic,
+//! constant tables (polynomial coefficients), and structured control flow
+//! ([`Stmt::If`], [`Stmt::Loop`] with a bounded trip count, `break if`,
+//! `return`). Both backends derive from the body: the CPU backend runs
+//! [`eval`] (the language's meaning, operation for operation as the
+//! hand-written routines computed it: no fusion, no reassociation), and
+//! the CUDA backend translates it to PTX with one generic translator
+//! (`codegen-cuda/src/math/scalar.rs`). Registers are mutable (a loop
+//! updates its accumulators in place); constants live in registers that are
+//! never written, so the evaluator loads them once per call and PTX reads
+//! them as immediates.
+//!
+//! The text form (`Display`) prints one statement a line:
+//! `%4 = mul %2, %3`, `?1 = lt %4, %0`, `if ?1 { … } else { … }`,
+//! `loop %5 from 1 max 199 { … }`, `break if ?2`, `return %7`.
+
+mod bessel;
+mod builder;
+mod eval;
+mod print;
+
+pub use builder::{Builder, Operand};
+pub use eval::eval;
+
+use std::sync::OnceLock;
+
+/// A float64 register.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Reg(pub u32);
+
+/// A boolean register.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Flag(pub u32);
+
+/// One-operand float64 operations. `Exp`, `Log`, `Sin`, `Cos`, `Sinh` and
+/// `Cosh` are the correctly-rounded-to-an-ulp library functions on the CPU
+/// and the float64 software routines in PTX.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Unary {
+    Neg,
+    Abs,
+    Sqrt,
+    Floor,
+    Exp,
+    Log,
+    Sin,
+    Cos,
+    Sinh,
+    Cosh,
+}
+
+/// Two-operand float64 operations (each rounded once; `Min`/`Max` ignore
+/// a NaN operand, as `f64::min` and PTX's `min` do).
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Binary {
+    Add,
+    Sub,
+    Mul,
+    Div,
+    Min,
+    Max,
+}
+
+/// Comparisons: ordered (false on NaN) except `Ne`, true on NaN.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Cmp {
+    Lt,
+    Le,
+    Gt,
+    Ge,
+    Eq,
+    Ne,
+}
+
+/// Boolean connectives of two flags.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Logic {
+    And,
+    Or,
+}
+
+/// A statement of a [`SpecialFn`] body.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Stmt {
+    Copy {
+        dst: Reg,
+        src: Reg,
+    },
+    Unary {
+        dst: Reg,
+        op: Unary,
+        a: Reg,
+    },
+    Binary {
+        dst: Reg,
+        op: Binary,
+        a: Reg,
+        b: Reg,
+    },
+    /// c[0]·z^(n−1) + … + c[n−1] by Horner's rule from 0, unfused.
+    Poly {
+        dst: Reg,
+        coeffs: Box<[f64]>,
+        z: Reg,
+    },
+    Cmp {
+        dst: Flag,
+        op: Cmp,
+        a: Reg,
+        b: Reg,
+    },
+    Logic {
+        dst: Flag,
+        op: Logic,
+        a: Flag,
+        b: Flag,
+    },
+    Not {
+        dst: Flag,
+        a: Flag,
+    },
+    /// `dst = cond ? a : b`.
+    Select {
+        dst: Reg,
+        cond: Flag,
+        a: Reg,
+        b: Reg,
+    },
+    If {
+        cond: Flag,
+        then: Vec<Stmt>,
+        els: Vec<Stmt>,
+    },
+    /// `for counter in first, first + 1, … (max_iters values) { body }`.
+    Loop {
+        counter: Reg,
+        first: f64,
+        max_iters: u32,
+        body: Vec<Stmt>,
+    },
+    /// Leaves the innermost loop when `cond` holds.
+    Break {
+        cond: Flag,
+    },
+    Return {
+        value: Reg,
+    },
+}
+
+/// A scalar function of float64 parameters returning float64.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SpecialFn {
+    pub name: &'static str,
+    pub params: Vec<Reg>,
+    /// Registers holding constants (never written by the body).
+    pub consts: Vec<(Reg, f64)>,
+    pub regs: u32,
+    pub flags: u32,
+    /// Ends in a `Return` on every path.
+    pub body: Vec<Stmt>,
+}
+
+/// The special functions defined here.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Special {
+    I0,
+    I0e,
+    I1,
+    I1e,
+    K0,
+    K0e,
+    K1,
+    K1e,
+    AiryAi,
+    SphericalJ0,
+}
+
+impl Special {
+    pub const ALL: [Special; 10] = [
+        Special::I0,
+        Special::I0e,
+        Special::I1,
+        Special::I1e,
+        Special::K0,
+        Special::K0e,
+        Special::K1,
+        Special::K1e,
+        Special::AiryAi,
+        Special::SphericalJ0,
+    ];
+
+    /// The function's body, built on first use.
+    pub fn body(self) -> &'static SpecialFn {
+        static BODIES: [OnceLock<SpecialFn>; 10] = [const { OnceLock::new() }; 10];
+        BODIES[self as usize].get_or_init(|| self.build())
+    }
+
+    fn build(self) -> SpecialFn {
+        use bessel as b;
+        match self {
+            Special::I0 => b::bessel_i("i0", 0, false),
+            Special::I0e => b::bessel_i("i0e", 0, true),
+            Special::I1 => b::bessel_i("i1", 1, false),
+            Special::I1e => b::bessel_i("i1e", 1, true),
+            Special::K0 => b::bessel_k("k0", 0, false),
+            Special::K0e => b::bessel_k("k0e", 0, true),
+            Special::K1 => b::bessel_k("k1", 1, false),
+            Special::K1e => b::bessel_k("k1e", 1, true),
+            Special::AiryAi => b::airy_ai(),
+            Special::SphericalJ0 => b::spherical_j0(),
+        }
+    }
+
+    /// Evaluates the function at `args` (see [`eval`]).
+    pub fn eval(self, args: &[f64]) -> f64 {
+        eval(self.body(), args)
+    }
+}
