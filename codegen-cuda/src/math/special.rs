@@ -1,7 +1,8 @@
 //! float32 special functions as PTX: lgamma, digamma, erfinv and polygamma
 //! (through the Hurwitz zeta function, also `special.zeta`), the erfc fit
-//! (erf, erfc, erfcx), spherical j0 and ndtri (Bessel functions are in
-//! `bessel.rs`). lgamma to polygamma follow the WGSL backend (recurrence to
+//! (erf, erfc, erfcx) and ndtri (Bessel J and Y are in `bessel.rs`; Bessel
+//! I and K, Airy Ai and spherical j0 come from `rdyn_ir::special` through
+//! `scalar.rs`). lgamma to polygamma follow the WGSL backend (recurrence to
 //! a large argument, then an asymptotic series; Giles' approximation for
 //! erfinv), ndtri Acklam's fractions in float64; loops are branches.
 
@@ -9,7 +10,6 @@ use rdyn_ir::approx::{NDTRI_ACKLAM, NDTRI_TAIL};
 
 use crate::math::math32::{exp, log, pow};
 use crate::math::math64;
-use crate::math::trig::{trig, Trig};
 use crate::ptx::arith::{add, copysign, div, fma, k, mul, op1, op2, poly, sub};
 use crate::ptx::func::{f64_imm as d64, Class, Func};
 
@@ -306,26 +306,6 @@ pub fn polygamma(f: &mut Func, n: &str, x: &str) -> String {
     let z = zeta(f, &s, x);
     let r = mul(f, &sign, &fact);
     mul(f, &r, &z)
-}
-
-/// spherical j0 = sin(x)/x: a series of x² below 0.5 (the CPU backend's),
-/// 0 at ±inf.
-pub fn spherical_j0(f: &mut Func, x: &str) -> String {
-    let s = trig(f, x, Trig::Sin);
-    let q = div(f, &s, x);
-    let z = mul(f, x, x);
-    let mut acc = f.mov(Class::F32, &k(1.0));
-    for kk in (1..=6).rev() {
-        let kf = f64::from(kk);
-        let t = div(f, &z, &k((2.0 * kf) * (2.0 * kf + 1.0)));
-        let t = mul(f, &t, &acc);
-        acc = sub(f, &k(1.0), &t);
-    }
-    let ax = op1(f, "abs", x);
-    let big = f.setp("ge", "f32", &ax, &k(0.5));
-    let r = f.selp(Class::F32, &q, &acc, &big);
-    let inf = f.setp("eq", "f32", &ax, &k(f64::INFINITY));
-    f.selp(Class::F32, &k(0.0), &r, &inf)
 }
 
 /// erfcx(x) = e^(x²)·erfc(x): for x ≥ 0 the erfc fit's t·e^(p(t)) without
