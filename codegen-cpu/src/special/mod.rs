@@ -226,8 +226,6 @@ pub fn zeta(x: f64, q: f64) -> f64 {
 }
 
 mod gamma;
-#[cfg(test)]
-mod old;
 mod poly;
 
 pub use gamma::{igamma, igammac};

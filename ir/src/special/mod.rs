@@ -223,3 +223,53 @@ impl Special {
         eval(self.body(), args)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::panic)]
+    use super::*;
+
+    #[test]
+    fn text_form_and_evaluation() {
+        let text = Special::SphericalJ0.body().to_string();
+        assert!(text.starts_with("fn spherical_j0(%0) {\n"), "{text}");
+        assert!(text.contains("= sin %0") && text.contains("return"), "{text}");
+        let i0 = Special::I0.body().to_string();
+        assert!(i0.contains("loop %") && i0.contains("max 199 {") && i0.contains("break if ?"), "{i0}");
+        assert_eq!(Special::I0.eval(&[0.0]), 1.0);
+        assert!(Special::K0.eval(&[f64::NAN]).is_nan());
+        assert_eq!(Special::K1.eval(&[0.0]), f64::INFINITY);
+        assert!((Special::SphericalJ0.eval(&[3.0]) - 3f64.sin() / 3.0).abs() < 1e-16);
+    }
+
+    #[test]
+    fn constants_are_interned_and_never_written() {
+        for which in Special::ALL {
+            let f = which.body();
+            let consts: Vec<u32> = f.consts.iter().map(|(r, _)| r.0).collect();
+            fn written(stmts: &[Stmt], out: &mut Vec<u32>) {
+                for s in stmts {
+                    match s {
+                        Stmt::Copy { dst, .. }
+                        | Stmt::Unary { dst, .. }
+                        | Stmt::Binary { dst, .. }
+                        | Stmt::Poly { dst, .. }
+                        | Stmt::Select { dst, .. } => out.push(dst.0),
+                        Stmt::Loop { counter, body, .. } => {
+                            out.push(counter.0);
+                            written(body, out);
+                        }
+                        Stmt::If { then, els, .. } => {
+                            written(then, out);
+                            written(els, out);
+                        }
+                        _ => {}
+                    }
+                }
+            }
+            let mut w = Vec::new();
+            written(&f.body, &mut w);
+            assert!(w.iter().all(|r| !consts.contains(r)), "{which:?} writes a constant");
+        }
+    }
+}
