@@ -181,6 +181,21 @@ def _graph_targets(fn, *args):
     return targets
 
 
+def _gradients_match(fn, leaves, inputs64, mask, mask64):
+    """A training step of `fn` compiled with rdyn on `leaves` runs no eager
+    fallback, and its gradients match eager's and float64 eager's."""
+    torch._dynamo.reset()
+    rdyn.reset_stats()
+    torch.compile(fn, backend="rdyn")(*leaves, mask).square().sum().backward()
+    assert rdyn.stats()["fallback_ops"] == {}
+    eager = [t.float().requires_grad_() for t in inputs64]
+    fn(*eager, mask).square().sum().backward()
+    ref = [t.clone().requires_grad_() for t in inputs64]
+    fn(*ref, mask64).square().sum().backward()
+    for name, a, e, r in zip("qkv", leaves, eager, ref):
+        assert_same(a.grad, e.grad, r.grad, what=f"grad of {name}")
+
+
 @pytest.mark.parametrize("masked", [False, True])
 def test_attention_gradients_run_in_rdyn(masked, decompose) -> None:
     """A training step through SDPA, causal or with an additive mask: the
@@ -200,16 +215,7 @@ def test_attention_gradients_run_in_rdyn(masked, decompose) -> None:
     assert not any("flash_attention" in t for t in targets), targets
 
     leaves = [t.float().requires_grad_() for t in (q64, k64, v64)]
-    torch._dynamo.reset()
-    rdyn.reset_stats()
-    torch.compile(fn, backend="rdyn")(*leaves, mask).square().sum().backward()
-    assert rdyn.stats()["fallback_ops"] == {}
-    eager = [t.float().requires_grad_() for t in (q64, k64, v64)]
-    fn(*eager, mask).square().sum().backward()
-    ref = [t.clone().requires_grad_() for t in (q64, k64, v64)]
-    fn(*ref, mask64).square().sum().backward()
-    for name, a, e, r in zip("qkv", leaves, eager, ref):
-        assert_same(a.grad, e.grad, r.grad, what=f"grad of {name}")
+    _gradients_match(fn, leaves, (q64, k64, v64), mask, mask64)
 
 
 @pytest.mark.parametrize("masked", [False, True])
@@ -233,25 +239,13 @@ def test_cpu_attention_runs_as_aten_library_calls(masked) -> None:
     calls = [k.source for k in report.kernels if k.name.endswith("library")]
     assert any("flash_attention_for_cpu.default" in c for c in calls), report
     assert any("flash_attention_for_cpu_backward" in c for c in calls), report
-    torch._dynamo.reset()
-    rdyn.reset_stats()
-    torch.compile(fn, backend="rdyn")(*leaves, mask).square().sum().backward()
-    assert rdyn.stats()["fallback_ops"] == {}
-    eager = [t.float().requires_grad_() for t in (q64, k64, v64)]
-    fn(*eager, mask).square().sum().backward()
-    ref = [t.clone().requires_grad_() for t in (q64, k64, v64)]
-    fn(*ref, mask64).square().sum().backward()
-    for name, a, e, r in zip("qkv", leaves, eager, ref):
-        assert_same(a.grad, e.grad, r.grad, what=f"grad of {name}")
+    _gradients_match(fn, leaves, (q64, k64, v64), mask, mask64)
 
 
 def test_attention_choice_is_checked(monkeypatch) -> None:
     """An unknown ``RDYN_ATTENTION`` names the variable and its values."""
-    monkeypatch.setenv("RDYN_ATTENTION", "fast")
-    torch._dynamo.reset()
-    q = torch.randn(1, 2, 4, 8)
-    with pytest.raises(ValueError, match="RDYN_ATTENTION='fast' is not one of"):
-        rdyn.compile_graph  # noqa: B018 - the import path is the backend's
-        from rdyn.backend import decompositions
+    from rdyn.backend import decompositions
 
+    monkeypatch.setenv("RDYN_ATTENTION", "fast")
+    with pytest.raises(ValueError, match="RDYN_ATTENTION='fast' is not one of"):
         decompositions("cpu")

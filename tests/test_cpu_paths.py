@@ -77,6 +77,14 @@ ALTERNATE_PATHS = textwrap.dedent(
         want = model.double()(x.double())
     err = (got.double() - want).abs().max().item()
     assert err < 1e-4, err
+    # Products wider than one gemm-crate call (GEMM_COLS, which bounds the
+    # crate's own packing buffers): column blocks, plain and transposed.
+    a, b = torch.randn(40, 64), torch.randn(5000, 64)
+    wide = torch.compile(lambda a, b: (a @ b.t(), a @ b.t().contiguous()), backend="rdyn")(a, b)
+    want = a.double() @ b.double().t()
+    for w in wide:
+        err = (w.double() - want).abs().max().item()
+        assert err < 1e-4, err
     print("ok")
     """
 )

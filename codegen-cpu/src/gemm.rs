@@ -6,6 +6,14 @@
 //! team each thread runs whole products on a block of rows (or of batches); on
 //! rayon the crate splits each product itself. Half-precision operands never get
 //! here: lowering converts them to float32 and rounds the product once.
+//!
+//! The crate packs its operands into buffers it allocates itself, and an
+//! allocation that fails there aborts the process. Its left-hand buffers are
+//! bounded by its cache blocking, but with rayon it packs the right-hand side
+//! for all `n` columns at once (`kc · n` elements). So products go to it at
+//! most [`GEMM_COLS`] columns at a time: every buffer it allocates is then a
+//! few MiB whatever the data's size (data-sized memory is rdyn's arena, which
+//! is reserved fallibly).
 
 use gemm::Parallelism;
 use rdyn_ir::loops::BufId;
@@ -14,6 +22,12 @@ use rdyn_ir::DType;
 use crate::blas;
 use crate::tile::Memory;
 use crate::CodegenError;
+
+/// The most columns of one `gemm` crate call: its right-hand packing is then
+/// at most `kc · GEMM_COLS` elements (`kc` ≤ 512: 8 MiB of float64). A
+/// block this wide is still 2048 multiply-adds per element of the left
+/// operand, so splitting wider products costs nothing measurable.
+const GEMM_COLS: i64 = 2048;
 
 /// `out = scale · (a @ b)`; 2-D, or 3-D batched with matching batch sizes.
 pub fn run_gemm(a: BufId, b: BufId, out: BufId, scale: f64, mem: &Memory) -> Result<(), CodegenError> {
@@ -99,34 +113,37 @@ pub fn run_gemm(a: BufId, b: BufId, out: BufId, scale: f64, mem: &Memory) -> Res
                 if rows <= 0 {
                     return;
                 }
-                let oa = (pa.offset + bi * a_bs + r0 * a_rs) * size;
-                let ob = (pb.offset + bi * b_bs) * size;
-                let oo = (po.offset + bi * o_bs + r0 * o_rs) * size;
-                // SAFETY: pointers and strides describe live buffers of this
-                // call whose layouts the guards checked; units write
-                // disjoint rows of the output.
-                unsafe {
-                    gemm::gemm::<$t>(
-                        rows as usize,
-                        n as usize,
-                        k as usize,
-                        (ptr_o as i64 + oo) as *mut $t,
-                        o_cs as isize,
-                        o_rs as isize,
-                        false,
-                        (ptr_a as i64 + oa) as *const $t,
-                        a_cs as isize,
-                        a_rs as isize,
-                        (ptr_b as i64 + ob) as *const $t,
-                        b_cs as isize,
-                        b_rs as isize,
-                        0.0,
-                        scale as $t,
-                        false,
-                        false,
-                        false,
-                        par,
-                    );
+                for c0 in (0..n).step_by(GEMM_COLS as usize) {
+                    let cols = (n - c0).min(GEMM_COLS);
+                    let oa = (pa.offset + bi * a_bs + r0 * a_rs) * size;
+                    let ob = (pb.offset + bi * b_bs + c0 * b_cs) * size;
+                    let oo = (po.offset + bi * o_bs + r0 * o_rs + c0 * o_cs) * size;
+                    // SAFETY: pointers and strides describe live buffers of this
+                    // call whose layouts the guards checked; units write
+                    // disjoint rows of the output, calls disjoint columns.
+                    unsafe {
+                        gemm::gemm::<$t>(
+                            rows as usize,
+                            cols as usize,
+                            k as usize,
+                            (ptr_o as i64 + oo) as *mut $t,
+                            o_cs as isize,
+                            o_rs as isize,
+                            false,
+                            (ptr_a as i64 + oa) as *const $t,
+                            a_cs as isize,
+                            a_rs as isize,
+                            (ptr_b as i64 + ob) as *const $t,
+                            b_cs as isize,
+                            b_rs as isize,
+                            0.0,
+                            scale as $t,
+                            false,
+                            false,
+                            false,
+                            par,
+                        );
+                    }
                 }
             };
             let units = (batch * row_blocks) as usize;
