@@ -6,8 +6,9 @@
 //! well conditioned (in places more accurately than PyTorch's own kernels).
 //!
 //! The functions defined once in `rdyn_ir::special` (Bessel I and K, Airy
-//! Ai, spherical j0), which the CUDA backend translates to PTX, are
-//! evaluated from that definition here; the rest are Rust.
+//! Ai, spherical j0), which the CUDA backend translates to PTX, run here as
+//! that definition compiled to machine code by Cranelift ([`native`], on
+//! first use; the evaluator where Cranelift is off); the rest are Rust.
 
 use std::f64::consts::{FRAC_1_SQRT_2, PI};
 
@@ -28,43 +29,43 @@ fn horner(c: &[f64], z: f64) -> f64 {
 
 /// Modified Bessel function of the first kind, order 0.
 pub fn i0(x: f64) -> f64 {
-    Special::I0.eval(&[x])
+    native::call(Special::I0, [x, 0.0])
 }
 /// exp(-|x|)·I0(x).
 pub fn i0e(x: f64) -> f64 {
-    Special::I0e.eval(&[x])
+    native::call(Special::I0e, [x, 0.0])
 }
 /// Modified Bessel function of the first kind, order 1.
 pub fn i1(x: f64) -> f64 {
-    Special::I1.eval(&[x])
+    native::call(Special::I1, [x, 0.0])
 }
 /// exp(-|x|)·I1(x).
 pub fn i1e(x: f64) -> f64 {
-    Special::I1e.eval(&[x])
+    native::call(Special::I1e, [x, 0.0])
 }
 /// Modified Bessel function of the second kind, order 0.
 pub fn k0(x: f64) -> f64 {
-    Special::K0.eval(&[x])
+    native::call(Special::K0, [x, 0.0])
 }
 /// Modified Bessel function of the second kind, order 1.
 pub fn k1(x: f64) -> f64 {
-    Special::K1.eval(&[x])
+    native::call(Special::K1, [x, 0.0])
 }
 /// exp(x)·K0(x).
 pub fn k0e(x: f64) -> f64 {
-    Special::K0e.eval(&[x])
+    native::call(Special::K0e, [x, 0.0])
 }
 /// exp(x)·K1(x).
 pub fn k1e(x: f64) -> f64 {
-    Special::K1e.eval(&[x])
+    native::call(Special::K1e, [x, 0.0])
 }
 /// Airy function Ai(x).
 pub fn airy_ai(x: f64) -> f64 {
-    Special::AiryAi.eval(&[x])
+    native::call(Special::AiryAi, [x, 0.0])
 }
 /// Spherical Bessel function j0(x) = sin(x)/x (0 at ±inf).
 pub fn spherical_j0(x: f64) -> f64 {
-    Special::SphericalJ0.eval(&[x])
+    native::call(Special::SphericalJ0, [x, 0.0])
 }
 
 // ---- Bessel functions J, Y (libm) ----
@@ -226,6 +227,9 @@ pub fn zeta(x: f64, q: f64) -> f64 {
 }
 
 mod gamma;
+pub mod native;
+#[cfg(test)]
+mod native_tests;
 mod poly;
 
 pub use gamma::{igamma, igammac};

@@ -69,8 +69,21 @@ fn binary(op: Binary, a: f64, b: f64) -> f64 {
         Binary::Sub => a - b,
         Binary::Mul => a * b,
         Binary::Div => a / b,
-        Binary::Min => a.min(b),
-        Binary::Max => a.max(b),
+        // As `f64::min`/`max`, with the sign of equal zeros pinned down.
+        Binary::Min => {
+            if b < a || a.is_nan() {
+                b
+            } else {
+                a
+            }
+        }
+        Binary::Max => {
+            if b > a || a.is_nan() {
+                b
+            } else {
+                a
+            }
+        }
     }
 }
 

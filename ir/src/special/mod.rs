@@ -8,11 +8,12 @@
 //! ([`Reg`]) and boolean flags ([`Flag`]) with straight-line arithmetic,
 //! constant tables (polynomial coefficients), and structured control flow
 //! ([`Stmt::If`], [`Stmt::Loop`] with a bounded trip count, `break if`,
-//! `return`). Both backends derive from the body: the CPU backend runs
-//! [`eval`] (the language's meaning, operation for operation as the
-//! hand-written routines computed it: no fusion, no reassociation), and
-//! the CUDA backend translates it to PTX with one generic translator
-//! (`codegen-cuda/src/math/scalar.rs`). Registers are mutable (a loop
+//! `return`). Both backends derive from the body: [`eval`] is the
+//! language's meaning (operation for operation as the hand-written routines
+//! computed it: no fusion, no reassociation), which the CPU backend
+//! compiles to machine code with Cranelift, bit for bit the same
+//! (`codegen-cpu/src/special/native.rs`), and the CUDA backend translates
+//! it to PTX with one generic translator (`codegen-cuda/src/math/scalar.rs`). Registers are mutable (a loop
 //! updates its accumulators in place); constants live in registers that are
 //! never written, so the evaluator loads them once per call and PTX reads
 //! them as immediates.
@@ -56,8 +57,9 @@ pub enum Unary {
     Cosh,
 }
 
-/// Two-operand float64 operations (each rounded once; `Min`/`Max` ignore
-/// a NaN operand, as `f64::min` and PTX's `min` do).
+/// Two-operand float64 operations (each rounded once). `Min`/`Max` ignore
+/// a NaN operand, as `f64::min` and PTX's `min` do, and of two equal
+/// operands (±0) give the first (PTX's may give either zero).
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
 pub enum Binary {
     Add,
@@ -198,7 +200,7 @@ impl Special {
 
     /// The function's body, built on first use.
     pub fn body(self) -> &'static SpecialFn {
-        static BODIES: [OnceLock<SpecialFn>; 10] = [const { OnceLock::new() }; 10];
+        static BODIES: [OnceLock<SpecialFn>; Special::ALL.len()] = [const { OnceLock::new() }; Special::ALL.len()];
         BODIES[self as usize].get_or_init(|| self.build())
     }
 
