@@ -19,12 +19,14 @@ use rdyn_ir::special::Special;
 #[derive(Copy, Clone)]
 enum F {
     One(fn(f64) -> f64),
+    Two(fn(f64, f64) -> f64),
 }
 
 impl F {
-    fn at(self, [x, _]: [f64; 2]) -> f64 {
+    fn at(self, [x, n]: [f64; 2]) -> f64 {
         match self {
             F::One(f) => f(x),
+            F::Two(f) => f(x, n),
         }
     }
 }
@@ -50,6 +52,14 @@ fn cases() -> Vec<Case> {
         range,
         degrees: (0.0, 0.0),
     };
+    let two = |name, which, old, new, range| Case {
+        name,
+        which,
+        old: F::Two(old),
+        new: F::Two(new),
+        range,
+        degrees: (0.0, 30.0),
+    };
     vec![
         one("i0", Special::I0, old::i0, sp::i0, (-30.0, 30.0)),
         one("i0e", Special::I0e, old::i0e, sp::i0e, (-30.0, 30.0)),
@@ -61,6 +71,10 @@ fn cases() -> Vec<Case> {
         one("k1e", Special::K1e, old::k1e, sp::k1e, (0.0, 30.0)),
         one("airy_ai", Special::AiryAi, old::airy_ai, sp::airy_ai, (-20.0, 20.0)),
         one("spherical_j0", Special::SphericalJ0, old::spherical_j0, sp::spherical_j0, (-10.0, 10.0)),
+        two("hermite_h", Special::HermiteH, old::hermite_h, sp::hermite_h, (-2.0, 2.0)),
+        two("hermite_he", Special::HermiteHe, old::hermite_he, sp::hermite_he, (-2.0, 2.0)),
+        two("laguerre_l", Special::LaguerreL, old::laguerre_l, sp::laguerre_l, (0.0, 10.0)),
+        two("legendre_p", Special::LegendreP, old::legendre_p, sp::legendre_p, (-1.0, 1.0)),
     ]
 }
 

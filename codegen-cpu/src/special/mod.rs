@@ -6,7 +6,7 @@
 //! well conditioned (in places more accurately than PyTorch's own kernels).
 //!
 //! The functions defined once in `rdyn_ir::special` (Bessel I and K, Airy
-//! Ai, spherical j0), which the CUDA backend translates to PTX, run here as
+//! Ai, spherical j0, Hermite, Laguerre and Legendre polynomials), which the CUDA backend translates to PTX, run here as
 //! that definition compiled to machine code by Cranelift ([`native`], on
 //! first use; the evaluator where Cranelift is off); the rest are Rust.
 
@@ -66,6 +66,23 @@ pub fn airy_ai(x: f64) -> f64 {
 /// Spherical Bessel function j0(x) = sin(x)/x (0 at ±inf).
 pub fn spherical_j0(x: f64) -> f64 {
     native::call(Special::SphericalJ0, [x, 0.0])
+}
+
+/// Physicists' Hermite polynomial H_n(x) (NaN above degree 512).
+pub fn hermite_h(x: f64, n: f64) -> f64 {
+    native::call(Special::HermiteH, [x, n])
+}
+/// Probabilists' Hermite polynomial He_n(x) (NaN above degree 512).
+pub fn hermite_he(x: f64, n: f64) -> f64 {
+    native::call(Special::HermiteHe, [x, n])
+}
+/// Laguerre polynomial L_n(x).
+pub fn laguerre_l(x: f64, n: f64) -> f64 {
+    native::call(Special::LaguerreL, [x, n])
+}
+/// Legendre polynomial P_n(x).
+pub fn legendre_p(x: f64, n: f64) -> f64 {
+    native::call(Special::LegendreP, [x, n])
 }
 
 // ---- Bessel functions J, Y (libm) ----
@@ -234,8 +251,8 @@ mod poly;
 
 pub use gamma::{igamma, igammac};
 pub use poly::{
-    chebyshev_t, chebyshev_u, chebyshev_v, chebyshev_w, hermite_h, hermite_he, laguerre_l, legendre_p,
-    shifted_chebyshev_t, shifted_chebyshev_u, shifted_chebyshev_v, shifted_chebyshev_w,
+    chebyshev_t, chebyshev_u, chebyshev_v, chebyshev_w, shifted_chebyshev_t, shifted_chebyshev_u, shifted_chebyshev_v,
+    shifted_chebyshev_w,
 };
 
 #[cfg(test)]

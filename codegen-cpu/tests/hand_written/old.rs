@@ -1,8 +1,9 @@
 //! The hand-written float64 routines of the functions now defined once in
 //! `rdyn_ir::special`, as they were before: Bessel I/K, Airy Ai and
-//! spherical j0 (commit 97b36b6's `codegen-cpu/src/special/old.rs`). Only a
-//! baseline: `hand_written.rs` checks the compiled definitions against them
-//! in ulps, `benches/special` times both.
+//! spherical j0 (commit 97b36b6's `codegen-cpu/src/special/old.rs`), the
+//! Hermite, Laguerre and Legendre polynomials (`special/poly.rs` before
+//! they moved). Only a baseline: `hand_written.rs` checks the compiled
+//! definitions against them in ulps, `benches/special` times both.
 
 use std::f64::consts::{FRAC_1_SQRT_2, LN_2, PI};
 
@@ -227,4 +228,92 @@ pub fn spherical_j0(x: f64) -> f64 {
         let k = f64::from(k);
         1.0 - z / ((2.0 * k) * (2.0 * k + 1.0)) * acc
     })
+}
+
+// ---- Orthogonal polynomials ----
+
+/// The degree as PyTorch converts it (C++ float → int64 truncation on x86):
+/// NaN, ±inf and values beyond ±2^63 become i64::MIN, i.e. read as n < 0.
+fn degree(n: f64) -> i64 {
+    if n.is_finite() && n.abs() < i64::MAX as f64 {
+        n as i64
+    } else {
+        i64::MIN
+    }
+}
+
+/// Physicists' Hermite polynomial H_n(x); NaN above degree 512 like PyTorch.
+pub fn hermite_h(x: f64, n: f64) -> f64 {
+    match degree(n) {
+        n if n < 0 => 0.0,
+        0 => 1.0,
+        1 => x + x,
+        n if n > 512 => f64::NAN,
+        n => {
+            let (mut p, mut q, mut r) = (1.0, x + x, 0.0);
+            for k in (2..n + n).step_by(2) {
+                r = (x + x) * q - k as f64 * p;
+                (p, q) = (q, r);
+            }
+            r
+        }
+    }
+}
+
+/// Probabilists' Hermite polynomial He_n(x); NaN above degree 512.
+pub fn hermite_he(x: f64, n: f64) -> f64 {
+    match degree(n) {
+        n if n < 0 => 0.0,
+        0 => 1.0,
+        n if n > 512 => f64::NAN,
+        n => {
+            let (mut p, mut q) = (1.0, x);
+            for k in 1..n {
+                (p, q) = (q, x * q - k as f64 * p);
+            }
+            q
+        }
+    }
+}
+
+/// Laguerre polynomial L_n(x).
+pub fn laguerre_l(x: f64, n: f64) -> f64 {
+    match degree(n) {
+        n if n < 0 => 0.0,
+        _ if x == 0.0 => 1.0,
+        0 => 1.0,
+        n => {
+            let (mut p, mut q, mut k) = (1.0, 1.0 - x, 1);
+            while k < n && !q.is_nan() {
+                let kf = k as f64;
+                (p, q) = (q, ((kf + kf + (1.0 - x)) * q - kf * p) / (kf + 1.0));
+                k += 1;
+            }
+            q
+        }
+    }
+}
+
+/// Legendre polynomial P_n(x).
+pub fn legendre_p(x: f64, n: f64) -> f64 {
+    match degree(n) {
+        n if n < 0 => 0.0,
+        n if x.abs() == 1.0 => {
+            if x > 0.0 || n % 2 == 0 {
+                1.0
+            } else {
+                -1.0
+            }
+        }
+        0 => 1.0,
+        n => {
+            let (mut p, mut q, mut k) = (1.0, x, 1);
+            while k < n && !q.is_nan() {
+                let kf = k as f64;
+                (p, q) = (q, ((kf + kf + 1.0) * x * q - kf * p) / (kf + 1.0));
+                k += 1;
+            }
+            q
+        }
+    }
 }

@@ -1,7 +1,8 @@
 //! Special functions written once: a tiny scalar-function language, the
 //! functions written in it, and its reference evaluator.
 //!
-//! Each special function (Bessel I and K, Airy Ai, spherical j0, …) used to
+//! Each special function (Bessel I and K, Airy Ai, spherical j0, the
+//! Hermite, Laguerre and Legendre polynomials, …) used to
 //! be written twice, as float64 Rust for the CPU backend and as a PTX
 //! emitter for CUDA, and the two drifted apart. Here each is a builder
 //! function producing a [`SpecialFn`]: a body of float64 registers
@@ -25,6 +26,7 @@
 mod bessel;
 mod builder;
 mod eval;
+mod poly;
 mod print;
 
 pub use builder::{Builder, Operand};
@@ -182,10 +184,14 @@ pub enum Special {
     K1e,
     AiryAi,
     SphericalJ0,
+    HermiteH,
+    HermiteHe,
+    LaguerreL,
+    LegendreP,
 }
 
 impl Special {
-    pub const ALL: [Special; 10] = [
+    pub const ALL: [Special; 14] = [
         Special::I0,
         Special::I0e,
         Special::I1,
@@ -196,6 +202,10 @@ impl Special {
         Special::K1e,
         Special::AiryAi,
         Special::SphericalJ0,
+        Special::HermiteH,
+        Special::HermiteHe,
+        Special::LaguerreL,
+        Special::LegendreP,
     ];
 
     /// The function's body, built on first use.
@@ -217,6 +227,10 @@ impl Special {
             Special::K1e => b::bessel_k("k1e", 1, true),
             Special::AiryAi => b::airy_ai(),
             Special::SphericalJ0 => b::spherical_j0(),
+            Special::HermiteH => poly::hermite_h(),
+            Special::HermiteHe => poly::hermite_he(),
+            Special::LaguerreL => poly::laguerre_l(),
+            Special::LegendreP => poly::legendre_p(),
         }
     }
 
