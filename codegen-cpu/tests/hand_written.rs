@@ -3,7 +3,8 @@
 //! (`hand_written/old.rs`): NaN, ±inf, ±0, poles, branch edges, a dense
 //! grid, a logarithmic sweep and pseudo-random bit patterns; for the
 //! polynomials, every degree to 40, big and odd degrees, and NaN/±inf/
-//! fractional/negative degrees. 0 ulp everywhere.
+//! fractional/negative degrees; zeta over a grid of x and q, poles and
+//! NaN/±inf included. 0 ulp everywhere.
 #![allow(clippy::unwrap_used, clippy::panic)]
 
 #[path = "hand_written/old.rs"]
@@ -94,6 +95,22 @@ fn polynomials_match_the_hand_written_routines() {
                 let (want, got) = (old(x, n), new(x, n));
                 assert_eq!(ulps(want, got), 0, "{name}({x:e}, {n:e}): {want:e} hand-written, {got:e} compiled");
             }
+        }
+    }
+}
+
+#[test]
+fn zeta_matches_the_hand_written_routine() {
+    let mut xs = vec![f64::NAN, f64::INFINITY, f64::NEG_INFINITY, 1.0, 1.0 + f64::EPSILON, 0.5, -1.0, 0.0, 1.0001];
+    xs.extend((3..=120).map(|i| f64::from(i) * 0.5));
+    xs.extend([1.1, 1.3, 1.7, 2.2, 3.7, 250.0, 1e3, 1e300]);
+    let mut qs = vec![f64::NAN, f64::INFINITY, f64::NEG_INFINITY, 0.0, -0.0, 1e-300, 0.001, 1e6, 1e10, 1e300];
+    qs.extend((-80..=80).map(|i| f64::from(i) * 0.25));
+    qs.extend([8.9, 9.1, -7.3, -20.5, -1.5, 0.1, std::f64::consts::PI]);
+    for &x in &xs {
+        for &q in &qs {
+            let (want, got) = (old::zeta(x, q), sp::zeta(x, q));
+            assert_eq!(ulps(want, got), 0, "zeta({x:e}, {q:e}): {want:e} hand-written, {got:e} compiled");
         }
     }
 }

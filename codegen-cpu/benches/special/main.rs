@@ -32,15 +32,16 @@ impl F {
 }
 
 /// One function: its definition, the hand-written routine, the compiled
-/// entry point, and the ranges its timing arguments are drawn from (the
-/// degree's rounded down to an integer).
+/// entry point, and the ranges its timing arguments are drawn from (a
+/// polynomial's degree rounded down to an integer).
 struct Case {
     name: &'static str,
     which: Special,
     old: F,
     new: F,
     range: (f64, f64),
-    degrees: (f64, f64),
+    second: (f64, f64),
+    whole: bool,
 }
 
 fn cases() -> Vec<Case> {
@@ -50,7 +51,8 @@ fn cases() -> Vec<Case> {
         old: F::One(old),
         new: F::One(new),
         range,
-        degrees: (0.0, 0.0),
+        second: (0.0, 0.0),
+        whole: false,
     };
     let two = |name, which, old, new, range| Case {
         name,
@@ -58,7 +60,8 @@ fn cases() -> Vec<Case> {
         old: F::Two(old),
         new: F::Two(new),
         range,
-        degrees: (0.0, 30.0),
+        second: (0.0, 30.0),
+        whole: true,
     };
     vec![
         one("i0", Special::I0, old::i0, sp::i0, (-30.0, 30.0)),
@@ -75,6 +78,7 @@ fn cases() -> Vec<Case> {
         two("hermite_he", Special::HermiteHe, old::hermite_he, sp::hermite_he, (-2.0, 2.0)),
         two("laguerre_l", Special::LaguerreL, old::laguerre_l, sp::laguerre_l, (0.0, 10.0)),
         two("legendre_p", Special::LegendreP, old::legendre_p, sp::legendre_p, (-1.0, 1.0)),
+        Case { second: (0.5, 20.0), whole: false, ..two("zeta", Special::Zeta, old::zeta, sp::zeta, (1.5, 8.0)) },
     ]
 }
 
@@ -108,18 +112,22 @@ fn time(xs: &[[f64; 2]], f: impl Fn([f64; 2]) -> f64) -> f64 {
 
 fn main() {
     println!("ns per element, single thread, best of 7 passes over 4096 uniform arguments");
-    println!("{:<14} {:>12} {:>9} {:>9} {:>9} {:>9}", "function", "x range", "degree", "old", "eval", "compiled");
+    println!("{:<14} {:>12} {:>11} {:>9} {:>9} {:>9}", "function", "x range", "2nd arg", "old", "eval", "compiled");
     for c in cases() {
         let xs = uniform(4096, c.range, 0x2545_F491_4F6C_DD1D);
-        let ns = uniform(4096, c.degrees, 0x9E37_79B9_7F4A_7C15);
-        let args: Vec<[f64; 2]> = xs.iter().zip(&ns).map(|(&x, &n)| [x, n.floor()]).collect();
+        let ns = uniform(4096, c.second, 0x9E37_79B9_7F4A_7C15);
+        let args: Vec<[f64; 2]> = xs.iter().zip(&ns).map(|(&x, &n)| [x, if c.whole { n.floor() } else { n }]).collect();
         // Compile before timing.
         black_box(c.new.at([1.0, 1.0]));
         let old = time(&args, |a| c.old.at(a));
         let eval = time(&args, |a| c.which.eval(&a));
         let new = time(&args, |a| c.new.at(a));
         let range = format!("[{}, {}]", c.range.0, c.range.1);
-        let degrees = if c.degrees.1 > 0.0 { format!("0..{}", c.degrees.1) } else { "-".into() };
-        println!("{:<14} {range:>12} {degrees:>9} {old:>9.1} {eval:>9.1} {new:>9.1}", c.name);
+        let second = match (c.second.1 > 0.0, c.whole) {
+            (false, _) => "-".into(),
+            (true, true) => format!("n {}..{}", c.second.0, c.second.1),
+            (true, false) => format!("[{}, {}]", c.second.0, c.second.1),
+        };
+        println!("{:<14} {range:>12} {second:>11} {old:>9.1} {eval:>9.1} {new:>9.1}", c.name);
     }
 }

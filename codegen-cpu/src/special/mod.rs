@@ -6,7 +6,8 @@
 //! well conditioned (in places more accurately than PyTorch's own kernels).
 //!
 //! The functions defined once in `rdyn_ir::special` (Bessel I and K, Airy
-//! Ai, spherical j0, Hermite, Laguerre and Legendre polynomials), which the CUDA backend translates to PTX, run here as
+//! Ai, spherical j0, Hermite, Laguerre and Legendre polynomials, Hurwitz
+//! zeta), which the CUDA backend translates to PTX, run here as
 //! that definition compiled to machine code by Cranelift ([`native`], on
 //! first use; the evaluator where Cranelift is off); the rest are Rust.
 
@@ -193,54 +194,10 @@ fn ndtri_lower(p: f64) -> f64 {
     x
 }
 
-// ---- Hurwitz zeta ----
-
 /// Hurwitz zeta ζ(x, q) = Σ_{k≥0} (k + q)^{-x} with the Cephes/PyTorch domain
-/// conventions: direct summation plus an Euler–Maclaurin tail.
+/// conventions (defined in `rdyn_ir::special`).
 pub fn zeta(x: f64, q: f64) -> f64 {
-    // B_{2k}/(2k)! for k = 1..12.
-    #[rustfmt::skip]
-    const B2K: [f64; 12] = [
-        1.0 / 12.0, -1.0 / 720.0, 1.0 / 30240.0, -1.0 / 1209600.0, 1.0 / 47900160.0,
-        -691.0 / 1307674368000.0, 1.0 / 74724249600.0, -3617.0 / 10670622842880000.0,
-        43867.0 / 5109094217170944000.0, -174611.0 / 802857662698291200000.0,
-        854513.0 / 155112100433309859840000.0, -236364091.0 / 1693824136731743669452800000.0,
-    ];
-    if x <= 1.0 {
-        return if x == 1.0 { f64::INFINITY } else { f64::NAN };
-    }
-    if q <= 0.0 && q == q.floor() {
-        return f64::INFINITY;
-    }
-    if q <= 0.0 && x != x.floor() {
-        return f64::NAN;
-    }
-    let (mut sum, mut w, mut b, mut n) = (q.powf(-x), q, 0.0, 0);
-    while n < 9 || w <= 9.0 {
-        n += 1;
-        w += 1.0;
-        b = w.powf(-x);
-        sum += b;
-        if b.abs() < EPS * sum {
-            return sum;
-        }
-    }
-    // Tail beyond w (b = w^{-x} already counted): ∫ - ½f(w) + Σ_k B_2k/(2k)!·x(x+1)…(x+2k-2)·w^{-x-2k+1}.
-    sum += b * w / (x - 1.0) - 0.5 * b;
-    let (mut rising, mut pw, mut k) = (1.0, b, 0.0);
-    for coef in B2K {
-        rising *= x + k;
-        pw /= w;
-        let t = coef * rising * pw;
-        sum += t;
-        if (t / sum).abs() < EPS {
-            break;
-        }
-        rising *= x + k + 1.0;
-        pw /= w;
-        k += 2.0;
-    }
-    sum
+    native::call(Special::Zeta, [x, q])
 }
 
 mod gamma;

@@ -6,8 +6,8 @@
 //! Cranelift variables, `If` and `Loop` become blocks, `Return` a return,
 //! and every arithmetic statement one exactly rounded instruction in the
 //! evaluator's order (no fused multiply-add, no reassociation). The
-//! library functions (`exp`, `log`, `sin`, `cos`, `sinh`, `cosh`) are calls
-//! of the very Rust routines [`rdyn_ir::special::eval`] uses, so compiled
+//! library functions (`exp`, `log`, `sin`, `cos`, `sinh`, `cosh`, `pow`)
+//! are calls of the very Rust routines [`rdyn_ir::special::eval`] uses, so compiled
 //! code and evaluator agree bit for bit (up to a NaN's sign and payload;
 //! `native_tests.rs` checks).
 //!
@@ -82,6 +82,13 @@ extern "C" fn cosh(x: f64) -> f64 {
     x.cosh()
 }
 
+/// `Binary::Pow`'s routine, by symbol.
+const POW: &str = "rdyn_special_pow";
+
+extern "C" fn pow(a: f64, b: f64) -> f64 {
+    a.powf(b)
+}
+
 /// One body as machine code. The module is leaked: the code lives as long
 /// as the process, like the `OnceLock` that holds its address.
 pub(super) fn compile(f: &SpecialFn) -> Result<Native, String> {
@@ -97,6 +104,7 @@ pub(super) fn compile(f: &SpecialFn) -> Result<Native, String> {
     for (_, name, routine) in LIBRARY {
         jb.symbol(name, routine as *const u8);
     }
+    jb.symbol(POW, pow as extern "C" fn(f64, f64) -> f64 as *const u8);
     let mut module = JITModule::new(jb);
     let mut ctx = module.make_context();
     ctx.func.signature.params.extend(vec![AbiParam::new(types::F64); arity]);
@@ -112,9 +120,14 @@ pub(super) fn compile(f: &SpecialFn) -> Result<Native, String> {
         let callee = module.declare_function(name, Linkage::Import, &sig).map_err(|e| e.to_string())?;
         library.push((op, module.declare_func_in_func(callee, &mut ctx.func)));
     }
+    let mut sig = module.make_signature();
+    sig.params.extend([AbiParam::new(types::F64), AbiParam::new(types::F64)]);
+    sig.returns.push(AbiParam::new(types::F64));
+    let callee = module.declare_function(POW, Linkage::Import, &sig).map_err(|e| e.to_string())?;
+    let pow = module.declare_func_in_func(callee, &mut ctx.func);
     let mut fctx = FunctionBuilderContext::new();
     let mut b = FunctionBuilder::new(&mut ctx.func, &mut fctx);
-    Translator::new(&mut b, f, library).function(f);
+    Translator::new(&mut b, f, library, pow).function(f);
     b.seal_all_blocks();
     b.finalize(module.target_config());
     let disasm = std::env::var_os("RDYN_JIT_DISASM").is_some();
@@ -155,12 +168,13 @@ struct Translator<'a, 'b> {
     /// The constant of each constant register.
     consts: Vec<Option<f64>>,
     library: Vec<(Unary, FuncRef)>,
+    pow: FuncRef,
     /// Exit blocks of the open loops, innermost last.
     exits: Vec<Block>,
 }
 
 impl<'a, 'b> Translator<'a, 'b> {
-    fn new(b: &'a mut FunctionBuilder<'b>, f: &SpecialFn, library: Vec<(Unary, FuncRef)>) -> Self {
+    fn new(b: &'a mut FunctionBuilder<'b>, f: &SpecialFn, library: Vec<(Unary, FuncRef)>, pow: FuncRef) -> Self {
         let regs = (0..f.regs).map(|_| b.declare_var(types::F64)).collect();
         let flags = (0..f.flags).map(|_| b.declare_var(types::I8)).collect();
         let mut consts = vec![None; f.regs as usize];
@@ -169,7 +183,7 @@ impl<'a, 'b> Translator<'a, 'b> {
                 *slot = Some(v);
             }
         }
-        Translator { b, regs, flags, consts, library, exits: Vec::new() }
+        Translator { b, regs, flags, consts, library, pow, exits: Vec::new() }
     }
 
     /// The whole function: registers start at 0 and flags false, as the
@@ -375,6 +389,10 @@ impl<'a, 'b> Translator<'a, 'b> {
             Binary::Sub => self.b.ins().fsub(a, b),
             Binary::Mul => self.b.ins().fmul(a, b),
             Binary::Div => self.b.ins().fdiv(a, b),
+            Binary::Pow => {
+                let call = self.b.ins().call(self.pow, &[a, b]);
+                self.b.inst_results(call)[0]
+            }
             // `b` if strictly smaller (larger) or `a` is NaN, else `a`.
             Binary::Min | Binary::Max => {
                 let cc = if op == Binary::Min { FloatCC::LessThan } else { FloatCC::GreaterThan };

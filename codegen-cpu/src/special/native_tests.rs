@@ -69,7 +69,7 @@ fn pairs(xs: &[f64]) -> Vec<[f64; 2]> {
 }
 
 /// A body with every statement kind: min/max with NaN and ±0 operands,
-/// comparisons, connectives, select, floor, the library calls, a
+/// comparisons, connectives, select, floor, the library calls and pow, a
 /// polynomial at ±inf, a loop with a break and a return inside.
 fn language_tour() -> SpecialFn {
     let mut b = Builder::new("tour");
@@ -85,9 +85,11 @@ fn language_tour() -> SpecialFn {
     let s = b.select(neither, mn, mx);
     let fl = b.unary(Unary::Floor, x);
     let p = b.poly(&[1.5, -2.0, 0.25], y);
+    let pw = b.binary(Binary::Pow, x, y);
     let acc = b.var(s);
     b.update(acc, Binary::Add, acc, fl);
     b.update(acc, Binary::Mul, acc, p);
+    b.update(acc, Binary::Add, acc, pw);
     let small = b.abs(x);
     let small = b.lt(small, 1e-3);
     b.return_if(small, mn);

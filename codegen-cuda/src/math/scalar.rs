@@ -3,8 +3,8 @@
 //! become float64 PTX here, operation for operation as the CPU backend
 //! evaluates them. Registers map to `.f64` registers (constants to
 //! immediates), flags to predicates, `if` and `loop` to branches; exp, log,
-//! sinh and cosh use the software float64 routines of `math64.rs`, sin and
-//! cos `bessel::sincos64`. Arguments and results are float32 registers,
+//! pow, sinh and cosh use the software float64 routines of `math64.rs`, sin
+//! and cos `bessel::sincos64`. Arguments and results are float32 registers,
 //! converted to and from float64 around the body.
 
 use rdyn_ir::special::{Binary, Cmp, Flag, Logic, Reg, SpecialFn, Stmt, Unary};
@@ -114,6 +114,13 @@ impl Tr<'_> {
                     Binary::Div => "div.rn",
                     Binary::Min => "min",
                     Binary::Max => "max",
+                    Binary::Pow => {
+                        let (a, b) = (self.r(*a).to_string(), self.r(*b).to_string());
+                        let v = math64::pow(self.f, &a, &b);
+                        let ins = format!("mov.f64 {}, {v}", self.r(*dst));
+                        self.f.ins(ins);
+                        return;
+                    }
                 };
                 let ins = format!("{name}.f64 {}, {}, {}", self.r(*dst), self.r(*a), self.r(*b));
                 self.f.ins(ins);

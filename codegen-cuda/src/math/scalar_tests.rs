@@ -1,8 +1,8 @@
 //! The translated bodies run by the PTX simulator against the reference
 //! evaluator (`rdyn_ir::special::eval`, what the CPU backend computes),
 //! rounded to float32: NaN, ±inf, ±0, branch edges, a grid and a
-//! logarithmic sweep; the polynomials at each of those for degrees to 40,
-//! big, fractional, negative and non-finite degrees.
+//! logarithmic sweep; the polynomials and zeta at a grid of x for second
+//! arguments (degrees, q) to 40, big, fractional, negative and non-finite.
 #![allow(clippy::unwrap_used, clippy::panic)]
 
 use rdyn_ir::special::Special;
@@ -98,7 +98,7 @@ fn translated_bodies_match_the_evaluator() {
 }
 
 #[test]
-fn translated_polynomials_match_the_evaluator() {
+fn translated_two_argument_functions_match_the_evaluator() {
     let mut degrees: Vec<f32> = (0..=40).map(|n| n as f32).collect();
     degrees.extend([100.0, 512.0, 513.0, 2.5, 0.5, -0.5, -1.0, f32::NAN, f32::INFINITY, f32::NEG_INFINITY, 1e19]);
     let mut base: Vec<f32> = (-60..=60).map(|i| i as f32 * 0.05).collect();

@@ -1,8 +1,8 @@
 //! float32 special functions as PTX: lgamma, digamma, erfinv and polygamma
-//! (through the Hurwitz zeta function, also `special.zeta`), the erfc fit
-//! (erf, erfc, erfcx) and ndtri (Bessel J and Y are in `bessel.rs`; Bessel
-//! I and K, Airy Ai and spherical j0 come from `rdyn_ir::special` through
-//! `scalar.rs`). lgamma to polygamma follow the WGSL backend (recurrence to
+//! (through a float32 Hurwitz zeta function), the erfc fit (erf, erfc,
+//! erfcx) and ndtri (Bessel J and Y are in `bessel.rs`; Bessel I and K,
+//! Airy Ai, spherical j0 and `special.zeta` come from `rdyn_ir::special`
+//! through `scalar.rs`). lgamma to polygamma follow the WGSL backend (recurrence to
 //! a large argument, then an asymptotic series; Giles' approximation for
 //! erfinv), ndtri Acklam's fractions in float64; loops are branches.
 
@@ -188,7 +188,8 @@ pub fn erfinv(f: &mut Func, x: &str) -> String {
     f.selp(Class::F32, &k(f64::NAN), &r, &out)
 }
 
-/// Hurwitz ζ(s, q), s > 1, by Euler–Maclaurin summation.
+/// Hurwitz ζ(s, q), s > 1, by Euler–Maclaurin summation in float32, for
+/// polygamma (`torch.special.zeta` itself is `rdyn_ir::special`'s).
 fn zeta(f: &mut Func, s: &str, q: &str) -> String {
     let neg_s = op1(f, "neg", s);
     let first = pow(f, q, &neg_s);
@@ -261,24 +262,6 @@ fn zeta(f: &mut Func, s: &str, q: &str) -> String {
     // q at a pole (a non-positive integer): +inf.
     let pole = non_positive_integer(f, q);
     f.selp(Class::F32, &k(f64::INFINITY), &sum, &pole)
-}
-
-/// `torch.special.zeta(x, q)`: Hurwitz ζ with PyTorch's domain: x = 1 and
-/// poles of q (non-positive integers) give +inf; x < 1, or q ≤ 0 with a
-/// non-integer x, give NaN.
-pub fn special_zeta(f: &mut Func, x: &str, q: &str) -> String {
-    let r = zeta(f, x, q);
-    let q_low = f.setp("le", "f32", q, &k(0.0));
-    let x_fl = op1(f, "cvt.rmi.f32", x);
-    let x_int = f.setp("eq", "f32", &x_fl, x);
-    let bad_q = f.pred("and", &q_low, &format!("!{x_int}"));
-    let r = f.selp(Class::F32, &k(f64::NAN), &r, &bad_q);
-    let pole = non_positive_integer(f, q);
-    let r = f.selp(Class::F32, &k(f64::INFINITY), &r, &pole);
-    let below = f.setp("lt", "f32", x, &k(1.0));
-    let r = f.selp(Class::F32, &k(f64::NAN), &r, &below);
-    let one = f.setp("eq", "f32", x, &k(1.0));
-    f.selp(Class::F32, &k(f64::INFINITY), &r, &one)
 }
 
 /// polygamma(n, x) = (−1)ⁿ⁺¹ n! ζ(n + 1, x) for n ≥ 1 (lowering sends n = 0

@@ -84,6 +84,7 @@ fn binary(op: Binary, a: f64, b: f64) -> f64 {
                 a
             }
         }
+        Binary::Pow => a.powf(b),
     }
 }
 

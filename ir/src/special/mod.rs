@@ -2,7 +2,7 @@
 //! functions written in it, and its reference evaluator.
 //!
 //! Each special function (Bessel I and K, Airy Ai, spherical j0, the
-//! Hermite, Laguerre and Legendre polynomials, …) used to
+//! Hermite, Laguerre and Legendre polynomials, Hurwitz zeta, …) used to
 //! be written twice, as float64 Rust for the CPU backend and as a PTX
 //! emitter for CUDA, and the two drifted apart. Here each is a builder
 //! function producing a [`SpecialFn`]: a body of float64 registers
@@ -28,6 +28,7 @@ mod builder;
 mod eval;
 mod poly;
 mod print;
+mod zeta;
 
 pub use builder::{Builder, Operand};
 pub use eval::eval;
@@ -61,7 +62,9 @@ pub enum Unary {
 
 /// Two-operand float64 operations (each rounded once). `Min`/`Max` ignore
 /// a NaN operand, as `f64::min` and PTX's `min` do, and of two equal
-/// operands (±0) give the first (PTX's may give either zero).
+/// operands (±0) give the first (PTX's may give either zero). `Pow` is C's
+/// `pow` on the CPU (special cases included) and the float64 software
+/// routine in PTX (within a few ulps of it).
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
 pub enum Binary {
     Add,
@@ -70,6 +73,7 @@ pub enum Binary {
     Div,
     Min,
     Max,
+    Pow,
 }
 
 /// Comparisons: ordered (false on NaN) except `Ne`, true on NaN.
@@ -188,10 +192,11 @@ pub enum Special {
     HermiteHe,
     LaguerreL,
     LegendreP,
+    Zeta,
 }
 
 impl Special {
-    pub const ALL: [Special; 14] = [
+    pub const ALL: [Special; 15] = [
         Special::I0,
         Special::I0e,
         Special::I1,
@@ -206,6 +211,7 @@ impl Special {
         Special::HermiteHe,
         Special::LaguerreL,
         Special::LegendreP,
+        Special::Zeta,
     ];
 
     /// The function's body, built on first use.
@@ -231,6 +237,7 @@ impl Special {
             Special::HermiteHe => poly::hermite_he(),
             Special::LaguerreL => poly::laguerre_l(),
             Special::LegendreP => poly::legendre_p(),
+            Special::Zeta => zeta::zeta(),
         }
     }
 

@@ -31,6 +31,7 @@ impl Display for Binary {
             Binary::Div => "div",
             Binary::Min => "min",
             Binary::Max => "max",
+            Binary::Pow => "pow",
         };
         f.write_str(s)
     }
