@@ -74,6 +74,7 @@ fn cases() -> Vec<Case> {
         one("k1e", Special::K1e, old::k1e, sp::k1e, (0.0, 30.0)),
         one("airy_ai", Special::AiryAi, old::airy_ai, sp::airy_ai, (-20.0, 20.0)),
         one("spherical_j0", Special::SphericalJ0, old::spherical_j0, sp::spherical_j0, (-10.0, 10.0)),
+        one("erfcx", Special::Erfcx, old::erfcx, sp::erfcx, (-10.0, 40.0)),
         two("hermite_h", Special::HermiteH, old::hermite_h, sp::hermite_h, (-2.0, 2.0)),
         two("hermite_he", Special::HermiteHe, old::hermite_he, sp::hermite_he, (-2.0, 2.0)),
         two("laguerre_l", Special::LaguerreL, old::laguerre_l, sp::laguerre_l, (0.0, 10.0)),

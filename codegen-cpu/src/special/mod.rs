@@ -7,7 +7,7 @@
 //!
 //! The functions defined once in `rdyn_ir::special` (Bessel I and K, Airy
 //! Ai, spherical j0, Hermite, Laguerre and Legendre polynomials, Hurwitz
-//! zeta), which the CUDA backend translates to PTX, run here as
+//! zeta, erfcx), which the CUDA backend translates to PTX, run here as
 //! that definition compiled to machine code by Cranelift ([`native`], on
 //! first use; the evaluator where Cranelift is off); the rest are Rust.
 
@@ -19,7 +19,6 @@ use rdyn_ir::special::Special;
 const EPS: f64 = 1.1102230246251565e-16;
 const EULER_GAMMA: f64 = 0.577_215_664_901_532_9;
 const SQRT_2PI: f64 = 2.506_628_274_631_000_5;
-const FRAC_1_SQRT_PI: f64 = 0.564_189_583_547_756_3;
 
 /// Evaluates c[0]·z^{n-1} + … + c[n-1] (highest degree first).
 fn horner(c: &[f64], z: f64) -> f64 {
@@ -121,29 +120,10 @@ pub fn y1(x: f64) -> f64 {
 
 // ---- erfcx and ndtri ----
 
-/// exp(x²) with the rounding error of x·x compensated (x² = h + l exactly).
-fn exp_sq(x: f64) -> f64 {
-    let h = x * x;
-    h.exp() * (1.0 + x.mul_add(x, -h))
-}
-
-/// erfcx for x ≥ 0.
-fn erfcx_nonneg(x: f64) -> f64 {
-    if x < 26.0 {
-        return exp_sq(x) * libm::erfc(x);
-    }
-    // erfc(x) = e^{-x²}/√π · 1/(x + (1/2)/(x + 1/(x + (3/2)/(x + …)))).
-    let f = (1..=40).rev().fold(x, |f, k| x + 0.5 * f64::from(k) / f);
-    FRAC_1_SQRT_PI / f
-}
-
-/// Scaled complementary error function exp(x²)·erfc(x).
+/// Scaled complementary error function exp(x²)·erfc(x) (defined in
+/// `rdyn_ir::special`).
 pub fn erfcx(x: f64) -> f64 {
-    match x {
-        _ if x.is_nan() || x >= 0.0 => erfcx_nonneg(x),
-        _ if x < -26.7 => f64::INFINITY,
-        _ => 2.0 * exp_sq(x) - erfcx_nonneg(-x),
-    }
+    native::call(Special::Erfcx, [x, 0.0])
 }
 
 /// Acklam's fractions (`rdyn_ir::approx`): the starting point of the
@@ -185,7 +165,8 @@ pub fn ndtri(p: f64) -> f64 {
 fn ndtri_lower(p: f64) -> f64 {
     let mut x = ndtri_guess(p);
     for _ in 0..2 {
-        let mills = (0.5 * PI).sqrt() * erfcx_nonneg(-x * FRAC_1_SQRT_2);
+        // (−x > 0 here: erfcx's nonnegative branch.)
+        let mills = (0.5 * PI).sqrt() * erfcx(-x * FRAC_1_SQRT_2);
         let half_sq = 0.5 * x * x;
         let ratio = if half_sq < 700.0 { p * SQRT_2PI * half_sq.exp() } else { SQRT_2PI * (p.ln() + half_sq).exp() };
         let u = mills - ratio;

@@ -5,9 +5,10 @@
 //! The translation is statement for statement: registers and flags become
 //! Cranelift variables, `If` and `Loop` become blocks, `Return` a return,
 //! and every arithmetic statement one exactly rounded instruction in the
-//! evaluator's order (no fused multiply-add, no reassociation). The
-//! library functions (`exp`, `log`, `sin`, `cos`, `sinh`, `cosh`, `pow`)
-//! are calls of the very Rust routines [`rdyn_ir::special::eval`] uses, so compiled
+//! evaluator's order (a multiply-add only where the body says `fma`, no
+//! reassociation). The
+//! library functions (`exp`, `log`, `sin`, `cos`, `sinh`, `cosh`, `erfc`,
+//! `pow`) are calls of the very Rust routines [`rdyn_ir::special::eval`] uses, so compiled
 //! code and evaluator agree bit for bit (up to a NaN's sign and payload;
 //! `native_tests.rs` checks).
 //!
@@ -54,13 +55,14 @@ pub fn code(which: Special) -> Option<Native> {
 type Routine = extern "C" fn(f64) -> f64;
 
 /// The library routines compiled bodies call, by symbol: the evaluator's.
-const LIBRARY: [(Unary, &str, Routine); 6] = [
+const LIBRARY: [(Unary, &str, Routine); 7] = [
     (Unary::Exp, "rdyn_special_exp", exp),
     (Unary::Log, "rdyn_special_log", log),
     (Unary::Sin, "rdyn_special_sin", sin),
     (Unary::Cos, "rdyn_special_cos", cos),
     (Unary::Sinh, "rdyn_special_sinh", sinh),
     (Unary::Cosh, "rdyn_special_cosh", cosh),
+    (Unary::Erfc, "rdyn_special_erfc", erfc),
 ];
 
 extern "C" fn exp(x: f64) -> f64 {
@@ -80,6 +82,9 @@ extern "C" fn sinh(x: f64) -> f64 {
 }
 extern "C" fn cosh(x: f64) -> f64 {
     x.cosh()
+}
+extern "C" fn erfc(x: f64) -> f64 {
+    libm::erfc(x)
 }
 
 /// `Binary::Pow`'s routine, by symbol.
@@ -249,6 +254,11 @@ impl<'a, 'b> Translator<'a, 'b> {
                 let v = self.binary(*op, a, b);
                 self.def(dst.0, v);
             }
+            Stmt::Fma { dst, a, b, c } => {
+                let (a, b, c) = (self.reg(a.0), self.reg(b.0), self.reg(c.0));
+                let v = self.b.ins().fma(a, b, c);
+                self.def(dst.0, v);
+            }
             Stmt::Poly { dst, coeffs, z } => {
                 let z = self.reg(z.0);
                 let mut acc = self.b.ins().f64const(0.0);
@@ -370,7 +380,7 @@ impl<'a, 'b> Translator<'a, 'b> {
             Unary::Abs => self.b.ins().fabs(a),
             Unary::Sqrt => self.b.ins().sqrt(a),
             Unary::Floor => self.b.ins().floor(a),
-            Unary::Exp | Unary::Log | Unary::Sin | Unary::Cos | Unary::Sinh | Unary::Cosh => {
+            Unary::Exp | Unary::Log | Unary::Sin | Unary::Cos | Unary::Sinh | Unary::Cosh | Unary::Erfc => {
                 let callee = self.library.iter().find(|(o, _)| *o == op).map(|(_, f)| *f);
                 match callee {
                     Some(callee) => {

@@ -1,9 +1,10 @@
 //! The hand-written float64 routines of the functions now defined once in
 //! `rdyn_ir::special`, as they were before: Bessel I/K, Airy Ai and
 //! spherical j0 (commit 97b36b6's `codegen-cpu/src/special/old.rs`), the
-//! Hermite, Laguerre and Legendre polynomials (`special/poly.rs` before
-//! they moved) and Hurwitz zeta (`special/mod.rs`). Only a baseline: `hand_written.rs` checks the compiled
-//! definitions against them in ulps, `benches/special` times both.
+//! Hermite, Laguerre and Legendre polynomials (`special/poly.rs`), Hurwitz
+//! zeta and erfcx (`special/mod.rs`). Only a baseline: `hand_written.rs`
+//! checks the compiled definitions against them in ulps, `benches/special`
+//! times both.
 
 use std::f64::consts::{FRAC_1_SQRT_2, LN_2, PI};
 
@@ -366,4 +367,31 @@ pub fn zeta(x: f64, q: f64) -> f64 {
         k += 2.0;
     }
     sum
+}
+
+// ---- erfcx ----
+
+/// exp(x²) with the rounding error of x·x compensated (x² = h + l exactly).
+fn exp_sq(x: f64) -> f64 {
+    let h = x * x;
+    h.exp() * (1.0 + x.mul_add(x, -h))
+}
+
+/// erfcx for x ≥ 0.
+fn erfcx_nonneg(x: f64) -> f64 {
+    if x < 26.0 {
+        return exp_sq(x) * libm::erfc(x);
+    }
+    // erfc(x) = e^{-x²}/√π · 1/(x + (1/2)/(x + 1/(x + (3/2)/(x + …)))).
+    let f = (1..=40).rev().fold(x, |f, k| x + 0.5 * f64::from(k) / f);
+    FRAC_1_SQRT_PI / f
+}
+
+/// Scaled complementary error function exp(x²)·erfc(x).
+pub fn erfcx(x: f64) -> f64 {
+    match x {
+        _ if x.is_nan() || x >= 0.0 => erfcx_nonneg(x),
+        _ if x < -26.7 => f64::INFINITY,
+        _ => 2.0 * exp_sq(x) - erfcx_nonneg(-x),
+    }
 }

@@ -3,8 +3,8 @@
 //! become float64 PTX here, operation for operation as the CPU backend
 //! evaluates them. Registers map to `.f64` registers (constants to
 //! immediates), flags to predicates, `if` and `loop` to branches; exp, log,
-//! pow, sinh and cosh use the software float64 routines of `math64.rs`, sin
-//! and cos `bessel::sincos64`. Arguments and results are float32 registers,
+//! pow, sinh and cosh use the software float64 routines of `math64.rs`, erfc
+//! `igamma::erfc64`, sin and cos `bessel::sincos64`. Arguments and results are float32 registers,
 //! converted to and from float64 around the body.
 
 use rdyn_ir::special::{Binary, Cmp, Flag, Logic, Reg, SpecialFn, Stmt, Unary};
@@ -78,6 +78,7 @@ impl Tr<'_> {
             Unary::Sin => sincos64(f, a).0,
             Unary::Cos => sincos64(f, a).1,
             Unary::Sinh => sinh(f, a),
+            Unary::Erfc => crate::math::igamma::erfc64(f, a),
             Unary::Cosh => {
                 // (e^|a| + 1/e^|a|)/2.
                 let aa = f.op(Class::F64, "abs", &[a]);
@@ -123,6 +124,10 @@ impl Tr<'_> {
                     }
                 };
                 let ins = format!("{name}.f64 {}, {}, {}", self.r(*dst), self.r(*a), self.r(*b));
+                self.f.ins(ins);
+            }
+            Stmt::Fma { dst, a, b, c } => {
+                let ins = format!("fma.rn.f64 {}, {}, {}, {}", self.r(*dst), self.r(*a), self.r(*b), self.r(*c));
                 self.f.ins(ins);
             }
             Stmt::Poly { dst, coeffs, z } => {

@@ -1,7 +1,7 @@
 //! float32 special functions as PTX: lgamma, digamma, erfinv and polygamma
-//! (through a float32 Hurwitz zeta function), the erfc fit (erf, erfc,
-//! erfcx) and ndtri (Bessel J and Y are in `bessel.rs`; Bessel I and K,
-//! Airy Ai, spherical j0 and `special.zeta` come from `rdyn_ir::special`
+//! (through a float32 Hurwitz zeta function), the erfc fit (erf, erfc) and
+//! ndtri (Bessel J and Y are in `bessel.rs`; Bessel I and K, Airy Ai,
+//! spherical j0, `special.zeta` and erfcx come from `rdyn_ir::special`
 //! through `scalar.rs`). lgamma to polygamma follow the WGSL backend (recurrence to
 //! a large argument, then an asymptotic series; Giles' approximation for
 //! erfinv), ndtri Acklam's fractions in float64; loops are branches.
@@ -291,26 +291,6 @@ pub fn polygamma(f: &mut Func, n: &str, x: &str) -> String {
     mul(f, &r, &z)
 }
 
-/// erfcx(x) = e^(x²)·erfc(x): for x ≥ 0 the erfc fit's t·e^(p(t)) without
-/// its e^(−x²) factor (no overflow); below 0, 2e^(x²) − erfcx(−x) with
-/// e^(x²) in float64.
-pub fn erfcx(f: &mut Func, x: &str) -> String {
-    let ax = op1(f, "abs", x);
-    let pos = erfcx_nonneg(f, &ax);
-    let x64 = f.reg(Class::F64);
-    f.ins(format!("cvt.f64.f32 {x64}, {x}"));
-    let sq = f.op(Class::F64, "mul.rn", &[&x64, &x64]);
-    let e = math64::exp(f, &sq);
-    let p64 = f.reg(Class::F64);
-    f.ins(format!("cvt.f64.f32 {p64}, {pos}"));
-    let twice = f.op(Class::F64, "add.rn", &[&e, &e]);
-    let negv = f.op(Class::F64, "sub.rn", &[&twice, &p64]);
-    let neg32 = f.reg(Class::F32);
-    f.ins(format!("cvt.rn.f32.f64 {neg32}, {negv}"));
-    let negative = f.setp("lt", "f32", x, &k(0.0));
-    f.selp(Class::F32, &neg32, &pos, &negative)
-}
-
 /// erfc for x ≥ 0 as t·exp(p(t)) (Numerical Recipes' Chebyshev fit,
 /// fractional error below 1.2e-7); returns (erfc(|x|), x).
 pub(crate) fn erfc_abs(f: &mut Func, x: &str) -> String {
@@ -319,13 +299,6 @@ pub(crate) fn erfc_abs(f: &mut Func, x: &str) -> String {
     let zz = mul(f, &z, &z);
     let arg = sub(f, &p, &zz);
     let e = exp(f, &arg);
-    mul(f, &t, &e)
-}
-
-/// erfcx(z) = e^(z²)·erfc(z) for z ≥ 0: the same fit without e^(−z²).
-pub(crate) fn erfcx_nonneg(f: &mut Func, z: &str) -> String {
-    let (t, p) = erfc_fit(f, z);
-    let e = exp(f, &p);
     mul(f, &t, &e)
 }
 

@@ -158,7 +158,7 @@ fn float32_special_unary(f: &mut Func, op: UnaryOp, x: &str) -> Result<String, P
         UnaryOp::Digamma => special::digamma(f, x),
         UnaryOp::Erfinv => special::erfinv(f, x),
         UnaryOp::SphericalJ0 => scalar(f, Special::SphericalJ0, x),
-        UnaryOp::Erfcx => special::erfcx(f, x),
+        UnaryOp::Erfcx => scalar(f, Special::Erfcx, x),
         UnaryOp::Ndtri => special::ndtri(f, x),
         UnaryOp::I0 => scalar(f, Special::I0, x),
         UnaryOp::I0e => scalar(f, Special::I0e, x),

@@ -130,6 +130,14 @@ impl Builder {
         self.unary(Unary::Log, a)
     }
 
+    /// a·b + c, rounded once.
+    pub fn fma(&mut self, a: impl Operand, b: impl Operand, c: impl Operand) -> Reg {
+        let (a, b, c) = (a.reg(self), b.reg(self), c.reg(self));
+        let dst = self.fresh();
+        self.push(Stmt::Fma { dst, a, b, c });
+        dst
+    }
+
     /// c[0]·z^(n−1) + … + c[n−1] (highest degree first), unfused.
     pub fn poly(&mut self, coeffs: &[f64], z: impl Operand) -> Reg {
         let z = z.reg(self);

@@ -60,6 +60,7 @@ fn unary(op: Unary, a: f64) -> f64 {
         Unary::Cos => a.cos(),
         Unary::Sinh => a.sinh(),
         Unary::Cosh => a.cosh(),
+        Unary::Erfc => libm::erfc(a),
     }
 }
 
@@ -106,6 +107,9 @@ impl Machine<'_> {
             match s {
                 Stmt::Copy { dst, src } => r[dst.0 as usize] = r[src.0 as usize],
                 Stmt::Unary { dst, op, a } => r[dst.0 as usize] = unary(*op, r[a.0 as usize]),
+                Stmt::Fma { dst, a, b, c } => {
+                    r[dst.0 as usize] = r[a.0 as usize].mul_add(r[b.0 as usize], r[c.0 as usize]);
+                }
                 Stmt::Binary { dst, op, a, b } => r[dst.0 as usize] = binary(*op, r[a.0 as usize], r[b.0 as usize]),
                 Stmt::Poly { dst, coeffs, z } => {
                     let z = r[z.0 as usize];

@@ -2,7 +2,7 @@
 //! functions written in it, and its reference evaluator.
 //!
 //! Each special function (Bessel I and K, Airy Ai, spherical j0, the
-//! Hermite, Laguerre and Legendre polynomials, Hurwitz zeta, …) used to
+//! Hermite, Laguerre and Legendre polynomials, Hurwitz zeta, erfcx, …) used to
 //! be written twice, as float64 Rust for the CPU backend and as a PTX
 //! emitter for CUDA, and the two drifted apart. Here each is a builder
 //! function producing a [`SpecialFn`]: a body of float64 registers
@@ -25,6 +25,7 @@
 
 mod bessel;
 mod builder;
+mod erf;
 mod eval;
 mod poly;
 mod print;
@@ -43,9 +44,11 @@ pub struct Reg(pub u32);
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Flag(pub u32);
 
-/// One-operand float64 operations. `Exp`, `Log`, `Sin`, `Cos`, `Sinh` and
-/// `Cosh` are the correctly-rounded-to-an-ulp library functions on the CPU
-/// and the float64 software routines in PTX.
+/// One-operand float64 operations. `Exp`, `Log`, `Sin`, `Cos`, `Sinh`,
+/// `Cosh` and `Erfc` are library functions on the CPU (Rust's, `libm`'s
+/// erfc), accurate to an ulp or so, and float64 software routines in PTX
+/// (erfc within a few hundred float64 ulps near 2, where its series
+/// cancels: far below a float32 ulp).
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
 pub enum Unary {
     Neg,
@@ -58,6 +61,7 @@ pub enum Unary {
     Cos,
     Sinh,
     Cosh,
+    Erfc,
 }
 
 /// Two-operand float64 operations (each rounded once). `Min`/`Max` ignore
@@ -111,6 +115,13 @@ pub enum Stmt {
         op: Binary,
         a: Reg,
         b: Reg,
+    },
+    /// `dst = a·b + c`, rounded once.
+    Fma {
+        dst: Reg,
+        a: Reg,
+        b: Reg,
+        c: Reg,
     },
     /// c[0]·z^(n−1) + … + c[n−1] by Horner's rule from 0, unfused.
     Poly {
@@ -193,10 +204,11 @@ pub enum Special {
     LaguerreL,
     LegendreP,
     Zeta,
+    Erfcx,
 }
 
 impl Special {
-    pub const ALL: [Special; 15] = [
+    pub const ALL: [Special; 16] = [
         Special::I0,
         Special::I0e,
         Special::I1,
@@ -212,6 +224,7 @@ impl Special {
         Special::LaguerreL,
         Special::LegendreP,
         Special::Zeta,
+        Special::Erfcx,
     ];
 
     /// The function's body, built on first use.
@@ -238,6 +251,7 @@ impl Special {
             Special::LaguerreL => poly::laguerre_l(),
             Special::LegendreP => poly::legendre_p(),
             Special::Zeta => zeta::zeta(),
+            Special::Erfcx => erf::erfcx(),
         }
     }
 
@@ -274,6 +288,7 @@ mod tests {
                 for s in stmts {
                     match s {
                         Stmt::Copy { dst, .. }
+                        | Stmt::Fma { dst, .. }
                         | Stmt::Unary { dst, .. }
                         | Stmt::Binary { dst, .. }
                         | Stmt::Poly { dst, .. }

@@ -17,6 +17,7 @@ impl Display for Unary {
             Unary::Cos => "cos",
             Unary::Sinh => "sinh",
             Unary::Cosh => "cosh",
+            Unary::Erfc => "erfc",
         };
         f.write_str(s)
     }
@@ -58,6 +59,7 @@ fn block(f: &mut Formatter<'_>, stmts: &[Stmt], depth: usize) -> fmt::Result {
             Stmt::Copy { dst, src } => writeln!(f, "{pad}%{} = %{}", dst.0, src.0)?,
             Stmt::Unary { dst, op, a } => writeln!(f, "{pad}%{} = {op} %{}", dst.0, a.0)?,
             Stmt::Binary { dst, op, a, b } => writeln!(f, "{pad}%{} = {op} %{}, %{}", dst.0, a.0, b.0)?,
+            Stmt::Fma { dst, a, b, c } => writeln!(f, "{pad}%{} = fma %{}, %{}, %{}", dst.0, a.0, b.0, c.0)?,
             Stmt::Poly { dst, coeffs, z } => writeln!(f, "{pad}%{} = poly {coeffs:?} at %{}", dst.0, z.0)?,
             Stmt::Cmp { dst, op, a, b } => writeln!(f, "{pad}?{} = {op} %{}, %{}", dst.0, a.0, b.0)?,
             Stmt::Logic { dst, op, a, b } => {
