@@ -32,7 +32,8 @@
 //!   `emit.rs` lane arithmetic).
 //! - `ops.rs` and `fastmath.rs`: the op tables and branch-free float32
 //!   transcendentals; `special/`: float64 special functions (Bessel I/K/J/Y, Airy
-//!   Ai, erfcx, ndtri, zeta, incomplete gamma, orthogonal polynomials).
+//!   Ai, erfcx, ndtri, zeta, incomplete gamma, orthogonal polynomials), those
+//!   written once in `rdyn_ir::special` compiled by Cranelift (`native.rs`).
 //! - rdyn's own kernels: `gemm.rs` (with `blas.rs`, torch's BLAS),
 //!   `depthwise.rs`, `scan.rs`, `sort.rs`, `search.rs`.
 //! - `parallel.rs`: the thread pool.

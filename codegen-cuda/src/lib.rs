@@ -36,7 +36,10 @@
 //!   error flag);
 //! - `math/`: the function emitters: `math32.rs` (float32 exp/log family),
 //!   `trig.rs`, `math64.rs` (float64 exp/log in software, pow), `special.rs`,
-//!   `bessel.rs`, `igamma.rs`, `poly.rs`, `hash.rs` (random bits);
+//!   `bessel.rs`, `igamma.rs`, `poly.rs`, `hash.rs` (random bits), and
+//!   `scalar.rs`, the translator of the special functions written once in
+//!   `rdyn_ir::special` (Bessel I/K, Airy Ai, spherical j0, erfcx, zeta,
+//!   Hermite, Laguerre, Legendre) to PTX;
 //! - `ops/`: `unary.rs`, `binary.rs`: each scalar op to its emitter;
 //! - `cache.rs` (registers holding loaded elements), `emitter.rs` (index
 //!   arithmetic and a stage's scalar DAG);

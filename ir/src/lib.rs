@@ -19,6 +19,10 @@
 //! - [`blas`]: which strided layouts a BLAS reads as matrices, shared by the GEMM
 //!   lowering and the cuBLAS call.
 //! - [`random`]: the counter-based random numbers every backend computes.
+//! - [`special`]: special functions (Bessel I/K, Airy Ai, zeta, erfcx, some
+//!   orthogonal polynomials, …) written once in a small scalar-function
+//!   language with a reference evaluator, which the CPU backend compiles with
+//!   Cranelift and the CUDA backend translates to PTX.
 //!
 //! Invariants: ids index into their arenas; scalar nodes are hash-consed so
 //! structural equality is identity; expressions are canonical, so two indices
@@ -49,6 +53,7 @@ pub mod ops;
 pub mod parse;
 mod print;
 pub mod random;
+pub mod special;
 pub mod sym;
 pub mod verify;
 

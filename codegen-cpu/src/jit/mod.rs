@@ -117,7 +117,7 @@ pub fn enabled() -> bool {
     *ON.get_or_init(|| std::env::var("RDYN_JIT").map_or(true, |v| v != "0") && isa().is_some())
 }
 
-fn isa() -> Option<&'static OwnedTargetIsa> {
+pub(crate) fn isa() -> Option<&'static OwnedTargetIsa> {
     static ISA: OnceLock<Option<OwnedTargetIsa>> = OnceLock::new();
     ISA.get_or_init(|| {
         let mut flags = settings::builder();

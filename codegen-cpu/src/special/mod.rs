@@ -4,164 +4,88 @@
 //! arguments, polynomial degrees given as floats) follow PyTorch's CPU
 //! kernels; the numerics aim at a few ulps wherever the function itself is
 //! well conditioned (in places more accurately than PyTorch's own kernels).
+//!
+//! The functions defined once in `rdyn_ir::special` (Bessel I and K, Airy
+//! Ai, spherical j0, Hermite, Laguerre and Legendre polynomials, Hurwitz
+//! zeta, erfcx), which the CUDA backend translates to PTX, run here as
+//! that definition compiled to machine code by Cranelift ([`native`], on
+//! first use; the evaluator where Cranelift is off); the rest are Rust.
 
-use std::f64::consts::{FRAC_1_SQRT_2, LN_2, PI};
+use std::f64::consts::{FRAC_1_SQRT_2, PI};
 
-use rdyn_ir::approx::{airy_u_ratio, AIRY_AI0, AIRY_DAI0, AIRY_SERIES, NDTRI_ACKLAM as ACKLAM, NDTRI_TAIL};
+use rdyn_ir::approx::{NDTRI_ACKLAM as ACKLAM, NDTRI_TAIL};
+use rdyn_ir::special::Special;
 
 const EPS: f64 = 1.1102230246251565e-16;
 const EULER_GAMMA: f64 = 0.577_215_664_901_532_9;
 const SQRT_2PI: f64 = 2.506_628_274_631_000_5;
-const FRAC_1_SQRT_PI: f64 = 0.564_189_583_547_756_3;
 
 /// Evaluates c[0]·z^{n-1} + … + c[n-1] (highest degree first).
 fn horner(c: &[f64], z: f64) -> f64 {
     c.iter().fold(0.0, |acc, &v| acc * z + v)
 }
 
-// ---- Modified Bessel functions I0, I1 (and exponentially scaled forms) ----
-
-/// I_ν(x) for 0 ≤ x ≤ 20, ν ∈ {0, 1}: power series, all terms positive.
-fn bessel_i_series(x: f64, nu: u32) -> f64 {
-    let (y, nu_f) = (0.25 * x * x, f64::from(nu));
-    let (mut term, mut sum) = (1.0, 1.0);
-    for k in 1..200 {
-        let k = f64::from(k);
-        term *= y / (k * (k + nu_f));
-        sum += term;
-        if term < 0.1 * EPS * sum {
-            break;
-        }
-    }
-    sum * if nu == 0 { 1.0 } else { 0.5 * x }
-}
-
-/// e^{-x}·I_ν(x) for x > 20 from the large-argument expansion
-/// √(2πx)·e^{-x}·I_ν(x) ~ Σ_k Π_{j≤k} ((2j-1)² - 4ν²)/(8jx).
-fn bessel_i_scaled_asymptotic(x: f64, nu: u32) -> f64 {
-    let mu = f64::from(4 * nu * nu);
-    let (mut term, mut sum) = (1.0_f64, 1.0);
-    for j in 1..80 {
-        let (j, odd) = (f64::from(j), f64::from(2 * j - 1));
-        let next = term * (odd * odd - mu) / (8.0 * j * x);
-        if next.abs() > term.abs() {
-            break;
-        }
-        term = next;
-        sum += term;
-        if term.abs() < 0.1 * EPS * sum.abs() {
-            break;
-        }
-    }
-    sum / (SQRT_2PI * x.sqrt())
-}
-
-fn bessel_i(x: f64, nu: u32, scaled: bool) -> f64 {
-    let ax = x.abs();
-    let r = match (ax <= 20.0, scaled) {
-        (true, false) => bessel_i_series(ax, nu),
-        (true, true) => (-ax).exp() * bessel_i_series(ax, nu),
-        (false, false) => ax.exp() * bessel_i_scaled_asymptotic(ax, nu),
-        (false, true) => bessel_i_scaled_asymptotic(ax, nu),
-    };
-    // I1 is odd; like PyTorch, -0.0 maps to +0.0.
-    r * if nu == 1 && x < 0.0 { -1.0 } else { 1.0 }
-}
+// ---- Functions defined in `rdyn_ir::special` ----
 
 /// Modified Bessel function of the first kind, order 0.
 pub fn i0(x: f64) -> f64 {
-    bessel_i(x, 0, false)
+    native::call(Special::I0, [x, 0.0])
 }
 /// exp(-|x|)·I0(x).
 pub fn i0e(x: f64) -> f64 {
-    bessel_i(x, 0, true)
+    native::call(Special::I0e, [x, 0.0])
 }
 /// Modified Bessel function of the first kind, order 1.
 pub fn i1(x: f64) -> f64 {
-    bessel_i(x, 1, false)
+    native::call(Special::I1, [x, 0.0])
 }
 /// exp(-|x|)·I1(x).
 pub fn i1e(x: f64) -> f64 {
-    bessel_i(x, 1, true)
+    native::call(Special::I1e, [x, 0.0])
 }
-
-// ---- Modified Bessel functions K0, K1 (and exponentially scaled forms) ----
-
-/// (K0(x), K1(x)) for 0 < x ≤ 1 from the ascending series (y = x²/4, H_k the
-/// harmonic numbers, L = ln(x/2) + γ):
-/// K0 = -L·I0 + Σ_{k≥1} H_k y^k/(k!)²,
-/// K1 = 1/x + L·I1 - (x/4)·Σ_{k≥0} (H_k + H_{k+1}) y^k/(k!(k+1)!).
-fn bessel_k_small(x: f64) -> [f64; 2] {
-    let y = 0.25 * x * x;
-    let l = x.ln() - LN_2 + EULER_GAMMA;
-    let (mut t0, mut t1) = (1.0, 1.0); // y^k/(k!)², y^k/(k!(k+1)!)
-    let (mut i0s, mut i1s, mut s0, mut s1, mut h) = (1.0, 1.0, 0.0, 1.0, 0.0);
-    for k in 1..60 {
-        let kf = f64::from(k);
-        h += 1.0 / kf;
-        t0 *= y / (kf * kf);
-        t1 *= y / (kf * (kf + 1.0));
-        i0s += t0;
-        i1s += t1;
-        s0 += h * t0;
-        s1 += (2.0 * h + 1.0 / (kf + 1.0)) * t1;
-        if t0 < 0.01 * EPS {
-            break;
-        }
-    }
-    [s0 - l * i0s, 1.0 / x + l * 0.5 * x * i1s - 0.25 * x * s1]
-}
-
-/// (e^x·K0(x), e^x·K1(x)) for x > 1 from
-/// e^x·K_ν(x) = ∫_0^∞ exp(-2x·sinh²(t/2))·cosh(νt) dt by the trapezoidal
-/// rule, which converges exponentially for this analytic integrand.
-fn bessel_k_scaled_integral(x: f64) -> [f64; 2] {
-    let sx = x.sqrt();
-    // Step from the error bound exp(x(1 - cos d) - 2πd/h) over the strip
-    // |Im t| < d: d → π/2 for moderate x, d ~ 2π/(hx) for large x.
-    let h = if x <= 40.0 { (PI * PI / (45.0 + x)).min(0.65 / sx) } else { 0.65 / sx };
-    let (mut s0, mut s1) = (0.5, 0.5);
-    for j in 1..2000 {
-        let t = f64::from(j) * h;
-        let u = (0.5 * t).sinh() * sx; // scaled so that sinh² cannot underflow
-        let e = (-2.0 * u * u).exp();
-        s0 += e;
-        s1 += e * t.cosh();
-        if e * t.cosh() < 1e-18 * s1 {
-            break;
-        }
-    }
-    [h * s0, h * s1]
-}
-
-fn bessel_k(x: f64, nu: usize, scaled: bool) -> f64 {
-    match x {
-        _ if x.is_nan() || x < 0.0 => f64::NAN,
-        _ if x == 0.0 => f64::INFINITY,
-        _ if x == f64::INFINITY => 0.0,
-        _ if x <= 1.0 => bessel_k_small(x)[nu] * if scaled { x.exp() } else { 1.0 },
-        _ => bessel_k_scaled_integral(x)[nu] * if scaled { 1.0 } else { (-x).exp() },
-    }
-}
-
 /// Modified Bessel function of the second kind, order 0.
 pub fn k0(x: f64) -> f64 {
-    bessel_k(x, 0, false)
+    native::call(Special::K0, [x, 0.0])
 }
 /// Modified Bessel function of the second kind, order 1.
 pub fn k1(x: f64) -> f64 {
-    bessel_k(x, 1, false)
+    native::call(Special::K1, [x, 0.0])
 }
 /// exp(x)·K0(x).
 pub fn k0e(x: f64) -> f64 {
-    bessel_k(x, 0, true)
+    native::call(Special::K0e, [x, 0.0])
 }
 /// exp(x)·K1(x).
 pub fn k1e(x: f64) -> f64 {
-    bessel_k(x, 1, true)
+    native::call(Special::K1e, [x, 0.0])
+}
+/// Airy function Ai(x).
+pub fn airy_ai(x: f64) -> f64 {
+    native::call(Special::AiryAi, [x, 0.0])
+}
+/// Spherical Bessel function j0(x) = sin(x)/x (0 at ±inf).
+pub fn spherical_j0(x: f64) -> f64 {
+    native::call(Special::SphericalJ0, [x, 0.0])
 }
 
-// ---- Bessel functions J, Y and spherical j0 ----
+/// Physicists' Hermite polynomial H_n(x) (NaN above degree 512).
+pub fn hermite_h(x: f64, n: f64) -> f64 {
+    native::call(Special::HermiteH, [x, n])
+}
+/// Probabilists' Hermite polynomial He_n(x) (NaN above degree 512).
+pub fn hermite_he(x: f64, n: f64) -> f64 {
+    native::call(Special::HermiteHe, [x, n])
+}
+/// Laguerre polynomial L_n(x).
+pub fn laguerre_l(x: f64, n: f64) -> f64 {
+    native::call(Special::LaguerreL, [x, n])
+}
+/// Legendre polynomial P_n(x).
+pub fn legendre_p(x: f64, n: f64) -> f64 {
+    native::call(Special::LegendreP, [x, n])
+}
+
+// ---- Bessel functions J, Y (libm) ----
 
 /// J at ±inf is NaN in PyTorch (its kernels evaluate the asymptotic form).
 fn bessel_j(x: f64, f: fn(f64) -> f64) -> f64 {
@@ -194,106 +118,12 @@ pub fn y1(x: f64) -> f64 {
     bessel_y(x, libm::y1)
 }
 
-/// Airy function Ai(x): the Maclaurin series on `AIRY_SERIES`, beyond it
-/// the large-argument expansions (DLMF 9.7.5 and 9.7.9) with ζ = (2/3)|x|^(3/2),
-/// summed until a term is negligible or grows. NaN at ±inf, as PyTorch.
-pub fn airy_ai(x: f64) -> f64 {
-    let (lo, hi) = AIRY_SERIES;
-    if x.is_nan() || x.is_infinite() {
-        return f64::NAN;
-    }
-    if (lo..=hi).contains(&x) {
-        // f = Σ t_k, t_k = t_(k−1)·x³/((3k−1)·3k); g = Σ u_k from x,
-        // u_k = u_(k−1)·x³/(3k·(3k+1)).
-        let x3 = x * x * x;
-        let (mut t, mut u, mut f, mut g) = (1.0, x, 1.0, x);
-        for k in 1..200 {
-            let k = f64::from(k);
-            t *= x3 / ((3.0 * k - 1.0) * (3.0 * k));
-            u *= x3 / ((3.0 * k) * (3.0 * k + 1.0));
-            f += t;
-            g += u;
-            if t.abs() + u.abs() < 0.1 * EPS * (f.abs() + g.abs()) {
-                break;
-            }
-        }
-        return AIRY_AI0 * f - AIRY_DAI0 * g;
-    }
-    let z = x.abs();
-    let zeta = 2.0 / 3.0 * z * z.sqrt();
-    // Terms u_k/ζ^k, with the sign pattern of each expansion.
-    let (mut term, mut even, mut odd, mut alt) = (1.0, 1.0, 0.0, 1.0);
-    for k in 1..100 {
-        let next = term * airy_u_ratio(f64::from(k)) / zeta;
-        if next.abs() > term.abs() {
-            break;
-        }
-        term = next;
-        if x > 0.0 {
-            // Σ (−1)^k u_k ζ^(−k), kept in `even`.
-            alt = -alt;
-            even += alt * term;
-        } else if k % 2 == 0 {
-            // P = Σ (−1)^j u_2j ζ^(−2j), Q = Σ (−1)^j u_(2j+1) ζ^(−2j−1).
-            even += if k % 4 == 0 { term } else { -term };
-        } else {
-            odd += if k % 4 == 1 { term } else { -term };
-        }
-        if term < 0.1 * EPS {
-            break;
-        }
-    }
-    let scale = FRAC_1_SQRT_PI / z.sqrt().sqrt();
-    if x > 0.0 {
-        0.5 * scale * (-zeta).exp() * even
-    } else {
-        // cos(ζ − π/4)·P + sin(ζ − π/4)·Q.
-        let (s, c) = zeta.sin_cos();
-        scale * FRAC_1_SQRT_2 * ((c + s) * even + (s - c) * odd)
-    }
-}
-
-/// Spherical Bessel function j0(x) = sin(x)/x (0 at ±inf).
-pub fn spherical_j0(x: f64) -> f64 {
-    if x.is_infinite() {
-        return 0.0;
-    }
-    if x.abs() >= 0.5 {
-        return x.sin() / x;
-    }
-    // Σ_k (-1)^k x^{2k}/(2k+1)! to x^12, nested.
-    let z = x * x;
-    (1..=6).rev().fold(1.0, |acc, k| {
-        let k = f64::from(k);
-        1.0 - z / ((2.0 * k) * (2.0 * k + 1.0)) * acc
-    })
-}
-
 // ---- erfcx and ndtri ----
 
-/// exp(x²) with the rounding error of x·x compensated (x² = h + l exactly).
-fn exp_sq(x: f64) -> f64 {
-    let h = x * x;
-    h.exp() * (1.0 + x.mul_add(x, -h))
-}
-
-/// erfcx for x ≥ 0.
-fn erfcx_nonneg(x: f64) -> f64 {
-    if x < 26.0 {
-        return exp_sq(x) * libm::erfc(x);
-    }
-    // erfc(x) = e^{-x²}/√π · 1/(x + (1/2)/(x + 1/(x + (3/2)/(x + …)))).
-    let f = (1..=40).rev().fold(x, |f, k| x + 0.5 * f64::from(k) / f);
-    FRAC_1_SQRT_PI / f
-}
-
-/// Scaled complementary error function exp(x²)·erfc(x).
+/// Scaled complementary error function exp(x²)·erfc(x) (defined in
+/// `rdyn_ir::special`).
 pub fn erfcx(x: f64) -> f64 {
-    match x {
-        _ if x.is_nan() || x >= 0.0 => erfcx_nonneg(x),
-        _ if x < -26.7 => f64::INFINITY,
-        _ => 2.0 * exp_sq(x) - erfcx_nonneg(-x),
-    }
+    native::call(Special::Erfcx, [x, 0.0])
 }
 
 /// Acklam's fractions (`rdyn_ir::approx`): the starting point of the
@@ -335,7 +165,8 @@ pub fn ndtri(p: f64) -> f64 {
 fn ndtri_lower(p: f64) -> f64 {
     let mut x = ndtri_guess(p);
     for _ in 0..2 {
-        let mills = (0.5 * PI).sqrt() * erfcx_nonneg(-x * FRAC_1_SQRT_2);
+        // (−x > 0 here: erfcx's nonnegative branch.)
+        let mills = (0.5 * PI).sqrt() * erfcx(-x * FRAC_1_SQRT_2);
         let half_sq = 0.5 * x * x;
         let ratio = if half_sq < 700.0 { p * SQRT_2PI * half_sq.exp() } else { SQRT_2PI * (p.ln() + half_sq).exp() };
         let u = mills - ratio;
@@ -344,63 +175,22 @@ fn ndtri_lower(p: f64) -> f64 {
     x
 }
 
-// ---- Hurwitz zeta ----
-
 /// Hurwitz zeta ζ(x, q) = Σ_{k≥0} (k + q)^{-x} with the Cephes/PyTorch domain
-/// conventions: direct summation plus an Euler–Maclaurin tail.
+/// conventions (defined in `rdyn_ir::special`).
 pub fn zeta(x: f64, q: f64) -> f64 {
-    // B_{2k}/(2k)! for k = 1..12.
-    #[rustfmt::skip]
-    const B2K: [f64; 12] = [
-        1.0 / 12.0, -1.0 / 720.0, 1.0 / 30240.0, -1.0 / 1209600.0, 1.0 / 47900160.0,
-        -691.0 / 1307674368000.0, 1.0 / 74724249600.0, -3617.0 / 10670622842880000.0,
-        43867.0 / 5109094217170944000.0, -174611.0 / 802857662698291200000.0,
-        854513.0 / 155112100433309859840000.0, -236364091.0 / 1693824136731743669452800000.0,
-    ];
-    if x <= 1.0 {
-        return if x == 1.0 { f64::INFINITY } else { f64::NAN };
-    }
-    if q <= 0.0 && q == q.floor() {
-        return f64::INFINITY;
-    }
-    if q <= 0.0 && x != x.floor() {
-        return f64::NAN;
-    }
-    let (mut sum, mut w, mut b, mut n) = (q.powf(-x), q, 0.0, 0);
-    while n < 9 || w <= 9.0 {
-        n += 1;
-        w += 1.0;
-        b = w.powf(-x);
-        sum += b;
-        if b.abs() < EPS * sum {
-            return sum;
-        }
-    }
-    // Tail beyond w (b = w^{-x} already counted): ∫ - ½f(w) + Σ_k B_2k/(2k)!·x(x+1)…(x+2k-2)·w^{-x-2k+1}.
-    sum += b * w / (x - 1.0) - 0.5 * b;
-    let (mut rising, mut pw, mut k) = (1.0, b, 0.0);
-    for coef in B2K {
-        rising *= x + k;
-        pw /= w;
-        let t = coef * rising * pw;
-        sum += t;
-        if (t / sum).abs() < EPS {
-            break;
-        }
-        rising *= x + k + 1.0;
-        pw /= w;
-        k += 2.0;
-    }
-    sum
+    native::call(Special::Zeta, [x, q])
 }
 
 mod gamma;
+pub mod native;
+#[cfg(test)]
+mod native_tests;
 mod poly;
 
 pub use gamma::{igamma, igammac};
 pub use poly::{
-    chebyshev_t, chebyshev_u, chebyshev_v, chebyshev_w, hermite_h, hermite_he, laguerre_l, legendre_p,
-    shifted_chebyshev_t, shifted_chebyshev_u, shifted_chebyshev_v, shifted_chebyshev_w,
+    chebyshev_t, chebyshev_u, chebyshev_v, chebyshev_w, shifted_chebyshev_t, shifted_chebyshev_u, shifted_chebyshev_v,
+    shifted_chebyshev_w,
 };
 
 #[cfg(test)]

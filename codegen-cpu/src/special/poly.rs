@@ -1,5 +1,6 @@
-//! Orthogonal polynomials (Chebyshev, shifted Chebyshev, Hermite, Laguerre,
-//! Legendre) with PyTorch's degree conversion and special cases.
+//! Chebyshev polynomials (four kinds, plain and shifted) with PyTorch's
+//! degree conversion and special cases. (Hermite, Laguerre and Legendre
+//! are defined once in `rdyn_ir::special`.)
 
 /// The degree as PyTorch converts it (C++ float → int64 truncation on x86):
 /// NaN, ±inf and values beyond ±2^63 become i64::MIN, i.e. read as n < 0.
@@ -105,80 +106,4 @@ pub fn shifted_chebyshev_v(x: f64, n: f64) -> f64 {
 /// Shifted Chebyshev polynomial W*_n(x) = W_n(2x - 1).
 pub fn shifted_chebyshev_w(x: f64, n: f64) -> f64 {
     shifted_chebyshev(Kind::W, x, n, 4)
-}
-
-/// Physicists' Hermite polynomial H_n(x); NaN above degree 512 like PyTorch.
-pub fn hermite_h(x: f64, n: f64) -> f64 {
-    match degree(n) {
-        n if n < 0 => 0.0,
-        0 => 1.0,
-        1 => x + x,
-        n if n > 512 => f64::NAN,
-        n => {
-            let (mut p, mut q, mut r) = (1.0, x + x, 0.0);
-            for k in (2..n + n).step_by(2) {
-                r = (x + x) * q - k as f64 * p;
-                (p, q) = (q, r);
-            }
-            r
-        }
-    }
-}
-
-/// Probabilists' Hermite polynomial He_n(x); NaN above degree 512.
-pub fn hermite_he(x: f64, n: f64) -> f64 {
-    match degree(n) {
-        n if n < 0 => 0.0,
-        0 => 1.0,
-        n if n > 512 => f64::NAN,
-        n => {
-            let (mut p, mut q) = (1.0, x);
-            for k in 1..n {
-                (p, q) = (q, x * q - k as f64 * p);
-            }
-            q
-        }
-    }
-}
-
-/// Laguerre polynomial L_n(x).
-pub fn laguerre_l(x: f64, n: f64) -> f64 {
-    match degree(n) {
-        n if n < 0 => 0.0,
-        _ if x == 0.0 => 1.0,
-        0 => 1.0,
-        n => {
-            let (mut p, mut q, mut k) = (1.0, 1.0 - x, 1);
-            while k < n && !q.is_nan() {
-                let kf = k as f64;
-                (p, q) = (q, ((kf + kf + (1.0 - x)) * q - kf * p) / (kf + 1.0));
-                k += 1;
-            }
-            q
-        }
-    }
-}
-
-/// Legendre polynomial P_n(x).
-pub fn legendre_p(x: f64, n: f64) -> f64 {
-    match degree(n) {
-        n if n < 0 => 0.0,
-        n if x.abs() == 1.0 => {
-            if x > 0.0 || n % 2 == 0 {
-                1.0
-            } else {
-                -1.0
-            }
-        }
-        0 => 1.0,
-        n => {
-            let (mut p, mut q, mut k) = (1.0, x, 1);
-            while k < n && !q.is_nan() {
-                let kf = k as f64;
-                (p, q) = (q, ((kf + kf + 1.0) * x * q - kf * p) / (kf + 1.0));
-                k += 1;
-            }
-            q
-        }
-    }
 }

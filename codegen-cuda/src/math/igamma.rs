@@ -223,7 +223,7 @@ fn lambda_m1_mlog(f: &mut Func, a: &str, x: &str) -> String {
 /// difference of it and R): 1 − erf by its Maclaurin series below |w| = 2,
 /// Laplace's continued fraction e^(−w²)/√π / (w + ½/(w + 1/(w + 3/2/…)))
 /// (modified Lentz) above, and 2 − erfc(−w) for w < 0.
-fn erfc64(f: &mut Func, w: &str) -> String {
+pub(crate) fn erfc64(f: &mut Func, w: &str) -> String {
     let aw = f.op(Class::F64, "abs", &[w]);
     let r = f.reg(Class::F64);
     let (by_fraction, done) = (f.label("erfc_fraction"), f.label("erfc_done"));

@@ -9,5 +9,6 @@ pub mod igamma;
 pub mod math32;
 pub mod math64;
 pub mod poly;
+pub mod scalar;
 pub mod special;
 pub mod trig;

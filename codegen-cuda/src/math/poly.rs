@@ -1,11 +1,13 @@
 //! Orthogonal polynomials of float32 values as PTX: Chebyshev (four kinds,
-//! plain and shifted), Hermite (both), Laguerre and Legendre. The
-//! algorithms and special cases are the CPU backend's
-//! (`codegen-cpu/src/special/poly.rs`): recurrences in float64, and for
-//! Chebyshev above a degree with |y| < 1 PyTorch's trigonometric form (in
-//! float32, as eager CUDA computes it).
+//! plain and shifted) here, with the algorithms and special cases of the
+//! CPU backend (`codegen-cpu/src/special/poly.rs`): recurrences in float64,
+//! and above a degree with |y| < 1 PyTorch's trigonometric form (in
+//! float32, as eager CUDA computes it). Hermite (both), Laguerre and
+//! Legendre are their `rdyn_ir::special` definitions through the generic
+//! translator (`scalar.rs`).
 
 use rdyn_ir::loops::BinaryOp;
+use rdyn_ir::special::Special;
 
 use crate::math::math32::acos;
 use crate::math::trig::{trig, Trig};
@@ -191,89 +193,6 @@ fn chebyshev(f: &mut Func, kind: Cheb, x: &str, n: &str, trig_from: i64, shifted
     finish(f, &r, &done)
 }
 
-/// Hermite H (`physicists`) or He: NaN above degree 512.
-fn hermite(f: &mut Func, x: &str, n: &str, physicists: bool) -> String {
-    let (r, done, nd) = begin(f, n, "herm_done");
-    let zero = f.setp("eq", "s64", &nd, "0");
-    take(f, &r, &c(1.0), &zero, &done);
-    let big = f.setp("gt", "s64", &nd, "512");
-    take(f, &r, &c(f64::NAN), &big, &done);
-    let x64 = f.reg(Class::F64);
-    f.ins(format!("cvt.f64.f32 {x64}, {x}"));
-    let last = f.reg(Class::F64);
-    f.ins(format!("cvt.rn.f64.s64 {last}, {nd}"));
-    let p = f.mov(Class::F64, &c(1.0));
-    if physicists {
-        let twice = d(f, "add.rn", &[&x64, &x64]);
-        let q = f.mov(Class::F64, &twice);
-        f.ins(format!("mov.f64 {r}, {twice}"));
-        // k = 2, 4, … 2n − 2 as j = 1 … n − 1 with k = 2j.
-        let stop = d(f, "sub.rn", &[&last, &c(1.0)]);
-        recurrence(f, 1.0, &stop, None, false, |f, j| {
-            let kk = d(f, "add.rn", &[j, j]);
-            let a = d(f, "mul.rn", &[&twice, &q]);
-            let b = d(f, "mul.rn", &[&kk, &p]);
-            f.ins(format!("sub.rn.f64 {r}, {a}, {b}"));
-            f.ins(format!("mov.f64 {p}, {q}"));
-            f.ins(format!("mov.f64 {q}, {r}"));
-        });
-    } else {
-        f.ins(format!("mov.f64 {r}, {x64}"));
-        recurrence(f, 1.0, &last, None, true, |f, kf| {
-            let a = d(f, "mul.rn", &[&x64, &r]);
-            let b = d(f, "mul.rn", &[kf, &p]);
-            f.ins(format!("mov.f64 {p}, {r}"));
-            f.ins(format!("sub.rn.f64 {r}, {a}, {b}"));
-        });
-    }
-    finish(f, &r, &done)
-}
-
-/// Laguerre L or Legendre P by their three-term recurrences.
-fn laguerre_legendre(f: &mut Func, x: &str, n: &str, legendre: bool) -> String {
-    let (r, done, nd) = begin(f, n, "lag_done");
-    let x64 = f.reg(Class::F64);
-    f.ins(format!("cvt.f64.f32 {x64}, {x}"));
-    if legendre {
-        let ax = d(f, "abs", &[&x64]);
-        let one = f.setp("eq", "f64", &ax, &c(1.0));
-        let bit = f.reg(Class::S64);
-        f.ins(format!("and.b64 {bit}, {nd}, 1"));
-        let even = f.setp("eq", "s64", &bit, "0");
-        let pos = f.setp("gt", "f64", &x64, &c(0.0));
-        let plus = f.pred("or", &pos, &even);
-        let v = f.selp(Class::F64, &c(1.0), &c(-1.0), &plus);
-        take(f, &r, &v, &one, &done);
-    } else {
-        let at0 = f.setp("eq", "f64", &x64, &c(0.0));
-        take(f, &r, &c(1.0), &at0, &done);
-    }
-    let zero = f.setp("eq", "s64", &nd, "0");
-    take(f, &r, &c(1.0), &zero, &done);
-    let last = f.reg(Class::F64);
-    f.ins(format!("cvt.rn.f64.s64 {last}, {nd}"));
-    let p = f.mov(Class::F64, &c(1.0));
-    let first = if legendre { x64.clone() } else { d(f, "sub.rn", &[&c(1.0), &x64]) };
-    f.ins(format!("mov.f64 {r}, {first}"));
-    recurrence(f, 1.0, &last, Some(&r), true, |f, kf| {
-        let twice = d(f, "add.rn", &[kf, kf]);
-        let lead = if legendre {
-            let t = d(f, "add.rn", &[&twice, &c(1.0)]);
-            let t = d(f, "mul.rn", &[&t, &x64]);
-            d(f, "mul.rn", &[&t, &r])
-        } else {
-            let t = d(f, "add.rn", &[&twice, &first]);
-            d(f, "mul.rn", &[&t, &r])
-        };
-        let b = d(f, "mul.rn", &[kf, &p]);
-        let num = d(f, "sub.rn", &[&lead, &b]);
-        let den = d(f, "add.rn", &[kf, &c(1.0)]);
-        f.ins(format!("mov.f64 {p}, {r}"));
-        f.ins(format!("div.rn.f64 {r}, {num}, {den}"));
-    });
-    finish(f, &r, &done)
-}
-
 /// The float32 polynomial `op` of `x` and degree `n`, if `op` is one.
 pub fn polynomial(f: &mut Func, op: BinaryOp, x: &str, n: &str) -> Option<String> {
     use BinaryOp::*;
@@ -286,10 +205,15 @@ pub fn polynomial(f: &mut Func, op: BinaryOp, x: &str, n: &str) -> Option<String
         ShiftedChebyshevU => chebyshev(f, Cheb::U, x, n, 6, true),
         ShiftedChebyshevV => chebyshev(f, Cheb::V, x, n, 6, true),
         ShiftedChebyshevW => chebyshev(f, Cheb::W, x, n, 4, true),
-        HermiteH => hermite(f, x, n, true),
-        HermiteHe => hermite(f, x, n, false),
-        LaguerreL => laguerre_legendre(f, x, n, false),
-        LegendreP => laguerre_legendre(f, x, n, true),
+        HermiteH => scalar(f, Special::HermiteH, x, n),
+        HermiteHe => scalar(f, Special::HermiteHe, x, n),
+        LaguerreL => scalar(f, Special::LaguerreL, x, n),
+        LegendreP => scalar(f, Special::LegendreP, x, n),
         _ => return None,
     })
+}
+
+/// The definition of `which` at float32 `x` and degree `n`.
+fn scalar(f: &mut Func, which: Special, x: &str, n: &str) -> String {
+    crate::math::scalar::call_f32(f, which.body(), &[x, n])
 }

@@ -1,7 +1,8 @@
 //! float32 special functions as PTX: lgamma, digamma, erfinv and polygamma
-//! (through the Hurwitz zeta function, also `special.zeta`), the erfc fit
-//! (erf, erfc, erfcx), spherical j0 and ndtri (Bessel functions are in
-//! `bessel.rs`). lgamma to polygamma follow the WGSL backend (recurrence to
+//! (through a float32 Hurwitz zeta function), the erfc fit (erf, erfc) and
+//! ndtri (Bessel J and Y are in `bessel.rs`; Bessel I and K, Airy Ai,
+//! spherical j0, `special.zeta` and erfcx come from `rdyn_ir::special`
+//! through `scalar.rs`). lgamma to polygamma follow the WGSL backend (recurrence to
 //! a large argument, then an asymptotic series; Giles' approximation for
 //! erfinv), ndtri Acklam's fractions in float64; loops are branches.
 
@@ -9,7 +10,6 @@ use rdyn_ir::approx::{NDTRI_ACKLAM, NDTRI_TAIL};
 
 use crate::math::math32::{exp, log, pow};
 use crate::math::math64;
-use crate::math::trig::{trig, Trig};
 use crate::ptx::arith::{add, copysign, div, fma, k, mul, op1, op2, poly, sub};
 use crate::ptx::func::{f64_imm as d64, Class, Func};
 
@@ -188,7 +188,8 @@ pub fn erfinv(f: &mut Func, x: &str) -> String {
     f.selp(Class::F32, &k(f64::NAN), &r, &out)
 }
 
-/// Hurwitz ζ(s, q), s > 1, by Euler–Maclaurin summation.
+/// Hurwitz ζ(s, q), s > 1, by Euler–Maclaurin summation in float32, for
+/// polygamma (`torch.special.zeta` itself is `rdyn_ir::special`'s).
 fn zeta(f: &mut Func, s: &str, q: &str) -> String {
     let neg_s = op1(f, "neg", s);
     let first = pow(f, q, &neg_s);
@@ -263,24 +264,6 @@ fn zeta(f: &mut Func, s: &str, q: &str) -> String {
     f.selp(Class::F32, &k(f64::INFINITY), &sum, &pole)
 }
 
-/// `torch.special.zeta(x, q)`: Hurwitz ζ with PyTorch's domain: x = 1 and
-/// poles of q (non-positive integers) give +inf; x < 1, or q ≤ 0 with a
-/// non-integer x, give NaN.
-pub fn special_zeta(f: &mut Func, x: &str, q: &str) -> String {
-    let r = zeta(f, x, q);
-    let q_low = f.setp("le", "f32", q, &k(0.0));
-    let x_fl = op1(f, "cvt.rmi.f32", x);
-    let x_int = f.setp("eq", "f32", &x_fl, x);
-    let bad_q = f.pred("and", &q_low, &format!("!{x_int}"));
-    let r = f.selp(Class::F32, &k(f64::NAN), &r, &bad_q);
-    let pole = non_positive_integer(f, q);
-    let r = f.selp(Class::F32, &k(f64::INFINITY), &r, &pole);
-    let below = f.setp("lt", "f32", x, &k(1.0));
-    let r = f.selp(Class::F32, &k(f64::NAN), &r, &below);
-    let one = f.setp("eq", "f32", x, &k(1.0));
-    f.selp(Class::F32, &k(f64::INFINITY), &r, &one)
-}
-
 /// polygamma(n, x) = (−1)ⁿ⁺¹ n! ζ(n + 1, x) for n ≥ 1 (lowering sends n = 0
 /// to digamma).
 pub fn polygamma(f: &mut Func, n: &str, x: &str) -> String {
@@ -308,46 +291,6 @@ pub fn polygamma(f: &mut Func, n: &str, x: &str) -> String {
     mul(f, &r, &z)
 }
 
-/// spherical j0 = sin(x)/x: a series of x² below 0.5 (the CPU backend's),
-/// 0 at ±inf.
-pub fn spherical_j0(f: &mut Func, x: &str) -> String {
-    let s = trig(f, x, Trig::Sin);
-    let q = div(f, &s, x);
-    let z = mul(f, x, x);
-    let mut acc = f.mov(Class::F32, &k(1.0));
-    for kk in (1..=6).rev() {
-        let kf = f64::from(kk);
-        let t = div(f, &z, &k((2.0 * kf) * (2.0 * kf + 1.0)));
-        let t = mul(f, &t, &acc);
-        acc = sub(f, &k(1.0), &t);
-    }
-    let ax = op1(f, "abs", x);
-    let big = f.setp("ge", "f32", &ax, &k(0.5));
-    let r = f.selp(Class::F32, &q, &acc, &big);
-    let inf = f.setp("eq", "f32", &ax, &k(f64::INFINITY));
-    f.selp(Class::F32, &k(0.0), &r, &inf)
-}
-
-/// erfcx(x) = e^(x²)·erfc(x): for x ≥ 0 the erfc fit's t·e^(p(t)) without
-/// its e^(−x²) factor (no overflow); below 0, 2e^(x²) − erfcx(−x) with
-/// e^(x²) in float64.
-pub fn erfcx(f: &mut Func, x: &str) -> String {
-    let ax = op1(f, "abs", x);
-    let pos = erfcx_nonneg(f, &ax);
-    let x64 = f.reg(Class::F64);
-    f.ins(format!("cvt.f64.f32 {x64}, {x}"));
-    let sq = f.op(Class::F64, "mul.rn", &[&x64, &x64]);
-    let e = math64::exp(f, &sq);
-    let p64 = f.reg(Class::F64);
-    f.ins(format!("cvt.f64.f32 {p64}, {pos}"));
-    let twice = f.op(Class::F64, "add.rn", &[&e, &e]);
-    let negv = f.op(Class::F64, "sub.rn", &[&twice, &p64]);
-    let neg32 = f.reg(Class::F32);
-    f.ins(format!("cvt.rn.f32.f64 {neg32}, {negv}"));
-    let negative = f.setp("lt", "f32", x, &k(0.0));
-    f.selp(Class::F32, &neg32, &pos, &negative)
-}
-
 /// erfc for x ≥ 0 as t·exp(p(t)) (Numerical Recipes' Chebyshev fit,
 /// fractional error below 1.2e-7); returns (erfc(|x|), x).
 pub(crate) fn erfc_abs(f: &mut Func, x: &str) -> String {
@@ -356,13 +299,6 @@ pub(crate) fn erfc_abs(f: &mut Func, x: &str) -> String {
     let zz = mul(f, &z, &z);
     let arg = sub(f, &p, &zz);
     let e = exp(f, &arg);
-    mul(f, &t, &e)
-}
-
-/// erfcx(z) = e^(z²)·erfc(z) for z ≥ 0: the same fit without e^(−z²).
-pub(crate) fn erfcx_nonneg(f: &mut Func, z: &str) -> String {
-    let (t, p) = erfc_fit(f, z);
-    let e = exp(f, &p);
     mul(f, &t, &e)
 }
 

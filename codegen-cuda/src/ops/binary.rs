@@ -146,7 +146,9 @@ fn float_binary(f: &mut Func, op: BinaryOp, a: &str, b: &str, class: Class, from
         BinaryOp::Pow => math64::pow(f, a, b),
         BinaryOp::Nextafter if class == Class::F32 => nextafter(f, a, b),
         BinaryOp::Polygamma if class == Class::F32 => special::polygamma(f, a, b),
-        BinaryOp::Zeta if class == Class::F32 => special::special_zeta(f, a, b),
+        BinaryOp::Zeta if class == Class::F32 => {
+            crate::math::scalar::call_f32(f, rdyn_ir::special::Special::Zeta.body(), &[a, b])
+        }
         BinaryOp::Igamma if class == Class::F32 => igamma::igamma(f, a, b, false),
         BinaryOp::Igammac if class == Class::F32 => igamma::igamma(f, a, b, true),
         other if class == Class::F32 => poly::polynomial(f, other, a, b).ok_or_else(|| unsupported(other, from))?,

@@ -2,6 +2,7 @@
 //! reduction, `math/`), float64 (software exp/log), integers.
 
 use rdyn_ir::loops::UnaryOp;
+use rdyn_ir::special::Special;
 use rdyn_ir::{DType, Kind};
 
 use crate::math::math32::{acos, cos_of_asin, exp, expm1, log, log1p, log2, LN2, LOG2E};
@@ -156,24 +157,29 @@ fn float32_special_unary(f: &mut Func, op: UnaryOp, x: &str) -> Result<String, P
         UnaryOp::Lgamma => special::lgamma(f, x),
         UnaryOp::Digamma => special::digamma(f, x),
         UnaryOp::Erfinv => special::erfinv(f, x),
-        UnaryOp::SphericalJ0 => special::spherical_j0(f, x),
-        UnaryOp::Erfcx => special::erfcx(f, x),
+        UnaryOp::SphericalJ0 => scalar(f, Special::SphericalJ0, x),
+        UnaryOp::Erfcx => scalar(f, Special::Erfcx, x),
         UnaryOp::Ndtri => special::ndtri(f, x),
-        UnaryOp::I0 => b::bessel_i(f, x, 0, false),
-        UnaryOp::I0e => b::bessel_i(f, x, 0, true),
-        UnaryOp::I1 => b::bessel_i(f, x, 1, false),
-        UnaryOp::I1e => b::bessel_i(f, x, 1, true),
-        UnaryOp::K0 => b::bessel_k(f, x, 0, false),
-        UnaryOp::K0e => b::bessel_k(f, x, 0, true),
-        UnaryOp::K1 => b::bessel_k(f, x, 1, false),
-        UnaryOp::K1e => b::bessel_k(f, x, 1, true),
+        UnaryOp::I0 => scalar(f, Special::I0, x),
+        UnaryOp::I0e => scalar(f, Special::I0e, x),
+        UnaryOp::I1 => scalar(f, Special::I1, x),
+        UnaryOp::I1e => scalar(f, Special::I1e, x),
+        UnaryOp::K0 => scalar(f, Special::K0, x),
+        UnaryOp::K0e => scalar(f, Special::K0e, x),
+        UnaryOp::K1 => scalar(f, Special::K1, x),
+        UnaryOp::K1e => scalar(f, Special::K1e, x),
         UnaryOp::BesselJ0 => b::bessel_jy(f, x, 0, b::Kind::J),
         UnaryOp::BesselJ1 => b::bessel_jy(f, x, 1, b::Kind::J),
         UnaryOp::BesselY0 => b::bessel_jy(f, x, 0, b::Kind::Y),
         UnaryOp::BesselY1 => b::bessel_jy(f, x, 1, b::Kind::Y),
-        UnaryOp::AiryAi => b::airy_ai(f, x),
+        UnaryOp::AiryAi => scalar(f, Special::AiryAi, x),
         other => return float_common_unary(f, other, x, Class::F32),
     })
+}
+
+/// A function written once in `rdyn_ir::special`, of a float32 value.
+fn scalar(f: &mut Func, which: Special, x: &str) -> String {
+    crate::math::scalar::call_f32(f, which.body(), &[x])
 }
 
 fn float64_unary(f: &mut Func, op: UnaryOp, x: &str) -> Result<String, PtxError> {

@@ -1,0 +1,313 @@
+//! Special functions written once: a tiny scalar-function language, the
+//! functions written in it, and its reference evaluator.
+//!
+//! Each special function (Bessel I and K, Airy Ai, spherical j0, the
+//! Hermite, Laguerre and Legendre polynomials, Hurwitz zeta, erfcx, …) used to
+//! be written twice, as float64 Rust for the CPU backend and as a PTX
+//! emitter for CUDA, and the two drifted apart. Here each is a builder
+//! function producing a [`SpecialFn`]: a body of float64 registers
+//! ([`Reg`]) and boolean flags ([`Flag`]) with straight-line arithmetic,
+//! constant tables (polynomial coefficients), and structured control flow
+//! ([`Stmt::If`], [`Stmt::Loop`] with a bounded trip count, `break if`,
+//! `return`). Both backends derive from the body: [`eval`] is the
+//! language's meaning (operation for operation as the hand-written routines
+//! computed it: no fusion, no reassociation), which the CPU backend
+//! compiles to machine code with Cranelift, bit for bit the same
+//! (`codegen-cpu/src/special/native.rs`), and the CUDA backend translates
+//! it to PTX with one generic translator (`codegen-cuda/src/math/scalar.rs`). Registers are mutable (a loop
+//! updates its accumulators in place); constants live in registers that are
+//! never written, so the evaluator loads them once per call and PTX reads
+//! them as immediates.
+//!
+//! The text form (`Display`) prints one statement a line:
+//! `%4 = mul %2, %3`, `?1 = lt %4, %0`, `if ?1 { … } else { … }`,
+//! `loop %5 from 1 max 199 { … }`, `break if ?2`, `return %7`.
+
+mod bessel;
+mod builder;
+mod erf;
+mod eval;
+mod poly;
+mod print;
+mod zeta;
+
+pub use builder::{Builder, Operand};
+pub use eval::eval;
+
+use std::sync::OnceLock;
+
+/// A float64 register.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Reg(pub u32);
+
+/// A boolean register.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Flag(pub u32);
+
+/// One-operand float64 operations. `Exp`, `Log`, `Sin`, `Cos`, `Sinh`,
+/// `Cosh` and `Erfc` are library functions on the CPU (Rust's, `libm`'s
+/// erfc), accurate to an ulp or so, and float64 software routines in PTX
+/// (erfc within a few hundred float64 ulps near 2, where its series
+/// cancels: far below a float32 ulp).
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Unary {
+    Neg,
+    Abs,
+    Sqrt,
+    Floor,
+    Exp,
+    Log,
+    Sin,
+    Cos,
+    Sinh,
+    Cosh,
+    Erfc,
+}
+
+/// Two-operand float64 operations (each rounded once). `Min`/`Max` ignore
+/// a NaN operand, as `f64::min` and PTX's `min` do, and of two equal
+/// operands (±0) give the first (PTX's may give either zero). `Pow` is C's
+/// `pow` on the CPU (special cases included) and the float64 software
+/// routine in PTX (within a few ulps of it).
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Binary {
+    Add,
+    Sub,
+    Mul,
+    Div,
+    Min,
+    Max,
+    Pow,
+}
+
+/// Comparisons: ordered (false on NaN) except `Ne`, true on NaN.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Cmp {
+    Lt,
+    Le,
+    Gt,
+    Ge,
+    Eq,
+    Ne,
+}
+
+/// Boolean connectives of two flags.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Logic {
+    And,
+    Or,
+}
+
+/// A statement of a [`SpecialFn`] body.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Stmt {
+    Copy {
+        dst: Reg,
+        src: Reg,
+    },
+    Unary {
+        dst: Reg,
+        op: Unary,
+        a: Reg,
+    },
+    Binary {
+        dst: Reg,
+        op: Binary,
+        a: Reg,
+        b: Reg,
+    },
+    /// `dst = a·b + c`, rounded once.
+    Fma {
+        dst: Reg,
+        a: Reg,
+        b: Reg,
+        c: Reg,
+    },
+    /// c[0]·z^(n−1) + … + c[n−1] by Horner's rule from 0, unfused.
+    Poly {
+        dst: Reg,
+        coeffs: Box<[f64]>,
+        z: Reg,
+    },
+    Cmp {
+        dst: Flag,
+        op: Cmp,
+        a: Reg,
+        b: Reg,
+    },
+    Logic {
+        dst: Flag,
+        op: Logic,
+        a: Flag,
+        b: Flag,
+    },
+    Not {
+        dst: Flag,
+        a: Flag,
+    },
+    /// `dst = cond ? a : b`.
+    Select {
+        dst: Reg,
+        cond: Flag,
+        a: Reg,
+        b: Reg,
+    },
+    If {
+        cond: Flag,
+        then: Vec<Stmt>,
+        els: Vec<Stmt>,
+    },
+    /// `for counter in first, first + 1, … (max_iters values) { body }`.
+    Loop {
+        counter: Reg,
+        first: f64,
+        max_iters: u32,
+        body: Vec<Stmt>,
+    },
+    /// Leaves the innermost loop when `cond` holds.
+    Break {
+        cond: Flag,
+    },
+    Return {
+        value: Reg,
+    },
+}
+
+/// A scalar function of float64 parameters returning float64.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SpecialFn {
+    pub name: &'static str,
+    pub params: Vec<Reg>,
+    /// Registers holding constants (never written by the body).
+    pub consts: Vec<(Reg, f64)>,
+    pub regs: u32,
+    pub flags: u32,
+    /// Ends in a `Return` on every path.
+    pub body: Vec<Stmt>,
+}
+
+/// The special functions defined here.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Special {
+    I0,
+    I0e,
+    I1,
+    I1e,
+    K0,
+    K0e,
+    K1,
+    K1e,
+    AiryAi,
+    SphericalJ0,
+    HermiteH,
+    HermiteHe,
+    LaguerreL,
+    LegendreP,
+    Zeta,
+    Erfcx,
+}
+
+impl Special {
+    pub const ALL: [Special; 16] = [
+        Special::I0,
+        Special::I0e,
+        Special::I1,
+        Special::I1e,
+        Special::K0,
+        Special::K0e,
+        Special::K1,
+        Special::K1e,
+        Special::AiryAi,
+        Special::SphericalJ0,
+        Special::HermiteH,
+        Special::HermiteHe,
+        Special::LaguerreL,
+        Special::LegendreP,
+        Special::Zeta,
+        Special::Erfcx,
+    ];
+
+    /// The function's body, built on first use.
+    pub fn body(self) -> &'static SpecialFn {
+        static BODIES: [OnceLock<SpecialFn>; Special::ALL.len()] = [const { OnceLock::new() }; Special::ALL.len()];
+        BODIES[self as usize].get_or_init(|| self.build())
+    }
+
+    fn build(self) -> SpecialFn {
+        use bessel as b;
+        match self {
+            Special::I0 => b::bessel_i("i0", 0, false),
+            Special::I0e => b::bessel_i("i0e", 0, true),
+            Special::I1 => b::bessel_i("i1", 1, false),
+            Special::I1e => b::bessel_i("i1e", 1, true),
+            Special::K0 => b::bessel_k("k0", 0, false),
+            Special::K0e => b::bessel_k("k0e", 0, true),
+            Special::K1 => b::bessel_k("k1", 1, false),
+            Special::K1e => b::bessel_k("k1e", 1, true),
+            Special::AiryAi => b::airy_ai(),
+            Special::SphericalJ0 => b::spherical_j0(),
+            Special::HermiteH => poly::hermite_h(),
+            Special::HermiteHe => poly::hermite_he(),
+            Special::LaguerreL => poly::laguerre_l(),
+            Special::LegendreP => poly::legendre_p(),
+            Special::Zeta => zeta::zeta(),
+            Special::Erfcx => erf::erfcx(),
+        }
+    }
+
+    /// Evaluates the function at `args` (see [`eval`]).
+    pub fn eval(self, args: &[f64]) -> f64 {
+        eval(self.body(), args)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::panic)]
+    use super::*;
+
+    #[test]
+    fn text_form_and_evaluation() {
+        let text = Special::SphericalJ0.body().to_string();
+        assert!(text.starts_with("fn spherical_j0(%0) {\n"), "{text}");
+        assert!(text.contains("= sin %0") && text.contains("return"), "{text}");
+        let i0 = Special::I0.body().to_string();
+        assert!(i0.contains("loop %") && i0.contains("max 199 {") && i0.contains("break if ?"), "{i0}");
+        assert_eq!(Special::I0.eval(&[0.0]), 1.0);
+        assert!(Special::K0.eval(&[f64::NAN]).is_nan());
+        assert_eq!(Special::K1.eval(&[0.0]), f64::INFINITY);
+        assert!((Special::SphericalJ0.eval(&[3.0]) - 3f64.sin() / 3.0).abs() < 1e-16);
+    }
+
+    #[test]
+    fn constants_are_interned_and_never_written() {
+        for which in Special::ALL {
+            let f = which.body();
+            let consts: Vec<u32> = f.consts.iter().map(|(r, _)| r.0).collect();
+            fn written(stmts: &[Stmt], out: &mut Vec<u32>) {
+                for s in stmts {
+                    match s {
+                        Stmt::Copy { dst, .. }
+                        | Stmt::Fma { dst, .. }
+                        | Stmt::Unary { dst, .. }
+                        | Stmt::Binary { dst, .. }
+                        | Stmt::Poly { dst, .. }
+                        | Stmt::Select { dst, .. } => out.push(dst.0),
+                        Stmt::Loop { counter, body, .. } => {
+                            out.push(counter.0);
+                            written(body, out);
+                        }
+                        Stmt::If { then, els, .. } => {
+                            written(then, out);
+                            written(els, out);
+                        }
+                        _ => {}
+                    }
+                }
+            }
+            let mut w = Vec::new();
+            written(&f.body, &mut w);
+            assert!(w.iter().all(|r| !consts.contains(r)), "{which:?} writes a constant");
+        }
+    }
+}
