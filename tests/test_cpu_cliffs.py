@@ -243,3 +243,23 @@ def test_a_divided_odd_dim_does_not_carry_the_tile() -> None:
     assert stats["cpu_stages_interpreted"] == 0, stats
     (kernel,) = cpu_kernels(fn, x.float(), y.float())
     assert kernel.source.split("outer [", 1)[1].split("]", 1)[0].endswith("128"), kernel.source
+
+
+@pytest.mark.parametrize("beside_a_cat", [False, True])
+def test_pairwise_lookups_read_each_row_id(beside_a_cat: bool) -> None:
+    """`t[:, a, b]` with index tensors: two lane-varying row ids, loaded into
+    one reused register, each read where its own bounds check read it (a
+    silent wrong answer once); alone and as one input of a `cat` (masked)."""
+
+    def fn(x: torch.Tensor, t: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        g = t.view(8, 5, 5)[:, a, b]
+        return torch.cat([x.relu(), g], 1) if beside_a_cat else g * 2
+
+    g = torch.Generator().manual_seed(0)
+    x, t = torch.randn(8, 32, generator=g), torch.randn(8, 25, generator=g)
+    a, b = torch.randint(-5, 5, (10,), generator=g), torch.randint(0, 5, (10,), generator=g)
+    torch._dynamo.reset()
+    rdyn.reset_stats()
+    got = torch.compile(fn, backend="rdyn")(x, t, a, b)
+    torch.testing.assert_close(got, fn(x, t, a, b), rtol=0, atol=0)
+    assert rdyn.stats()["cpu_stages_interpreted"] == 0

@@ -346,9 +346,11 @@ fn gather_parts(
         }
         let Some(Def::Inst(check)) = current[*reg as usize] else { return None };
         let InstOp::Bounded { src, .. } = &stage.insts[check].op else { return None };
-        let Some(Def::Inst(load)) = current[*src as usize] else { return None };
+        // The load the check read: the last writer of its register before
+        // it (registers are reused: two row ids may share one).
+        let load = stage.insts[..check].iter().rposition(|inst| inst.dst == *src)?;
         let (size, negatives) = gather::bounded_row(stage, check, load)?;
-        if a.class.get(check) != Some(&Class::Row) {
+        if a.class.get(check) != Some(&Class::Row) || a.class.get(load) != Some(&Class::Row) {
             return None;
         }
         parts.push(GatherPart { reg: *reg, stride: *stride, load, size, negatives });

@@ -459,3 +459,80 @@ fn masked_gathers_compile() {
     ids[29] = 7;
     assert!(run(&compiled, &ids).is_none() && run(&kernel, &ids).is_none());
 }
+
+/// Two lane-varying row ids loaded into one reused register (a pairwise
+/// lookup `t[i0, a[i1], b[i1]]`, as the planner allocates it): each part
+/// reads the row load its own check read, not the register's last writer.
+/// Plain and masked (beside a `cat`'s other input), against the interpreter
+/// and the numbers written out.
+#[test]
+fn gathers_of_two_rows_in_one_register_compile() {
+    if !super::enabled() {
+        return;
+    }
+    let (i0, i1) = (Expr::v(0), Expr::v(1));
+    let bufs = vec![
+        buf(&[3, 25], &[25, 1], DType::F32),
+        buf(&[12], &[1], DType::I64),
+        buf(&[12], &[1], DType::I64),
+        buf(&[3, 12], &[12, 1], DType::F32),
+    ];
+    let int = |dst, op| Inst { dst, kind: Kind::I64, narrow: None, op };
+    let maskd = |dst, op| Inst { dst, kind: Kind::I64, narrow: Some(DType::Bool), op };
+    for masked in [false, true] {
+        let m = masked.then_some(9);
+        let ids = |buf| InstOp::Load {
+            buf: BufId(buf),
+            dtype: DType::I64,
+            index: IndexFn::new(&i1),
+            indirect: vec![],
+            mask: m,
+        };
+        let table = InstOp::Load {
+            buf: BufId(0),
+            dtype: DType::F32,
+            index: IndexFn::new(&i0.scale(25)),
+            indirect: vec![(1, 5), (2, 1)],
+            mask: m,
+        };
+        let insts = vec![
+            int(8, InstOp::Index(IndexFn::new(&i1))),
+            maskd(9, InstOp::Binary(BinaryOp::Ge, 8, 10)),
+            int(0, ids(1)),
+            int(1, InstOp::Bounded { src: 0, size: 5, negatives: Negatives::Wrap }),
+            int(0, ids(2)),
+            int(2, InstOp::Bounded { src: 0, size: 5, negatives: Negatives::Wrap }),
+            f32_inst(3, table),
+        ];
+        let mut stage = f32_stage(3, None, insts, 3, &i0.scale(12).add(&i1), 11);
+        for r in [0, 1, 2, 8, 9, 10] {
+            stage.regs[r] = Kind::I64;
+        }
+        stage.consts = vec![(10, InstOp::ConstI(3))];
+        let kernel = one_stage(vec![3, 12], TileMode::Outer, stage, 256);
+        let compiled = compile(&kernel, &bufs);
+        assert!(compiled.stages[0].jit.is_some(), "not compiled");
+        let t: Vec<f32> = (0..75).map(|k| k as f32).collect();
+        let a: Vec<i64> = (0..12).map(|k| (k * 3) % 5 - 1).collect();
+        let b: Vec<i64> = (0..12).map(|k| (k * 2 + 1) % 5).collect();
+        let run = |kernel: &KernelPlan| {
+            let mut out = vec![0f32; 36];
+            let ptrs = [t.as_ptr() as usize, a.as_ptr() as usize, b.as_ptr() as usize, out.as_mut_ptr() as usize];
+            assert!(run_kernel(kernel, &Memory { ptrs: &ptrs, bufs: &bufs }));
+            out
+        };
+        let got = run(&compiled);
+        assert_eq!(got, run(&kernel));
+        let want: Vec<f32> = (0..36)
+            .map(|k| {
+                let (r, l) = (k / 12, k % 12);
+                if masked && l < 3 {
+                    0.0
+                } else {
+                    t[25 * r + 5 * a[l].rem_euclid(5) as usize + b[l] as usize]
+                }
+            })
+            .collect();
+        assert_eq!(got, want, "masked: {masked}");
+    }
+}
