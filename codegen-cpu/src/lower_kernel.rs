@@ -330,8 +330,7 @@ fn widest_tile_last(groups: &mut [Vec<usize>], outer: &[i64], exprs: &[Expr], co
     let Some(last) = groups.last() else { return };
     let rows = groups.len().checked_sub(2).map_or(1, |g| size(&groups[g]));
     let wide = size(last) >= NARROW_TILE || (compiled && size(last) * rows >= ROW_CALL_MIN);
-    let last_divided = divided(last);
-    if wide && !last_divided {
+    if wide && !divided(last) {
         return;
     }
     let cost = |g: &[usize]| -> i64 {

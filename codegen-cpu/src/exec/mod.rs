@@ -523,8 +523,8 @@ fn eval_store(stage: &StagePlan, s: usize, tile_var: usize, len: usize, mem: &Me
         return;
     }
     eval(stage, s, tile_var, len, mem, sc);
-    let scatter = stage.jit.as_ref().filter(|j| j.output == Output::Value && j.walks(tile_var));
-    if let Some(jit) = scatter.filter(|_| !stage.store_indirect.is_empty()) {
+    let scatter = |j: &&JitStage| j.output == Output::Value && j.walks(tile_var) && !stage.store_indirect.is_empty();
+    if let Some(jit) = stage.jit.as_ref().filter(scatter) {
         if jit.scatter_rows.is_empty() {
             indirect::row_scatter(stage, s, tile_var, len, mem, sc);
             return;

@@ -14,7 +14,7 @@
 use cranelift_codegen::ir::condcodes::IntCC;
 use rdyn_ir::loops::{BinaryOp, UnaryOp};
 use rdyn_ir::ops::Jit;
-use rdyn_ir::{Ctx, DType, Kind};
+use rdyn_ir::{DType, Kind};
 
 use super::gather::{self, GatherPart};
 use super::int::{self, Range};
@@ -345,10 +345,7 @@ fn gather_parts(
             continue;
         }
         let Some(Def::Inst(check)) = current[*reg as usize] else { return None };
-        let InstOp::Bounded { src, .. } = &stage.insts[check].op else { return None };
-        // The load the check read: the last writer of its register before
-        // it (registers are reused: two row ids may share one).
-        let load = stage.insts[..check].iter().rposition(|inst| inst.dst == *src)?;
+        let load = checked_load(stage, check)?;
         let (size, negatives) = gather::bounded_row(stage, check, load)?;
         if a.class.get(check) != Some(&Class::Row) || a.class.get(load) != Some(&Class::Row) {
             return None;
@@ -480,6 +477,14 @@ pub(super) fn supported(stage: &StagePlan, tile_var: Option<usize>, extents: &[i
     Some(Supported { analysis, loads, scatter_rows })
 }
 
+/// The instruction whose value bounds check `check` reads: the last
+/// writer of its register before it (registers are reused: two row ids
+/// may share one).
+fn checked_load(stage: &StagePlan, check: usize) -> Option<usize> {
+    let InstOp::Bounded { src, .. } = &stage.insts[check].op else { return None };
+    stage.insts[..check].iter().rposition(|inst| inst.dst == *src)
+}
+
 /// The instructions that compute a scatter's lane-varying row ids (each a
 /// [`Class::Row`] load and its bounds check, which nothing compiled reads),
 /// for the executor to run over the tile after the call; `None` when some
@@ -491,8 +496,7 @@ fn scatter_rows(stage: &StagePlan, a: &Analysis) -> Option<Vec<usize>> {
             continue;
         }
         let check = stage.insts.iter().rposition(|inst| inst.dst == *r)?;
-        let InstOp::Bounded { src, .. } = &stage.insts[check].op else { return None };
-        let load = stage.insts[..check].iter().rposition(|inst| inst.dst == *src)?;
+        let load = checked_load(stage, check)?;
         if a.class[check] != Class::Row || a.class[load] != Class::Row {
             return None;
         }
@@ -512,16 +516,8 @@ fn scatter_rows(stage: &StagePlan, a: &Analysis) -> Option<Vec<usize>> {
 /// (`i // 2`, `i % 2`) must not vary along the tile (the caller checks
 /// that it has a step): the executor passes its value at the first lane.
 fn fits_i32(index: &IndexFn, extents: &[i64]) -> bool {
-    let mut bound = index.c0.unsigned_abs();
-    if let Some(rest) = &index.rest {
-        let Some((lo, hi)) = rest.bounds(&Ctx::with_extents(extents)) else { return false };
-        bound = bound.saturating_add(lo.unsigned_abs().max(hi.unsigned_abs()));
-    }
-    for (v, c) in &index.coefs {
-        let Some(n) = extents.get(*v as usize) else { return false };
-        bound = bound.saturating_add(c.unsigned_abs().saturating_mul(n.unsigned_abs() + TILE as u64));
-    }
-    bound < i32::MAX as u64
+    let room: Vec<i64> = extents.iter().map(|n| n.saturating_add(TILE as i64)).collect();
+    int::index_range(index, &room).is_some()
 }
 
 /// The integer comparison of a comparison op.

@@ -16,9 +16,9 @@
 //! anything read from a float (a hash's key has no interval).
 //!
 //! A stage whose value is such an integer stores it to its int64 output
-//! (`Output::StoreLong`), each lane sign-extended.
+//! (`Output::StoreLong`), each lane sign-extended (`long::store_long`).
 
-use cranelift_codegen::ir::{types, InstBuilder, MemFlagsData, Value};
+use cranelift_codegen::ir::{types, InstBuilder, Value};
 use rdyn_ir::loops::{BinaryOp, UnaryOp};
 use rdyn_ir::Ctx;
 
@@ -167,26 +167,4 @@ pub(super) fn emit(em: &mut Em, stage: &StagePlan, inst: &InstOp, ops: &[Value])
         }
         _ => return Err("not an integer instruction".into()),
     })
-}
-
-/// Store one group of integer lanes to an int64 output, `step` elements
-/// apart; `p` is the output at the iteration's first lane, `off` the
-/// group's byte offset from it.
-pub(super) fn store_long(em: &mut Em, p: Value, off: i64, step: i64, v: Value) {
-    let flags = MemFlagsData::new().with_notrap();
-    if !em.wide {
-        let x = em.b.ins().sextend(types::I64, v);
-        em.b.ins().store(flags, x, p, off as i32);
-    } else if step == 1 {
-        let lo = em.b.ins().swiden_low(v);
-        let hi = em.b.ins().swiden_high(v);
-        em.b.ins().store(flags, lo, p, off as i32);
-        em.b.ins().store(flags, hi, p, (off + 16) as i32);
-    } else {
-        for l in 0..4u8 {
-            let x = em.b.ins().extractlane(v, l);
-            let x = em.b.ins().sextend(types::I64, x);
-            em.b.ins().store(flags, x, p, (off + 8 * step * i64::from(l)) as i32);
-        }
-    }
 }

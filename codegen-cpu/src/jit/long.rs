@@ -83,16 +83,21 @@ pub(super) fn long_operand(
         if a.class[i] == Class::Long {
             return long.ok_or_else(|| "int64 operand undefined".to_string());
         }
-        if !em.wide {
-            return Ok(Long { lo: em.b.ins().sextend(types::I64, value), hi: None });
-        }
-        let lo = em.b.ins().swiden_low(value);
-        let hi = em.b.ins().swiden_high(value);
-        return Ok(Long { lo, hi: Some(hi) });
+        return Ok(sign_extend(em, value));
     }
     let c = int_const(stage, reg).ok_or("comparison with a constant beyond 32 bits")?;
     let c = em.b.ins().iconst(types::I64, i64::from(c));
     Ok(if em.wide { splat_long(em, c) } else { Long { lo: c, hi: None } })
+}
+
+/// 32-bit integer lanes (an index, [`Class::Int`]) as int64 lanes.
+pub(super) fn sign_extend(em: &mut Em, value: Value) -> Long {
+    if !em.wide {
+        return Long { lo: em.b.ins().sextend(types::I64, value), hi: None };
+    }
+    let lo = em.b.ins().swiden_low(value);
+    let hi = em.b.ins().swiden_high(value);
+    Long { lo, hi: Some(hi) }
 }
 
 /// `x cc y` as a lane mask (`I32X4` or `I32`, all ones or zero).

@@ -122,7 +122,8 @@ pub(super) fn store_value(em: &mut Em, output: Output, p: Value, off: i64, out_s
         return;
     }
     if let Output::StoreLong(_) = output {
-        super::int::store_long(em, p, off, out_step, v);
+        let long = super::long::sign_extend(em, v);
+        super::long::store_long(em, p, off, out_step, long);
         return;
     }
     if let Output::Accumulate(op) = output {
