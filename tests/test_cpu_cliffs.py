@@ -263,3 +263,63 @@ def test_pairwise_lookups_read_each_row_id(beside_a_cat: bool) -> None:
     got = torch.compile(fn, backend="rdyn")(x, t, a, b)
     torch.testing.assert_close(got, fn(x, t, a, b), rtol=0, atol=0)
     assert rdyn.stats()["cpu_stages_interpreted"] == 0
+
+
+def test_bool_and_integer_reductions_compile() -> None:
+    """`any`/`all` of a comparison (attention's "is any score not -inf"),
+    an int64 count of a mask (softmax's backward through `amax`), and a sum
+    divided by an int64 count read back as float: every stage compiles,
+    with eager's values."""
+
+    def fn(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        counts = (x == x.amax(0)).sum(0)
+        positive = (x > 0).sum(0)
+        return (x != float("-inf")).any(-1), (x > -1).all(-1), counts, x.clamp(min=0).sum(0) / positive
+
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(40, 24, generator=g).round()
+    x[3] = float("-inf")
+    x[:, 5] = 2.0
+    torch._dynamo.reset()
+    rdyn.reset_stats()
+    got = torch.compile(fn, backend="rdyn")(x)
+    for a, b in zip(got, fn(x)):
+        assert a.dtype == b.dtype
+        torch.testing.assert_close(a, b, rtol=1e-6, atol=0)
+    stats = rdyn.stats()
+    assert stats["cpu_stages_interpreted"] == 0 and stats["nodes_fallback"] == 0, stats
+
+
+@pytest.mark.parametrize("train", [False, True])
+def test_row_ids_computed_from_loaded_ids_gather_lane_by_lane(train: bool) -> None:
+    """A relative-position bias (T5's) added to per-head scores: rows
+    picked by `where(causal, clamp(ids, max=31), offset)` (int64 arithmetic
+    on a loaded id, negative ids counted from the end) differ along the
+    tile (the key position), so the table is gathered lane by lane;
+    trained, the table's gradient scatters by the same rows."""
+
+    def fn(ids: torch.Tensor, table: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        i = torch.arange(32)
+        rel = i[None, :] - i[:, None]
+        row = torch.where(rel <= 0, ids.clamp(max=31), rel + 31)
+        return scores + table[row].permute(2, 0, 1)
+
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(-40, 60, (32, 32), generator=g)
+    table64 = torch.randn(64, 4, generator=g, dtype=torch.float64, requires_grad=train)
+    table = table64.detach().float().requires_grad_(train)
+    scores = torch.randn(4, 32, 32, generator=g)
+    torch._dynamo.reset()
+    rdyn.reset_stats()
+    got = torch.compile(fn, backend="rdyn")(ids, table, scores)
+    want = fn(ids, table64, scores.double())
+    torch.testing.assert_close(got, want.float(), rtol=1e-6, atol=1e-6)
+    (kernel,) = [k for k in cpu_kernels(fn, ids, table.detach(), scores) if "buf" in k.source]
+    assert "outer [4, 32, 32]" in kernel.source, kernel.source
+    if train:
+        w = torch.randn(4, 32, 32, generator=g, dtype=torch.float64)
+        (got * w.float()).sum().backward()
+        (want * w).sum().backward()
+        torch.testing.assert_close(table.grad, table64.grad.float(), rtol=1e-5, atol=1e-5)
+    stats = rdyn.stats()
+    assert stats["cpu_stages_interpreted"] == 0 and stats["nodes_fallback"] == 0, stats

@@ -14,7 +14,7 @@
 //! once per point of any other reduction dimensions).
 
 use super::{exec_inst, indirect, Memory, Scratch, Tile};
-use crate::jit::stage::{JitLoad, JitStage};
+use crate::jit::stage::{JitLoad, JitStage, Output};
 use crate::plan::StagePlan;
 
 /// Run a compiled stage's function for `len` lanes at the current point
@@ -181,10 +181,14 @@ fn address(load: &JitLoad, s: usize, lane: usize, mem: &Memory, sc: &Scratch) ->
 /// Evaluate a compiled stage into its value register.
 pub(super) fn run_jit(jit: &JitStage, at: (&StagePlan, usize, usize), len: usize, mem: &Memory, sc: &mut Scratch) {
     let (stage, s, _) = at;
-    if let Tile::F32(v) = &mut sc.regs[s][stage.value as usize] {
-        debug_assert!(v.len() >= len);
-        let (out, len) = (v.as_mut_ptr(), len.min(v.len()));
-        // SAFETY: the value register holds at least `len` lanes.
-        unsafe { call_jit(jit, at, (out, 1), len, mem, sc) };
-    }
+    // A float32 value, or int64 lanes (`Output::ValueLong`).
+    let (out, lanes) = match (&mut sc.regs[s][stage.value as usize], jit.output) {
+        (Tile::F32(v), Output::Value) => (v.as_mut_ptr(), v.len()),
+        (Tile::I64(v), Output::ValueLong) => (v.as_mut_ptr().cast::<f32>(), v.len()),
+        _ => return,
+    };
+    debug_assert!(lanes >= len);
+    // SAFETY: the value register holds at least `len` lanes of the type the
+    // function writes.
+    unsafe { call_jit(jit, at, (out, 1), len.min(lanes), mem, sc) };
 }

@@ -486,7 +486,7 @@ fn store_tile(stage: &StagePlan, s: usize, tile_var: usize, len: usize, tile: &T
 /// Evaluate a stage's register program for `len` lanes.
 fn eval(stage: &StagePlan, s: usize, tile_var: usize, len: usize, mem: &Memory, sc: &mut Scratch) {
     if let Some(jit) = &stage.jit {
-        if jit.output == Output::Value && jit.walks(tile_var) {
+        if matches!(jit.output, Output::Value | Output::ValueLong) && jit.walks(tile_var) {
             run_jit(jit, (stage, s, tile_var), len, mem, sc);
             return;
         }
@@ -523,7 +523,9 @@ fn eval_store(stage: &StagePlan, s: usize, tile_var: usize, len: usize, mem: &Me
         return;
     }
     eval(stage, s, tile_var, len, mem, sc);
-    let scatter = |j: &&JitStage| j.output == Output::Value && j.walks(tile_var) && !stage.store_indirect.is_empty();
+    let scatter = |j: &&JitStage| {
+        matches!(j.output, Output::Value | Output::ValueLong) && j.walks(tile_var) && !stage.store_indirect.is_empty()
+    };
     if let Some(jit) = stage.jit.as_ref().filter(scatter) {
         if jit.scatter_rows.is_empty() {
             indirect::row_scatter(stage, s, tile_var, len, mem, sc);
@@ -566,9 +568,12 @@ fn jit_accumulate(
     let written = match jit.output {
         Output::Fold(_) => FOLD_LANES,
         Output::Accumulate(_) => len,
-        Output::Value | Output::Store(_) | Output::StoreMask(_) | Output::StoreLong(_) | Output::FoldStore(_) => {
-            return false
-        }
+        Output::Value
+        | Output::ValueLong
+        | Output::Store(_)
+        | Output::StoreMask(_)
+        | Output::StoreLong(_)
+        | Output::FoldStore(_) => return false,
     };
     let out = match &mut sc.acc {
         Tile::F32(acc) if acc.len() >= written => acc.as_mut_ptr(),

@@ -16,7 +16,7 @@ use rdyn_ir::loops::{BinaryOp, UnaryOp};
 use rdyn_ir::ops::Jit;
 use rdyn_ir::{DType, Kind};
 
-use super::gather::{self, GatherPart};
+use super::gather::{self, GatherPart, RowSource};
 use super::int::{self, Range};
 use super::stage::JitLoad;
 use crate::plan::{IndexFn, InstOp, Reg, StagePlan};
@@ -169,6 +169,7 @@ fn analyse(stage: &StagePlan, tile_var: Option<usize>, extents: &[i64], how: Try
             continue;
         }
         let mut range = None;
+        let mut ops_extra = Vec::new();
         let int_result = (inst.kind == Kind::I64 && inst.narrow.is_none())
             .then(|| {
                 let ranges: Vec<Option<Range>> = ops.iter().map(|d| int::operand_range(stage, &a, *d)).collect();
@@ -205,6 +206,15 @@ fn analyse(stage: &StagePlan, tile_var: Option<usize>, extents: &[i64], how: Try
                 {
                     return None;
                 }
+                // A computed row id is an operand (after the mask, if any):
+                // its value must reach the gather's phase.
+                ops_extra = parts
+                    .iter()
+                    .filter_map(|p| match p.row {
+                        RowSource::Value(k) => Some(Def::Inst(k)),
+                        RowSource::Load(_) => None,
+                    })
+                    .collect();
                 a.gathers[i] = parts;
                 let step = match tile_var {
                     Some(v) => index.step(v as u32)?,
@@ -252,6 +262,15 @@ fn analyse(stage: &StagePlan, tile_var: Option<usize>, extents: &[i64], how: Try
             {
                 Class::Row
             }
+            // A row id computed by compiled integer instructions (T5's
+            // buckets: a loaded id clamped, or a position difference).
+            InstOp::Bounded { src, .. }
+                if inst.kind == Kind::I64
+                    && inst.narrow.is_none()
+                    && matches!(current[*src as usize], Some(Def::Inst(j)) if computed_row(&a, j)) =>
+            {
+                Class::Row
+            }
             // Integer arithmetic on index lanes, while it stays in 32 bits.
             InstOp::Binary(..) | InstOp::Unary(..) | InstOp::Where(..) if int_result.is_some() => {
                 range = int_result;
@@ -293,6 +312,8 @@ fn analyse(stage: &StagePlan, tile_var: Option<usize>, extents: &[i64], how: Try
             }
             InstOp::Cast { from: Kind::F32, to: DType::I64, .. } if mask_inst && all_float => Class::Int,
             InstOp::Cast { from: Kind::I64, to: DType::F32, .. } if float_inst && cls == [Class::Int] => Class::Float,
+            // An int64 converted to float32 (a count dividing a sum).
+            InstOp::Cast { from: Kind::I64, to: DType::F32, .. } if float_inst && cls == [Class::Long] => Class::Float,
             InstOp::Cast { from: Kind::F32, to: DType::Bool, .. } if mask_inst && all_float => Class::Mask,
             InstOp::Cast { from: Kind::I64, to: DType::Bool, .. } if mask_inst && all_mask => Class::Mask,
             _ => return None,
@@ -302,7 +323,7 @@ fn analyse(stage: &StagePlan, tile_var: Option<usize>, extents: &[i64], how: Try
             let InstOp::Unary(op, _) = &inst.op else { return None };
             a.call[i] = Some(super::call_code(*op)?);
         }
-        a.operands.push(ops);
+        a.operands.push(ops.into_iter().chain(ops_extra).collect());
         a.class.push(class);
         a.range.push(range);
         current[inst.dst as usize] = Some(Def::Inst(i));
@@ -345,14 +366,27 @@ fn gather_parts(
             continue;
         }
         let Some(Def::Inst(check)) = current[*reg as usize] else { return None };
-        let load = checked_load(stage, check)?;
-        let (size, negatives) = gather::bounded_row(stage, check, load)?;
-        if a.class.get(check) != Some(&Class::Row) || a.class.get(load) != Some(&Class::Row) {
+        let src = checked_load(stage, check)?;
+        let InstOp::Bounded { size, negatives, .. } = stage.insts[check].op else { return None };
+        if a.class.get(check) != Some(&Class::Row) {
             return None;
         }
-        parts.push(GatherPart { reg: *reg, stride: *stride, load, size, negatives });
+        let row = match a.class.get(src) {
+            Some(Class::Row) if gather::bounded_row(stage, check, src).is_some() => RowSource::Load(src),
+            _ if computed_row(a, src) => RowSource::Value(src),
+            _ => return None,
+        };
+        parts.push(GatherPart { reg: *reg, stride: *stride, row, size, negatives });
     }
     Some(parts)
+}
+
+/// Whether instruction `j` is a compiled integer value a gather may take
+/// its row ids from, lane by lane: int64 lanes, or 32-bit ones of known
+/// range. Not an invariant one: the executor computes that row once
+/// (`Try::PreIndex`), and the gather is a vector load.
+fn computed_row(a: &Analysis, j: usize) -> bool {
+    !a.invariant[j] && (a.class[j] == Class::Long || (a.class[j] == Class::Int && a.range[j].is_some()))
 }
 
 /// Whether `op`, an invariant integer instruction, is left to the executor

@@ -29,19 +29,49 @@ use rdyn_ir::DType;
 
 use super::analysis::Analysis;
 use super::emit::Em;
+use super::long::Long;
 use crate::plan::{InstOp, Reg, StagePlan};
 
 /// One lane-varying indirect part of a gathered load: `stride ·
-/// bounded(row)`, the row read by instruction `load` (an integer load of
-/// [`super::analysis::Class::Row`]).
+/// bounded(row)`.
 #[derive(Clone, Debug)]
 pub(super) struct GatherPart {
     /// The register the load's indirect part names (the bounds check's).
     pub reg: Reg,
     pub stride: i64,
-    pub load: usize,
+    pub row: RowSource,
     pub size: i64,
     pub negatives: Negatives,
+}
+
+/// Where a gather part's row id comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum RowSource {
+    /// Read per lane by instruction `k`, an integer load of
+    /// [`super::analysis::Class::Row`] (an index tensor).
+    Load(usize),
+    /// Computed by instruction `k`, a compiled integer value
+    /// ([`super::analysis::Class::Int`] or `Long`: T5's buckets, a
+    /// `clamp` of a loaded id), whose lanes the gather reads.
+    Value(usize),
+}
+
+impl GatherPart {
+    /// The row load, if the row id is read from memory.
+    pub fn load(&self) -> Option<usize> {
+        match self.row {
+            RowSource::Load(k) => Some(k),
+            RowSource::Value(_) => None,
+        }
+    }
+}
+
+/// A computed row id's lanes at the builder's width: 32-bit integer lanes,
+/// or int64 ones.
+#[derive(Clone, Copy)]
+pub(super) enum RowValue {
+    Int(Value),
+    Long(Long),
 }
 
 /// The bounds check of instruction `k`, if it checks a row load of
@@ -61,8 +91,10 @@ pub(super) fn row_dtype(dtype: DType) -> bool {
 /// Group `group`'s lanes of gathered load `k` (float32 or bfloat16):
 /// `addr` is the load's affine address at the iteration's first lane with
 /// the masks of the load and of each of its parts' row loads (`None`:
-/// unmasked), `rows[j]` each row load's address. Lanes out of range OR one
+/// unmasked), `rows[j]` each row load's address, `computed[p]` part `p`'s
+/// computed row id ([`RowSource::Value`]). Lanes out of range OR one
 /// into the function's error flag ([`super::emit::Pool::error`]).
+#[allow(clippy::too_many_arguments)]
 pub(super) fn load(
     em: &mut Em,
     stage: &StagePlan,
@@ -70,6 +102,7 @@ pub(super) fn load(
     k: usize,
     (addr, masks): (Value, &[Option<Value>]),
     rows: &[Option<Value>],
+    computed: &[Option<RowValue>],
     group: i64,
 ) -> Result<Value, String> {
     let InstOp::Load { dtype, .. } = &stage.insts[k].op else { return Err("gather of a non-load".into()) };
@@ -82,9 +115,18 @@ pub(super) fn load(
         let lane = 4 * group + l;
         let mut offset = em.b.ins().iconst(types::I64, lane * a.step[k] * size);
         for (j, part) in a.gathers[k].iter().enumerate() {
-            let p = rows[part.load].ok_or("row load without an address")?;
-            let mask = lane_mask(em, masks.get(j + 1).copied().flatten(), l);
-            let (row, out) = row_id(em, stage, a, part, (p, mask), lane)?;
+            let row = match part.row {
+                RowSource::Load(load) => {
+                    let p = rows[load].ok_or("row load without an address")?;
+                    let mask = lane_mask(em, masks.get(j + 1).copied().flatten(), l);
+                    read_row(em, stage, a, load, (p, mask), lane)?
+                }
+                RowSource::Value(_) => {
+                    let v = computed.get(j).copied().flatten().ok_or("computed row id undefined")?;
+                    value_lane(em, v, l)
+                }
+            };
+            let (row, out) = check_row(em, part, row);
             bad = em.b.ins().bor(bad, out);
             let bytes = em.b.ins().imul_imm_s(row, part.stride * size);
             offset = em.b.ins().iadd(offset, bytes);
@@ -113,28 +155,47 @@ fn lane_mask(em: &mut Em, mask: Option<Value>, l: i64) -> Option<Value> {
     mask.map(|m| if em.wide { em.b.ins().extractlane(m, l as u8) } else { m })
 }
 
-/// Lane `lane`'s row id of `part` (its row load at `p` for the iteration's
-/// first lane, under this lane's mask if any: masked off, it reads the zero
-/// block), checked: (the row, or 0 out of range; 1 if out of range else 0,
-/// as an `I32`).
-fn row_id(
+/// Lane `lane`'s row id read by row load `load` (at `p` for the
+/// iteration's first lane, under this lane's mask if any: masked off, it
+/// reads the zero block), as an `I64`.
+fn read_row(
     em: &mut Em,
     stage: &StagePlan,
     a: &Analysis,
-    part: &GatherPart,
+    load: usize,
     (p, mask): (Value, Option<Value>),
     lane: i64,
-) -> Result<(Value, Value), String> {
-    let InstOp::Load { dtype, .. } = &stage.insts[part.load].op else { return Err("row id is not a load".into()) };
-    let mut at = em.b.ins().iadd_imm_s(p, lane * a.step[part.load] * dtype.itemsize() as i64);
+) -> Result<Value, String> {
+    let InstOp::Load { dtype, .. } = &stage.insts[load].op else { return Err("row id is not a load".into()) };
+    let mut at = em.b.ins().iadd_imm_s(p, lane * a.step[load] * dtype.itemsize() as i64);
     if let Some(m) = mask {
         at = em.b.ins().select(m, at, em.pool.zero_block);
     }
     let flags = MemFlagsData::trusted();
-    let mut row = match dtype {
+    Ok(match dtype {
         DType::I32 => em.b.ins().sload32(flags, at, 0),
         _ => em.b.ins().load(types::I64, flags, at, 0),
-    };
+    })
+}
+
+/// Lane `l` (of four, or the only one) of a computed row id, as an `I64`.
+fn value_lane(em: &mut Em, v: RowValue, l: i64) -> Value {
+    match v {
+        RowValue::Int(x) => {
+            let x = if em.wide { em.b.ins().extractlane(x, l as u8) } else { x };
+            em.b.ins().sextend(types::I64, x)
+        }
+        RowValue::Long(Long { lo, hi: None }) => lo,
+        RowValue::Long(Long { lo, hi: Some(hi) }) => {
+            let half = if l < 2 { lo } else { hi };
+            em.b.ins().extractlane(half, (l % 2) as u8)
+        }
+    }
+}
+
+/// A row id checked as the interpreter's `bounded` does: (the row, or 0
+/// out of range; 1 if out of range else 0, as an `I32`).
+fn check_row(em: &mut Em, part: &GatherPart, mut row: Value) -> (Value, Value) {
     if part.negatives == Negatives::Wrap {
         let negative = em.b.ins().icmp_imm_s(IntCC::SignedLessThan, row, 0);
         let wrapped = em.b.ins().iadd_imm_s(row, part.size);
@@ -145,7 +206,7 @@ fn row_id(
     let zero = em.b.ins().iconst(types::I64, 0);
     let row = em.b.ins().select(inside, row, zero);
     let inside = em.b.ins().uextend(types::I32, inside);
-    Ok((row, em.b.ins().bxor_imm_u(inside, 1)))
+    (row, em.b.ins().bxor_imm_u(inside, 1))
 }
 
 /// One element at `at`: a float32, or a bfloat16 widened exactly (the

@@ -209,3 +209,23 @@ pub(super) fn from_float(em: &mut Em, x: Value) -> Long {
     let hi = half(em, 2);
     Long { lo, hi: Some(hi) }
 }
+
+/// int64 lanes converted to float32, rounded to nearest as Rust's `as
+/// f32` (and the interpreter) does; lane by lane (SSE has no such
+/// conversion).
+pub(super) fn to_float(em: &mut Em, x: Long) -> Value {
+    let Some(hi) = x.hi else {
+        return em.b.ins().fcvt_from_sint(types::F32, x.lo);
+    };
+    let lane = |em: &mut Em, half: Value, l: u8| {
+        let n = em.b.ins().extractlane(half, l);
+        em.b.ins().fcvt_from_sint(types::F32, n)
+    };
+    let first = lane(em, x.lo, 0);
+    let mut v = em.b.ins().scalar_to_vector(types::F32X4, first);
+    for (l, (half, at)) in [(x.lo, 1u8), (hi, 0), (hi, 1)].into_iter().enumerate() {
+        let f = lane(em, half, at);
+        v = em.b.ins().insertlane(v, f, l as u8 + 1);
+    }
+    v
+}

@@ -23,9 +23,11 @@ use rdyn_ir::{DType, Kind};
 
 use super::analysis::{int_cc, int_const, Analysis, Class, Def, Supported};
 use super::emit::{best, binary, combine, tracks_nan, unary, Em, Pool, UNIFORM_MASK_MAX_STEP, ZERO_BLOCK};
-use super::gather;
+use super::gather::{self, RowSource, RowValue};
 use super::int;
-use super::long::{arith, compare_long, from_float, load_long, long_operand, splat_long, store_long, Long, Side};
+use super::long::{
+    arith, compare_long, from_float, load_long, long_operand, splat_long, store_long, to_float, Long, Side,
+};
 use super::memory::{load, masked_load, store_value, uniform_masked_load};
 use super::phases::Phases;
 use super::stage::Output;
@@ -72,12 +74,12 @@ pub(super) fn compile_stage(
 ) -> Result<(FuncId, Vec<u32>), String> {
     let out_step = match output {
         Output::Store(step) | Output::StoreMask(step) | Output::StoreLong(step) => step,
-        Output::Value | Output::Accumulate(_) | Output::Fold(_) | Output::FoldStore(_) => 1,
+        Output::Value | Output::ValueLong | Output::Accumulate(_) | Output::Fold(_) | Output::FoldStore(_) => 1,
     };
     // Bytes per output element: a mask is stored as bytes.
     let out_size = match output {
         Output::StoreMask(_) => 1,
-        Output::StoreLong(_) => 8,
+        Output::StoreLong(_) | Output::ValueLong => 8,
         _ => 4,
     };
     let a = &supported.analysis;
@@ -338,6 +340,13 @@ pub(super) fn compile_stage(
                                     let long = env.longs[d].ok_or("int64 value undefined")?;
                                     store_long(&mut em, out_row, off, out_step, long)
                                 }
+                                // A mask's lanes as the integers 0 or 1.
+                                Def::Inst(d) if a.class[d] == Class::Mask && output == Output::ValueLong => {
+                                    let one = em.b.ins().iconst(types::I32, 1);
+                                    let one = em.widen(one);
+                                    let v = em.b.ins().band(v, one);
+                                    store_value(&mut em, output, out_row, off, out_step, v)
+                                }
                                 _ => store_value(&mut em, output, out_row, off, out_step, v),
                             }
                         }
@@ -582,9 +591,21 @@ fn emit_insts(
                     InstOp::Load { mask: Some(_), .. } => a.operands[i].first().and_then(|d| env.get(*d)),
                     _ => None,
                 };
-                let masks: Vec<Option<Value>> =
-                    std::iter::once(k).chain(a.gathers[k].iter().map(|p| p.load)).map(mask_of).collect();
-                env.insts[k] = Some(gather::load(&mut em, stage, a, k, (addr, &masks), row, g as i64)?);
+                let masks: Vec<Option<Value>> = std::iter::once(Some(k))
+                    .chain(a.gathers[k].iter().map(|p| p.load()))
+                    .map(|i| i.and_then(mask_of))
+                    .collect();
+                // Computed row ids, as this group's lanes.
+                let values: Vec<Option<RowValue>> = a.gathers[k]
+                    .iter()
+                    .map(|p| match p.row {
+                        RowSource::Value(d) if a.class[d] == Class::Long => env.longs[d].map(RowValue::Long),
+                        RowSource::Value(d) => env.insts[d].map(RowValue::Int),
+                        RowSource::Load(_) => None,
+                    })
+                    .collect();
+                let at = (addr, &masks[..]);
+                env.insts[k] = Some(gather::load(&mut em, stage, a, k, at, row, &values, g as i64)?);
             }
             continue;
         }
@@ -638,6 +659,20 @@ fn emit_long(
             let long = from_float(&mut em, x);
             env.insts[k] = Some(long.lo);
             env.longs[k] = Some(long);
+        }
+        return Ok(true);
+    }
+    let long_operand_of = |env: &Env| match a.operands[k].first() {
+        Some(Def::Inst(i)) if a.class[*i] == Class::Long => env.longs[*i],
+        _ => None,
+    };
+    if a.class[k] == Class::Float && matches!(stage.insts[k].op, InstOp::Cast { .. }) {
+        if envs.first().and_then(long_operand_of).is_none() {
+            return Ok(false);
+        }
+        for env in envs.iter_mut() {
+            let x = long_operand_of(env).ok_or("int64 operand undefined")?;
+            env.insts[k] = Some(to_float(&mut em, x));
         }
         return Ok(true);
     }

@@ -121,7 +121,7 @@ pub(super) fn store_value(em: &mut Em, output: Output, p: Value, off: i64, out_s
         store_mask(em, p, off, out_step, v);
         return;
     }
-    if let Output::StoreLong(_) = output {
+    if let Output::StoreLong(_) | Output::ValueLong = output {
         let long = super::long::sign_extend(em, v);
         super::long::store_long(em, p, off, out_step, long);
         return;

@@ -94,6 +94,8 @@ mod tests_arith;
 mod tests_gather;
 #[cfg(test)]
 mod tests_int;
+#[cfg(test)]
+mod tests_reduce;
 
 use std::sync::{Arc, Mutex, OnceLock};
 
@@ -211,12 +213,24 @@ pub fn compile_program(steps: &mut [CpuStep], bufs: &[BufPlan]) {
             extents.extend(&stage.inner);
             extents.extend(stage.reduce.iter().flat_map(|(_, r)| r.iter().copied()));
             let Some(supported) = analysis::supported(stage, tv, &extents) else { continue };
-            let output = output(kernel, stage, tv, bufs);
-            // A mask value has no float32 register to go to: it compiles
-            // only when it stores itself.
-            if supported.analysis.value_is_mask() != matches!(output, Output::StoreMask(_))
-                || supported.analysis.value_is_int() != matches!(output, Output::StoreLong(_))
-            {
+            let a = &supported.analysis;
+            let output = match output(kernel, stage, tv, bufs) {
+                // A mask or integer value the executor reduces (or stores
+                // through an index) goes to its int64 value register.
+                Output::Value | Output::Accumulate(_) | Output::Fold(_) | Output::FoldStore(_)
+                    if a.value_is_mask() || a.value_is_int() =>
+                {
+                    Output::ValueLong
+                }
+                o => o,
+            };
+            let fits = match output {
+                Output::StoreMask(_) => a.value_is_mask(),
+                Output::StoreLong(_) => a.value_is_int(),
+                Output::ValueLong => true,
+                _ => !a.value_is_mask() && !a.value_is_int(),
+            };
+            if !fits {
                 continue;
             }
             let rows = row_steps(kernel, stage, &supported, output);

@@ -38,6 +38,11 @@ pub(crate) type StageFn = unsafe extern "C" fn(*const i64, *mut f32, i64, *const
 pub(crate) enum Output {
     /// Writes the value register.
     Value,
+    /// Writes the value register as int64 lanes: a mask as 0 or 1, an
+    /// integer sign-extended. The executor reduces them (a bool `any` or
+    /// `all`, an integer sum or max) or stores them as it does the
+    /// interpreter's.
+    ValueLong,
     /// Stores into the stage's float32 output, `step` elements apart (a
     /// pointwise stage whose store walks the tile with a constant step).
     Store(i64),

@@ -536,3 +536,95 @@ fn gathers_of_two_rows_in_one_register_compile() {
         assert_eq!(got, want, "masked: {masked}");
     }
 }
+
+/// Row ids computed by compiled integer instructions, gathered lane by
+/// lane (T5's relative-position bias): `table[row][i0]` over a [4, 32, 32]
+/// output, with `row = where(i1 >= i2, min(ids[i1, i2], 31), i2 - i1) + 0`
+/// (int64 lanes, negative ids counted from the end) or `i2 - i1 + 31`
+/// (32-bit lanes); each compiled, equal to the interpreter's and to the
+/// numbers written out, and an id out of range fails both paths.
+#[test]
+fn computed_row_ids_gather_lane_by_lane() {
+    if !super::enabled() {
+        return;
+    }
+    let (i0, i1, i2) = (Expr::v(0), Expr::v(1), Expr::v(2));
+    let int = |dst: u16, op: InstOp| Inst { dst, kind: Kind::I64, narrow: None, op };
+    let mask = |dst: u16, op: InstOp| Inst { dst, kind: Kind::I64, narrow: Some(DType::Bool), op };
+    let index = |e: &Expr| InstOp::Index(IndexFn::new(e));
+    let gather = |src: u16| InstOp::Load {
+        buf: BufId(0),
+        dtype: DType::F32,
+        index: IndexFn::new(&i0),
+        indirect: vec![(src, 4)],
+        mask: None,
+    };
+    let ids_load = InstOp::Load {
+        buf: BufId(1),
+        dtype: DType::I64,
+        index: IndexFn::new(&i1.scale(32).add(&i2)),
+        indirect: vec![],
+        mask: None,
+    };
+    let long_rows = vec![
+        int(0, index(&i1)),
+        int(1, index(&i2)),
+        mask(2, InstOp::Binary(BinaryOp::Ge, 0, 1)),
+        int(3, index(&i2.sub(&i1))),
+        int(4, ids_load),
+        int(5, InstOp::Binary(BinaryOp::Min, 4, 10)),
+        int(6, InstOp::Where(2, 5, 3)),
+        int(7, InstOp::Binary(BinaryOp::Add, 6, 11)),
+        int(8, InstOp::Bounded { src: 7, size: 64, negatives: Negatives::Wrap }),
+        f32_inst(9, gather(8)),
+    ];
+    let int_rows = vec![
+        int(3, index(&i2.sub(&i1))),
+        int(7, InstOp::Binary(BinaryOp::Add, 3, 12)),
+        int(8, InstOp::Bounded { src: 7, size: 64, negatives: Negatives::Reject }),
+        f32_inst(9, gather(8)),
+    ];
+    let table: Vec<f32> = (0..64 * 4).map(|k| ((k * 7919) % 1000) as f32 / 100.0 - 5.0).collect();
+    let bufs = [
+        buf(&[64, 4], &[4, 1], DType::F32),
+        buf(&[32, 32], &[32, 1], DType::I64),
+        buf(&[4, 32, 32], &[1024, 32, 1], DType::F32),
+    ];
+    let out_at = i0.scale(1024).add(&i1.scale(32)).add(&i2);
+    for (name, insts) in [("int64", long_rows), ("32-bit", int_rows)] {
+        let mut stage = f32_stage(2, None, insts, 9, &out_at, 13);
+        (0..9).for_each(|r| stage.regs[r] = Kind::I64);
+        stage.consts = vec![(10, InstOp::ConstI(31)), (11, InstOp::ConstI(0)), (12, InstOp::ConstI(31))];
+        (10..13).for_each(|r| stage.regs[r] = Kind::I64);
+        let kernel = one_stage(vec![4, 32, 32], TileMode::Outer, stage, 16);
+        let compiled = compile(&kernel, &bufs);
+        assert!(compiled.stages[0].jit.is_some(), "{name}: stage was not compiled");
+        let run = |k: &KernelPlan, ids: &[i64]| {
+            let mut out = vec![0f32; 4 * 1024];
+            let ptrs = [table.as_ptr() as usize, ids.as_ptr() as usize, out.as_mut_ptr() as usize];
+            run_kernel(k, &Memory { ptrs: &ptrs, bufs: &bufs })
+                .then(|| out.iter().map(|x| x.to_bits()).collect::<Vec<_>>())
+        };
+        let ids: Vec<i64> = (0..1024).map(|k| (k * 37 % 101) - 40).collect();
+        let got = run(&compiled, &ids).expect("ids in range");
+        assert_eq!(Some(&got), run(&kernel, &ids).as_ref(), "{name}");
+        let want: Vec<u32> = (0..4 * 1024)
+            .map(|p| {
+                let (h, i, j) = (p / 1024, (p / 32) % 32, p % 32);
+                let row = match name {
+                    "int64" if i >= j => ids[32 * i + j].min(31).rem_euclid(64),
+                    "int64" => (j as i64 - i as i64).rem_euclid(64),
+                    _ => j as i64 - i as i64 + 31,
+                };
+                table[4 * row as usize + h].to_bits()
+            })
+            .collect();
+        assert_eq!(got, want, "{name}");
+        if name == "int64" {
+            // -70 wraps to -6, still out of range.
+            let mut bad = ids.clone();
+            bad[32 * 9 + 3] = -70;
+            assert!(run(&compiled, &bad).is_none() && run(&kernel, &bad).is_none());
+        }
+    }
+}
