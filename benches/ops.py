@@ -39,6 +39,22 @@ def _embedding_step():
     return step, (ids,)
 
 
+def _depthwise_step(shape, k, stride):
+    """A depthwise convolution's training step: its backward's input and
+    weight gradients."""
+    c = shape[1]
+    conv = torch.nn.Conv2d(c, c, k, stride, k // 2, groups=c)
+    x = torch.randn(shape, requires_grad=True)
+
+    def step(x):
+        conv.weight.grad = None
+        x.grad = None
+        conv(x).relu().square().sum().backward()
+        return conv.weight.grad, x.grad
+
+    return step, (x,)
+
+
 def _qkv_cat(dq, dkt, dv):
     """An attention backward's gradient of a packed q, k, v projection."""
     b, h, t, d = dq.shape
@@ -66,6 +82,8 @@ def cases() -> dict:
             (r(2048, 64), torch.randint(0, 100, (2048,))),
         ),
         "embedding backward 256x64 into 1000": _embedding_step(),
+        "conv_backward depthwise 3x3/2 1x96x56x56 (MobileNetV2)": _depthwise_step((1, 96, 56, 56), 3, 2),
+        "conv_backward depthwise 7x7 2x96x56x56 (ConvNeXt)": _depthwise_step((2, 96, 56, 56), 7, 1),
         "cat 256x300 and 256x212 along dim 1": (lambda x, y: torch.cat([x, y], 1), (r(256, 300), r(256, 212))),
         "cat of q, k^T, v gradients 4x4x64x32": (_qkv_cat, (r(4, 4, 64, 32), r(4, 4, 32, 64), r(4, 4, 64, 32))),
         "pad 8x64x56x56 by 1": (lambda x: torch.nn.functional.pad(x, (1, 1, 1, 1)), (r(8, 64, 56, 56),)),

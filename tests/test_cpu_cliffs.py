@@ -323,3 +323,21 @@ def test_row_ids_computed_from_loaded_ids_gather_lane_by_lane(train: bool) -> No
         torch.testing.assert_close(table.grad, table64.grad.float(), rtol=1e-5, atol=1e-5)
     stats = rdyn.stats()
     assert stats["cpu_stages_interpreted"] == 0 and stats["nodes_fallback"] == 0, stats
+
+
+def test_batch_norm_training_kernels_run_by_rows() -> None:
+    """A batch norm trained at batch 1 over small images (MobileNet's last
+    layers): the per-channel sums and the point stages beside them (one
+    value per channel, `inner []`) run by rows, many channels a call,
+    instead of one call per stage and channel; with eager's gradients."""
+    g = torch.Generator().manual_seed(0)
+    module = torch.nn.Sequential(torch.nn.Conv2d(16, 64, 1), torch.nn.BatchNorm2d(64), torch.nn.ReLU6())
+    x = torch.randn(1, 16, 4, 4, generator=g, dtype=torch.float64)
+    stats = _check_training(module, x)
+    assert stats["cpu_stages_interpreted"] == 0, stats
+    explained = rdyn.explain(module, x.float().requires_grad_())
+    reducing = [k.source for k in explained.kernels if "sum over" in k.source]
+    assert reducing, [k.source for k in explained.kernels]
+    for source in reducing:
+        stages = [line for line in source.splitlines() if "stage ->" in line]
+        assert all("[jit rows]" in line for line in stages), source

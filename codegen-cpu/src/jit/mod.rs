@@ -328,7 +328,8 @@ struct Pending {
 /// ([`RowSteps::table`]). Outer tiles: a pointwise stage, rows
 /// along the next-to-last outer dimension. Inner tiles: rows along the last
 /// outer dimension, for a pointwise stage over one inner dimension that
-/// fits a tile, or a reduction that is one call ([`Output::FoldStore`]).
+/// fits a tile or over none (one lane a row), or a reduction that is one
+/// call ([`Output::FoldStore`]).
 /// Either: an outer-tiled reduction's last dimension, one step per row
 /// ([`Rows::Reduction`]; the executor calls it once per point of the
 /// others).
@@ -347,8 +348,12 @@ fn row_steps(kernel: &KernelPlan, stage: &StagePlan, supported: &Supported, outp
         {
             m - 2
         }
+        // A point stage (`inner []`: a batch norm's running statistics,
+        // beside the per-channel reductions) is one lane per row.
         (TileMode::Inner, Output::Store(_) | Output::StoreLong(_))
-            if m >= 1 && matches!(stage.inner[..], [n] if n as usize <= kernel.tile) && stage.reduce.is_none() =>
+            if m >= 1
+                && (stage.inner.is_empty() || matches!(stage.inner[..], [n] if n as usize <= kernel.tile))
+                && stage.reduce.is_none() =>
         {
             m - 1
         }

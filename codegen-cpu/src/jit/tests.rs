@@ -793,3 +793,61 @@ fn long_row_folds_match_interpreter_bitwise() {
         }
     }
 }
+
+/// Inner tiles by rows with a point stage (`inner []`, one lane a row: a
+/// batch norm's running mean beside its per-channel sums): a row's sum,
+/// then `sum · 0.5 + b[row]`, all by rows, as the interpreter computes.
+#[test]
+fn point_stages_run_by_rows_bitwise() {
+    if !super::enabled() {
+        return;
+    }
+    let i0 = Expr::v(0);
+    let mut sum = reduce_stage(ReduceOp::Sum);
+    sum.out = BufId(2);
+    sum.inner = vec![1];
+    let mut point = f32_stage(
+        3,
+        None,
+        vec![
+            load(0, 2, i0.clone()),
+            f32_inst(1, InstOp::Binary(BinaryOp::Mul, 0, 4)),
+            load(2, 1, i0.clone()),
+            f32_inst(3, InstOp::Binary(BinaryOp::Add, 1, 2)),
+        ],
+        3,
+        &i0,
+        5,
+    );
+    point.consts = vec![(4, InstOp::ConstF(0.5))];
+    let kernel = KernelPlan {
+        name: "k".into(),
+        outer: vec![4],
+        mode: TileMode::Inner,
+        stages: vec![sum, point],
+        serial: false,
+        tile: 256,
+        columns: false,
+        transpose: None,
+    };
+    let bufs = vec![
+        buf(&[4, 37], &[37, 1], DType::F32),
+        buf(&[37], &[1], DType::F32),
+        buf(&[4], &[1], DType::F32),
+        buf(&[4], &[1], DType::F32),
+    ];
+    let compiled = compile(&kernel, &bufs);
+    assert!(
+        compiled.stages.iter().all(|s| s.jit.as_ref().is_some_and(|j| j.rows == super::Rows::Points)),
+        "not compiled by rows"
+    );
+    let [jit, interp] = [&compiled, &kernel].map(|k| run_on_inputs(k, &bufs, [4, 4]));
+    assert_eq!(jit, interp);
+    let (a, b) = inputs();
+    let sums = jit[0].iter().map(|x| f32::from_bits(*x));
+    for (r, (s, p)) in sums.zip(&jit[1]).enumerate() {
+        let want: f32 = (0..37).map(|j| (a[37 * r + j] - b[j]).powi(2)).sum();
+        assert!(s.to_bits() == want.to_bits() || (s - want).abs() <= 1e-4 * want.abs() || s.is_nan(), "row {r}");
+        assert_eq!(*p, (s * 0.5 + b[r]).to_bits(), "row {r}");
+    }
+}
