@@ -23,9 +23,12 @@
 //! along the reduction). When a reduction is one tile, the function also folds
 //! the partials (in the executor's order) and stores the result
 //! (`Output::FoldStore`); otherwise addresses per tile and the final fold stay
-//! with the executor, and other reduction stages fill their value register.
-//! Pointwise stages and one-tile reductions may run by rows (`exec/rows.rs`),
-//! and stages whose rows the executor picks by a table (`exec/calls.rs`).
+//! with the executor, and other reduction stages fill their value register
+//! (a bool `any`/`all` or an integer reduction as int64 lanes,
+//! `Output::ValueLong`, which the executor reduces). Pointwise stages (one
+//! lane a row included: a batch norm's running statistics) and one-tile
+//! reductions may run by rows (`exec/rows.rs`), and stages whose rows the
+//! executor picks by a table (`exec/calls.rs`).
 //!
 //! What compiles besides float32 arithmetic, comparisons and selects:
 //! integer indices (affine along the tile, any `i // k`, `i % k` parts the
@@ -46,8 +49,9 @@
 //! computed from positions: integer arithmetic, selects and checks on loads and
 //! indices) as an affine load, its row computed by the executor (`analysis.rs`'s
 //! `Class::Pre`); a gather whose row differs from lane to lane (a bias table
-//! indexed by an index tensor) lane by lane, each row id read and bounds-checked
-//! in the function ([`gather`]; a row out of range is the function's nonzero
+//! indexed by an index tensor, or by ids the function computes: T5's clamped
+//! buckets) lane by lane, each row id read or computed and bounds-checked in
+//! the function ([`gather`]; a row out of range is the function's nonzero
 //! return); and a scatter's value, its row the same on every lane (the
 //! executor computes the row, then stores) or not (the executor reads and
 //! checks the rows over the tile after the call, then adds lane by lane: a max
@@ -55,9 +59,10 @@
 //! multiply, min, max, negate, abs, selects, floor division and modulo by a
 //! power of two: pooling windows and argmax indices) runs in 32 bits while the
 //! interval of every value stays there ([`int`]); int64 arithmetic on loaded
-//! values, and floats truncated to int64, on 64-bit lanes ([`long`]); either
-//! may be an int64 stage's stored value. Anything else keeps the interpreter:
-//! float64, integer division by other divisors, float16, masked gathers.
+//! values, and floats truncated to int64 (or int64 converted to float32), on
+//! 64-bit lanes ([`long`]); either may be an int64 stage's stored value.
+//! Anything else keeps the interpreter: float64, integer division by other
+//! divisors, float16.
 //!
 //! Transcendentals (exp, erf, tanh, ...) are not inline: at four lanes they lose
 //! to the interpreter's AVX-512/AVX2 tile routines. A stage that has them is cut
