@@ -341,3 +341,27 @@ def test_batch_norm_training_kernels_run_by_rows() -> None:
     for source in reducing:
         stages = [line for line in source.splitlines() if "stage ->" in line]
         assert all("[jit rows]" in line for line in stages), source
+
+
+class _Upsample(torch.nn.Module):
+    """Nearest 2x upsampling, trained: its backward scatter-adds each
+    gradient to `[row, column]`, the row the same on every lane of a tile
+    (computed before the compiled call) and the column not (read per lane
+    after it)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.linspace(0.5, 1.5, 4)[:, None, None])
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.interpolate(x * self.w, scale_factor=2, mode="nearest")
+
+
+def test_a_scatter_with_a_row_fixed_per_tile_adds_to_every_lanes_row() -> None:
+    """A scatter whose store has an executor-computed row (lane 0 only)
+    beside a lane-varying column: every lane adds at the computed row (the
+    other lanes once read stale rows: wrong gradients, and out-of-bounds
+    writes that crashed a larger decoder)."""
+    g = torch.Generator().manual_seed(0)
+    stats = _check_training(_Upsample(), torch.randn(2, 4, 8, 8, generator=g, dtype=torch.float64))
+    assert stats["cpu_stages_interpreted"] == 0 and stats["nodes_fallback"] == 0, stats

@@ -536,6 +536,15 @@ fn eval_store(stage: &StagePlan, s: usize, tile_var: usize, len: usize, mem: &Me
         for &k in &jit.scatter_rows {
             exec_inst(&stage.insts[k], s, tile_var, len, mem, sc);
         }
+        // Row ids the executor computed before the call (the same on every
+        // lane, `Class::Pre`) hold lane 0 only: the store reads every lane
+        // (a nearest upsampling's backward: the row invariant, the column
+        // not; unsplatted, stale lanes sent the add out of bounds).
+        for (reg, _) in &stage.store_indirect {
+            if !jit.scatter_rows.iter().any(|&k| stage.insts[k].dst == *reg) {
+                sc.regs[s][*reg as usize].splat(len);
+            }
+        }
     }
     store(stage, s, tile_var, len, stage.value, mem, sc);
 }
