@@ -185,6 +185,13 @@ impl Em<'_, '_> {
     }
 
     /// 1.0 where the mask is set, else 0.0.
+    /// Mask lanes (all ones or zero) as the integers 1 or 0.
+    pub fn mask_bits(&mut self, mask: Value) -> Value {
+        let one = self.b.ins().iconst(types::I32, 1);
+        let one = self.widen(one);
+        self.b.ins().band(mask, one)
+    }
+
     pub fn one_if(&mut self, mask: Value) -> Value {
         let one = self.ic(1.0f32.to_bits() as i32);
         let r = self.b.ins().band(mask, one);

@@ -18,17 +18,17 @@ use cranelift_codegen::ir::{
 use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext};
 use cranelift_jit::JITModule;
 use cranelift_module::{FuncId, Linkage, Module};
-use rdyn_ir::loops::{BinaryOp, ReduceOp};
-use rdyn_ir::{DType, Kind};
+use rdyn_ir::loops::ReduceOp;
+use rdyn_ir::DType;
 
-use super::analysis::{int_cc, int_const, Analysis, Class, Def, Supported};
-use super::emit::{best, binary, combine, tracks_nan, unary, Em, Pool, UNIFORM_MASK_MAX_STEP, ZERO_BLOCK};
+use super::analysis::{int_cc, Analysis, Class, Def, Supported};
+use super::emit::{best, combine, tracks_nan, Em, Pool, ZERO_BLOCK};
 use super::gather::{self, RowSource, RowValue};
-use super::int;
+use super::inst::inst_value;
 use super::long::{
     arith, compare_long, from_float, load_long, long_operand, splat_long, store_long, to_float, Long, Side,
 };
-use super::memory::{load, masked_load, store_value, uniform_masked_load};
+use super::memory::store_value;
 use super::phases::Phases;
 use super::stage::Output;
 use crate::plan::{InstOp, Reg, StagePlan};
@@ -342,9 +342,7 @@ pub(super) fn compile_stage(
                                 }
                                 // A mask's lanes as the integers 0 or 1.
                                 Def::Inst(d) if a.class[d] == Class::Mask && output == Output::ValueLong => {
-                                    let one = em.b.ins().iconst(types::I32, 1);
-                                    let one = em.widen(one);
-                                    let v = em.b.ins().band(v, one);
+                                    let v = em.mask_bits(v);
                                     store_value(&mut em, output, out_row, off, out_step, v)
                                 }
                                 _ => store_value(&mut em, output, out_row, off, out_step, v),
@@ -662,19 +660,17 @@ fn emit_long(
         }
         return Ok(true);
     }
-    let long_operand_of = |env: &Env| match a.operands[k].first() {
-        Some(Def::Inst(i)) if a.class[*i] == Class::Long => env.longs[*i],
-        _ => None,
-    };
-    if a.class[k] == Class::Float && matches!(stage.insts[k].op, InstOp::Cast { .. }) {
-        if envs.first().and_then(long_operand_of).is_none() {
-            return Ok(false);
+    // An int64 converted to float32.
+    if let (Class::Float, InstOp::Cast { .. }, Some(Def::Inst(i))) =
+        (a.class[k], &stage.insts[k].op, a.operands[k].first())
+    {
+        if a.class[*i] == Class::Long {
+            for env in envs.iter_mut() {
+                let x = env.longs[*i].ok_or("int64 operand undefined")?;
+                env.insts[k] = Some(to_float(&mut em, x));
+            }
+            return Ok(true);
         }
-        for env in envs.iter_mut() {
-            let x = long_operand_of(env).ok_or("int64 operand undefined")?;
-            env.insts[k] = Some(to_float(&mut em, x));
-        }
-        return Ok(true);
     }
     if a.class[k] == Class::Long {
         // int64 arithmetic (`long::arith`).
@@ -715,118 +711,6 @@ fn emit_long(
         env.insts[k] = Some(compare_long(&mut em, cc, xl, yl)?);
     }
     Ok(true)
-}
-
-/// Emit inline instruction `k` for one group.
-fn inst_value(
-    em: &mut Em,
-    stage: &StagePlan,
-    a: &Analysis,
-    k: usize,
-    ops: &[Value],
-    addr: Option<Value>,
-    group: i64,
-) -> Result<Value, String> {
-    let inst = &stage.insts[k];
-    let arithmetic = matches!(inst.op, InstOp::Binary(..) | InstOp::Unary(..) | InstOp::Where(..));
-    if a.class[k] == Class::Int && arithmetic && !matches!(inst.op, InstOp::Binary(BinaryOp::HashMix, ..)) {
-        return int::emit(em, stage, &inst.op, ops);
-    }
-    Ok(match &inst.op {
-        InstOp::Binary(BinaryOp::HashMix, ..) => em.hash_mix(ops[0], ops[1]),
-        InstOp::Load { dtype, mask: Some(_), .. } if *dtype == DType::F32 => {
-            let addr = addr.ok_or("load without address")?;
-            let mask = *ops.first().ok_or("masked load without its mask")?;
-            // A mask the same on every lane of the tile (which source of an
-            // interleave or a `cat` a row reads) picks the whole group: one
-            // vector load, or the zero block.
-            let uniform = a.operands[k].first().is_some_and(|d| match d {
-                Def::Inst(j) => a.invariant[*j],
-                Def::Const(_) => true,
-            });
-            if uniform && (0..=UNIFORM_MASK_MAX_STEP).contains(&a.step[k]) {
-                uniform_masked_load(em, addr, group, a.step[k], mask)
-            } else {
-                masked_load(em, addr, group, a.step[k], mask)
-            }
-        }
-        InstOp::Load { dtype, .. } => {
-            let addr = addr.ok_or("load without address")?;
-            load(em, addr, group, a.step[k], *dtype)
-        }
-        InstOp::Index(_) => {
-            // The index at the iteration's first lane, plus this group's
-            // lanes: base + (4·group + l)·step.
-            let at = addr.ok_or("index without a base")?;
-            let step = a.step[k];
-            let first = em.b.ins().iadd_imm_s(at, 4 * group * step);
-            let x = em.b.ins().ireduce(types::I32, first);
-            if !em.wide {
-                return Ok(x);
-            }
-            // One add of the lane offsets (a constant vector) to the splat.
-            let offsets: Vec<u8> = (0..4i64).flat_map(|l| ((l * step) as i32).to_le_bytes()).collect();
-            let offsets = em.b.func.dfg.constants.insert(offsets.into());
-            let offsets = em.b.ins().vconst(types::I32X4, offsets);
-            let v = em.b.ins().splat(types::I32X4, x);
-            em.b.ins().iadd(v, offsets)
-        }
-        InstOp::Binary(op, x, y) if a.class[k] == Class::Mask && int_cc(*op).is_some() => {
-            let cc = int_cc(*op).ok_or("no integer comparison")?;
-            // Constant operands as integers (their mask form is 0 or -1).
-            let mut side = |r: &Reg, v: Value| -> Value {
-                match int_const(stage, *r) {
-                    Some(c) => {
-                        let c = em.b.ins().iconst(types::I32, i64::from(c));
-                        em.widen(c)
-                    }
-                    None => v,
-                }
-            };
-            let (xv, yv) = (side(x, ops[0]), side(y, ops[1]));
-            let c = em.b.ins().icmp(cc, xv, yv);
-            if em.wide {
-                c
-            } else {
-                em.b.ins().bmask(types::I32, c)
-            }
-        }
-        InstOp::ConstF(x) => em.fc(*x as f32),
-        InstOp::ConstI(x) => em.ic(if *x != 0 { -1 } else { 0 }),
-        InstOp::Unary(_, _) if a.class[k] == Class::Mask => em.b.ins().bnot(ops[0]),
-        InstOp::Unary(op, _) => unary(em, *op, ops[0]),
-        InstOp::Binary(op, _, _) if a.class[k] == Class::Mask => match op {
-            BinaryOp::And => em.b.ins().band(ops[0], ops[1]),
-            BinaryOp::Or => em.b.ins().bor(ops[0], ops[1]),
-            _ => em.b.ins().bxor(ops[0], ops[1]),
-        },
-        InstOp::Binary(op, _, _) => binary(em, *op, ops[0], ops[1]),
-        InstOp::Where(..) => em.sel(ops[0], ops[1], ops[2]),
-        InstOp::Cast { from: Kind::F32, to: DType::I64, .. } => {
-            let ty = em.ity();
-            em.b.ins().fcvt_to_sint_sat(ty, ops[0])
-        }
-        InstOp::Cast { from: Kind::I64, to: DType::F32, .. } if a.class[k] == Class::Float && is_int(a, k) => {
-            let ty = em.fty();
-            em.b.ins().fcvt_from_sint(ty, ops[0])
-        }
-        InstOp::Cast { from: Kind::I64, to: DType::F32, .. } => em.one_if(ops[0]),
-        InstOp::Cast { from: Kind::F32, to: DType::Bool, .. } => em.truthy(ops[0]),
-        InstOp::Cast { from: Kind::F32, to: DType::BF16, .. } => em.round_bf16(ops[0]),
-        // A mask (all ones or zero) as the integer 1 or 0.
-        InstOp::Cast { from: Kind::I64, to: DType::I64, .. } if a.class[k] == Class::Int => {
-            let one = em.b.ins().iconst(types::I32, 1);
-            let one = em.widen(one);
-            em.b.ins().band(ops[0], one)
-        }
-        InstOp::Cast { .. } => ops[0],
-        _ => return Err("unsupported instruction".into()),
-    })
-}
-
-/// Whether instruction `k`'s operand is an integer lane value (not a mask).
-fn is_int(a: &Analysis, k: usize) -> bool {
-    matches!(a.operands[k].first(), Some(Def::Inst(i)) if a.class[*i] == Class::Int)
 }
 
 /// Accumulator vectors of a fold's first loop (4 lanes each).

@@ -145,9 +145,7 @@ pub(super) fn store_value(em: &mut Em, output: Output, p: Value, off: i64, out_s
 /// bytes apart: four lanes narrowed to four bytes in one 32-bit store when
 /// they are adjacent.
 fn store_mask(em: &mut Em, p: Value, off: i64, step: i64, mask: Value) {
-    let one = em.b.ins().iconst(types::I32, 1);
-    let one = em.widen(one);
-    let bytes = em.b.ins().band(mask, one);
+    let bytes = em.mask_bits(mask);
     let flags = MemFlagsData::new().with_notrap();
     if !em.wide {
         em.b.ins().istore8(flags, bytes, p, off as i32);

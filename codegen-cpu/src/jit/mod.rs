@@ -85,6 +85,7 @@
 mod analysis;
 mod emit;
 mod gather;
+mod inst;
 mod int;
 mod long;
 mod lower;
@@ -101,6 +102,8 @@ mod tests_gather;
 mod tests_int;
 #[cfg(test)]
 mod tests_reduce;
+#[cfg(test)]
+mod tests_rows;
 
 use std::sync::{Arc, Mutex, OnceLock};
 

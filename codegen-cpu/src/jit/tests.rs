@@ -94,7 +94,7 @@ fn pointwise_stage(out_t: bool) -> StagePlan {
 }
 
 /// `op` over the 37 columns of (a - b)², one lane per column.
-fn reduce_stage(op: ReduceOp) -> StagePlan {
+pub(super) fn reduce_stage(op: ReduceOp) -> StagePlan {
     let (i0, i2) = (Expr::v(0), Expr::v(2));
     let insts = vec![
         load(0, 0, i0.scale(37).add(&i2)),
@@ -147,7 +147,7 @@ fn bits<'a>(values: impl IntoIterator<Item = &'a f32>) -> Vec<u32> {
 
 /// Run `kernel` with `inputs()` in buffers 0 and 1 and zeroed outputs of
 /// `lens` elements in buffers 2 and 3; return the outputs' bits.
-fn run_on_inputs(kernel: &KernelPlan, bufs: &[BufPlan], lens: [usize; 2]) -> [Vec<u32>; 2] {
+pub(super) fn run_on_inputs(kernel: &KernelPlan, bufs: &[BufPlan], lens: [usize; 2]) -> [Vec<u32>; 2] {
     let (a, b) = inputs();
     let mut outs = lens.map(|n| vec![0f32; n]);
     let ptrs = [a.as_ptr() as usize, b.as_ptr() as usize, outs[0].as_mut_ptr() as usize, outs[1].as_mut_ptr() as usize];
@@ -459,66 +459,6 @@ fn gathers_of_invariant_rows_compile() {
     }
 }
 
-/// Rows of 37 lanes in tiles of 256: each call covers several rows, and
-/// what is invariant along a row (`exp(b[i0])`, `sqrt(b[i0])`) changes
-/// from row to row, so it is recomputed per row. Two stages: the second
-/// reads the first's output at the same point.
-#[test]
-fn stages_run_by_rows_bitwise() {
-    if !super::enabled() {
-        return;
-    }
-    let (i0, i1) = (Expr::v(0), Expr::v(1));
-    let at = i0.scale(37).add(&i1);
-    let first = f32_stage(
-        2,
-        None,
-        vec![
-            load(0, 0, at.clone()),
-            load(1, 1, i0.clone()),
-            f32_inst(2, InstOp::Unary(UnaryOp::Exp, 1)),
-            f32_inst(3, InstOp::Unary(UnaryOp::Sqrt, 1)),
-            f32_inst(1, InstOp::Binary(BinaryOp::Mul, 0, 2)),
-            f32_inst(0, InstOp::Binary(BinaryOp::Add, 1, 3)),
-        ],
-        0,
-        &at,
-        4,
-    );
-    let second = f32_stage(
-        3,
-        None,
-        vec![load(0, 2, at.clone()), load(1, 1, i1.clone()), f32_inst(2, InstOp::Binary(BinaryOp::Sub, 0, 1))],
-        2,
-        &at,
-        3,
-    );
-    let kernel = KernelPlan {
-        name: "k".into(),
-        outer: vec![4, 37],
-        mode: TileMode::Outer,
-        stages: vec![first, second],
-        serial: false,
-        tile: 256,
-        columns: false,
-        transpose: None,
-    };
-    let bufs = vec![
-        buf(&[4, 37], &[37, 1], DType::F32),
-        buf(&[37], &[1], DType::F32),
-        buf(&[4, 37], &[37, 1], DType::F32),
-        buf(&[4, 37], &[37, 1], DType::F32),
-    ];
-    let compiled = compile(&kernel, &bufs);
-    assert!(
-        compiled.stages.iter().all(|s| s.jit.as_ref().is_some_and(|j| j.rows == super::Rows::Points)),
-        "not compiled by rows"
-    );
-    let [_, jit] = run_on_inputs(&compiled, &bufs, [4 * 37, 4 * 37]);
-    let [_, interp] = run_on_inputs(&kernel, &bufs, [4 * 37, 4 * 37]);
-    assert_eq!(jit, interp);
-}
-
 /// Constant padding as `constant_pad_nd` lowers it: `out[i0, i1] = a[i0,
 /// i1 - 1]` where `1 <= i1 < 37`, else -inf. The masked-off lanes (the
 /// first of each row: element -1 for row 0) must read nothing.
@@ -556,56 +496,6 @@ fn masked_loads_compile_bitwise() {
         assert_eq!(jit, interp, "tile {tile}");
         assert_eq!(jit[0], f32::NEG_INFINITY.to_bits());
     }
-}
-
-/// Inner tiles by rows: a row's sum (one call per row, folded and stored
-/// by the function), then `a - sum / 37` along the row, which reads the
-/// sum the first stage stored for the same row.
-#[test]
-fn inner_stages_run_by_rows_bitwise() {
-    if !super::enabled() {
-        return;
-    }
-    let (i0, i1) = (Expr::v(0), Expr::v(1));
-    let mut sum = reduce_stage(ReduceOp::Sum);
-    sum.inner = vec![1];
-    let mut centre = f32_stage(
-        2,
-        None,
-        vec![
-            load(0, 0, i0.scale(37).add(&i1)),
-            load(1, 3, i0.clone()),
-            f32_inst(2, InstOp::Binary(BinaryOp::Div, 1, 3)),
-            f32_inst(1, InstOp::Binary(BinaryOp::Sub, 0, 2)),
-        ],
-        1,
-        &i0.scale(37).add(&i1),
-        4,
-    );
-    centre.inner = vec![37];
-    centre.consts = vec![(3, InstOp::ConstF(37.0))];
-    let kernel = KernelPlan {
-        name: "k".into(),
-        outer: vec![4],
-        mode: TileMode::Inner,
-        stages: vec![sum, centre],
-        serial: false,
-        tile: 256,
-        columns: false,
-        transpose: None,
-    };
-    let bufs = vec![
-        buf(&[4, 37], &[37, 1], DType::F32),
-        buf(&[37], &[1], DType::F32),
-        buf(&[4, 37], &[37, 1], DType::F32),
-        buf(&[4], &[1], DType::F32),
-    ];
-    let compiled = compile(&kernel, &bufs);
-    assert!(
-        compiled.stages.iter().all(|s| s.jit.as_ref().is_some_and(|j| j.rows == super::Rows::Points)),
-        "not compiled by rows"
-    );
-    assert_eq!(run_on_inputs(&compiled, &bufs, [4 * 37, 4]), run_on_inputs(&kernel, &bufs, [4 * 37, 4]));
 }
 
 /// `where(mask, a, -inf)` with the mask read from a row-major bool buffer
@@ -791,63 +681,5 @@ fn long_row_folds_match_interpreter_bitwise() {
                 assert!(results[0][1].is_nan() && results[0][2].is_nan(), "{op:?}, tile {tile}: a NaN was lost");
             }
         }
-    }
-}
-
-/// Inner tiles by rows with a point stage (`inner []`, one lane a row: a
-/// batch norm's running mean beside its per-channel sums): a row's sum,
-/// then `sum · 0.5 + b[row]`, all by rows, as the interpreter computes.
-#[test]
-fn point_stages_run_by_rows_bitwise() {
-    if !super::enabled() {
-        return;
-    }
-    let i0 = Expr::v(0);
-    let mut sum = reduce_stage(ReduceOp::Sum);
-    sum.out = BufId(2);
-    sum.inner = vec![1];
-    let mut point = f32_stage(
-        3,
-        None,
-        vec![
-            load(0, 2, i0.clone()),
-            f32_inst(1, InstOp::Binary(BinaryOp::Mul, 0, 4)),
-            load(2, 1, i0.clone()),
-            f32_inst(3, InstOp::Binary(BinaryOp::Add, 1, 2)),
-        ],
-        3,
-        &i0,
-        5,
-    );
-    point.consts = vec![(4, InstOp::ConstF(0.5))];
-    let kernel = KernelPlan {
-        name: "k".into(),
-        outer: vec![4],
-        mode: TileMode::Inner,
-        stages: vec![sum, point],
-        serial: false,
-        tile: 256,
-        columns: false,
-        transpose: None,
-    };
-    let bufs = vec![
-        buf(&[4, 37], &[37, 1], DType::F32),
-        buf(&[37], &[1], DType::F32),
-        buf(&[4], &[1], DType::F32),
-        buf(&[4], &[1], DType::F32),
-    ];
-    let compiled = compile(&kernel, &bufs);
-    assert!(
-        compiled.stages.iter().all(|s| s.jit.as_ref().is_some_and(|j| j.rows == super::Rows::Points)),
-        "not compiled by rows"
-    );
-    let [jit, interp] = [&compiled, &kernel].map(|k| run_on_inputs(k, &bufs, [4, 4]));
-    assert_eq!(jit, interp);
-    let (a, b) = inputs();
-    let sums = jit[0].iter().map(|x| f32::from_bits(*x));
-    for (r, (s, p)) in sums.zip(&jit[1]).enumerate() {
-        let want: f32 = (0..37).map(|j| (a[37 * r + j] - b[j]).powi(2)).sum();
-        assert!(s.to_bits() == want.to_bits() || (s - want).abs() <= 1e-4 * want.abs() || s.is_nan(), "row {r}");
-        assert_eq!(*p, (s * 0.5 + b[r]).to_bits(), "row {r}");
     }
 }
