@@ -5,7 +5,8 @@ indices must match ATen's kernel exactly, ties, NaN and -inf included, for
 every padding, stride, dilation and ceil_mode, and its gradient must too.
 1x1 and patch-embedding convolutions become a matrix product (in the
 lowering, `lowering/src/rules/conv.rs`); results and gradients are checked against
-float64 eager.
+float64 eager. The gradients of 1x1 convolutions are GEMMs and those of
+depthwise ones rdyn's own kernels (`python/rdyn/_decomp_conv.py`).
 
 Ops rdyn lowers whole (layer norm, clamps and ReLU6, SiLU, transposes and
 squeezes) reach it undecomposed: each decomposed op costs PyTorch's tracer
@@ -14,6 +15,8 @@ save.
 """
 
 from __future__ import annotations
+
+import copy
 
 import pytest
 import torch
@@ -377,6 +380,86 @@ def test_pointwise_convolution_is_a_gemm() -> None:
     assert report.fallback_ops == {}
     assert "convolution" not in "\n".join(k.source for k in report.kernels)
     assert any(k.name.startswith("gemm") for k in report.kernels)
+
+
+def _conv_gradients_match(conv64, x64, layout):
+    """One compiled training step of ``relu(conv(x))²`` in float32 against
+    eager's and float64 eager's: the input's, the weight's and the bias's
+    gradients, and the input gradient's strides. Returns the backward
+    graph's kernels (from `rdyn.explain`). ``layout``: "contiguous",
+    "channels_last", or "weight_channels_last" (an NCHW input, whose gradient
+    ATen lays out channels-last then)."""
+    cl, nchw = torch.channels_last, torch.contiguous_format
+    conv64 = conv64.to(memory_format=nchw if layout == "contiguous" else cl)
+    conv, eager = (copy.deepcopy(conv64).float() for _ in range(2))
+    x64 = x64.contiguous(memory_format=cl if layout == "channels_last" else nchw).requires_grad_()
+    x, xe = (x64.detach().float().requires_grad_() for _ in range(2))
+    report = rdyn.explain(lambda x: torch.relu(conv(x)), x)
+    assert report.fallback_ops == {}
+    loss = lambda c, x: torch.relu(c(x)).square().sum()  # noqa: E731
+    loss(torch.compile(conv, backend="rdyn"), x).backward()
+    loss(eager, xe).backward()
+    loss(conv64, x64).backward()
+    assert x.grad.stride() == xe.grad.stride()
+    assert_same(x.grad, xe.grad, x64.grad, what="input gradient")
+    for name, p64 in conv64.named_parameters():
+        got, want = conv.get_parameter(name).grad, eager.get_parameter(name).grad
+        assert got.stride() == want.stride(), name
+        assert_same(got, want, p64.grad, what=f"{name} gradient")
+    return [k for k in report.kernels if k.name.startswith("g1.")]
+
+
+POINTWISE_BACKWARDS = [
+    # batch, in, out, size, per-image temporary limit: one image; per image
+    # then summed; over copies (a large weight beside few pixels, over the
+    # limit).
+    (1, 24, 40, 5, None),
+    (3, 16, 8, 9, None),
+    (2, 64, 48, 2, 0),
+]
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "channels_last", "weight_channels_last"])
+@pytest.mark.parametrize("bias", [False, True])
+@pytest.mark.parametrize("shape", POINTWISE_BACKWARDS, ids=str)
+def test_pointwise_convolution_gradients_are_gemms(shape, bias, layout, monkeypatch) -> None:
+    """A 1x1 convolution's backward is GEMMs (and a sum for the bias), not
+    ATen's ``convolution_backward`` (`_decomp_conv.py`), in any layout."""
+    n, cin, cout, size, limit = shape
+    if limit is not None:
+        monkeypatch.setattr(rdyn._decomp_conv, "PER_IMAGE_MAX", limit)
+    torch.manual_seed(0)
+    conv64 = torch.nn.Conv2d(cin, cout, 1, bias=bias).double()
+    backward = _conv_gradients_match(conv64, torch.randn(n, cin, size, size + 1, dtype=torch.float64), layout)
+    assert not any("convolution" in k.source for k in backward)
+    assert any(k.name.startswith("g1.gemm") for k in backward)
+
+
+DEPTHWISE_BACKWARDS = [
+    # channels, size, kernel, stride, padding, dilation
+    (16, 6, 3, 1, 1, 1),
+    (12, 9, 3, 2, 1, 1),
+    (8, 10, 3, 3, 1, 1),
+    (8, 11, 4, 2, 1, 1),
+    (6, 9, 3, 2, 1, 2),
+    (10, 14, 7, 1, 3, 1),
+    (5, 7, 5, 1, 2, 1),
+]
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "channels_last", "weight_channels_last"])
+@pytest.mark.parametrize("geometry", DEPTHWISE_BACKWARDS, ids=str)
+def test_depthwise_convolution_gradients_run_rdyns_kernels(geometry, layout) -> None:
+    """A depthwise convolution's input gradient is rdyn's depthwise kernel
+    (over the spread gradient, the flipped filter) and its weight gradient
+    rdyn's own kernel, for strides 1-3, dilation, odd and even kernels."""
+    c, size, k, stride, padding, dilation = geometry
+    torch.manual_seed(1)
+    conv64 = torch.nn.Conv2d(c, c, k, stride=stride, padding=padding, dilation=dilation, groups=c).double()
+    backward = _conv_gradients_match(conv64, torch.randn(2, c, size, size + 1, dtype=torch.float64), layout)
+    names = [k.name for k in backward]
+    assert "g1.depthwise_weight_grad" in names and "g1.depthwise_conv2d" in names
+    assert not any("convolution_backward" in k.source for k in backward)
 
 
 @pytest.mark.parametrize("mode", ["nearest", "nearest-exact"])

@@ -117,6 +117,13 @@ def test_generated_code_checks_are_inductor_internal():
         CODE_TEST, "_, (code,) = run_and_get_code(fn, x)", "ValueError: not enough values to unpack (expected 1, got 0)"
     )
     assert cc.classify(rec, PASSED) == "inductor-internal"
+    # The test file's own wrapper of a code getter.
+    rec = _failed(
+        CODE_TEST,
+        "_, (code,) = _run_and_get_stripped_kernels(fn, x)",
+        "ValueError: not enough values to unpack (expected 1, got 0)",
+    )
+    assert cc.classify(rec, PASSED) == "inductor-internal"
 
 
 def test_statement_over_several_lines():
@@ -218,6 +225,22 @@ def test_random_value_mismatch_is_rng():
     assert cc.uses_random(rec)
     assert cc.classify(rec, PASSED) == "rng"
     rec = _failed(FALLBACK_RANDOM_TEST, "self.common(fn, (torch.randn(8),))", MISMATCH)
+    assert cc.classify(rec, PASSED) == "rng"
+
+
+def test_compiled_random_op_equal_to_eager_is_rng():
+    # Inductor's random numbers are not eager's, and a test asserts that.
+    body = """
+    def test_x(self):
+        x = torch.zeros(3, 6, device=self.device)
+        compiled = torch.compile(torch.randn_like, backend="inductor")
+        torch.manual_seed(0)
+        eager_out = torch.randn_like(x)
+        torch.manual_seed(0)
+        self.assertNotEqual(eager_out, compiled(x))
+    """
+    rec = _failed(body, "self.assertNotEqual(eager_out, compiled(x))", "AssertionError: AssertionError not raised")
+    assert cc.uses_random(rec)
     assert cc.classify(rec, PASSED) == "rng"
 
 

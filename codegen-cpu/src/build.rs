@@ -97,6 +97,12 @@ fn extern_step(ext: &rdyn_ir::loops::Extern) -> CpuStep {
             out: ext.outputs[0],
             geometry: Geometry { stride: *stride, padding: *padding, dilation: *dilation },
         },
+        ExternKind::DepthwiseWeightGrad { stride, padding, dilation } => CpuStep::DepthwiseWeightGrad {
+            grad: ext.inputs[0],
+            x: ext.inputs[1],
+            out: ext.outputs[0],
+            geometry: Geometry { stride: *stride, padding: *padding, dilation: *dilation },
+        },
         ExternKind::Scan { op, dim } => {
             CpuStep::Scan { op: *op, dim: *dim, x: ext.inputs[0], outs: ext.outputs.clone() }
         }

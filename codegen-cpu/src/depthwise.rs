@@ -20,21 +20,66 @@ const PARALLEL_MIN_MACS: i64 = 1 << 15;
 
 /// The sizes of one plane's work, in elements.
 #[derive(Clone, Copy)]
-struct Plane {
-    h: usize,
-    w: usize,
-    kh: usize,
-    kw: usize,
-    oh: usize,
-    ow: usize,
+pub(crate) struct Plane {
+    pub h: usize,
+    pub w: usize,
+    pub kh: usize,
+    pub kw: usize,
+    pub oh: usize,
+    pub ow: usize,
     /// The scratch plane's width (`w` plus both paddings).
-    wp: usize,
-    stride: [usize; 2],
-    pad: [usize; 2],
-    dil: [usize; 2],
+    pub wp: usize,
+    pub stride: [usize; 2],
+    pub pad: [usize; 2],
+    pub dil: [usize; 2],
 }
 
-trait Elem: Copy + Default + std::ops::Add<Output = Self> + std::ops::Mul<Output = Self> + Send + Sync {}
+impl Plane {
+    /// The batch, the channels and one plane's sizes of a convolution of
+    /// an input `x` `[n, c, h, w]` by a weight `w` `[c, 1, kh, kw]` into
+    /// `o` `[n, c, oh, ow]`; an error where they disagree, or where a window
+    /// would reach past the padded plane (checked once here, not per load).
+    pub(crate) fn of(x: &[i64], w: &[i64], o: &[i64], g: &Geometry) -> Result<(usize, usize, Plane), CodegenError> {
+        if x.len() != 4 || w.len() != 4 || o.len() != 4 {
+            return Err(CodegenError::Internal("depthwise convolution operands of unexpected rank"));
+        }
+        let as_usize = |v: i64| usize::try_from(v).map_err(|_| CodegenError::Internal("negative convolution size"));
+        let plane = Plane {
+            h: as_usize(x[2])?,
+            w: as_usize(x[3])?,
+            kh: as_usize(w[2])?,
+            kw: as_usize(w[3])?,
+            oh: as_usize(o[2])?,
+            ow: as_usize(o[3])?,
+            wp: as_usize(x[3] + 2 * g.padding[1])?,
+            stride: [as_usize(g.stride[0])?, as_usize(g.stride[1])?],
+            pad: [as_usize(g.padding[0])?, as_usize(g.padding[1])?],
+            dil: [as_usize(g.dilation[0])?, as_usize(g.dilation[1])?],
+        };
+        let hp = plane.h + 2 * plane.pad[0];
+        let reach = |o: usize, s: usize, k: usize, d: usize| o.saturating_sub(1) * s + (k - 1) * d;
+        if plane.kh == 0
+            || plane.kw == 0
+            || (plane.oh > 0 && reach(plane.oh, plane.stride[0], plane.kh, plane.dil[0]) >= hp)
+            || (plane.ow > 0 && reach(plane.ow, plane.stride[1], plane.kw, plane.dil[1]) >= plane.wp)
+            || w[0] != x[1]
+            || o[..2] != x[..2]
+        {
+            return Err(CodegenError::Internal("depthwise convolution sizes do not agree"));
+        }
+        Ok((as_usize(x[0])?, as_usize(x[1])?, plane))
+    }
+
+    /// The zero-bordered scratch plane's height.
+    pub(crate) fn hp(&self) -> usize {
+        self.h + 2 * self.pad[0]
+    }
+}
+
+pub(crate) trait Elem:
+    Copy + Default + std::ops::Add<Output = Self> + std::ops::Mul<Output = Self> + Send + Sync
+{
+}
 impl Elem for f32 {}
 impl Elem for f64 {}
 
@@ -42,36 +87,7 @@ impl Elem for f64 {}
 /// kw]` and `[n, c, oh, ow]` of any strides.
 pub fn run_depthwise(x: BufId, w: BufId, out: BufId, g: &Geometry, mem: &Memory) -> Result<(), CodegenError> {
     let (px, pw, po) = (&mem.bufs[x.0 as usize], &mem.bufs[w.0 as usize], &mem.bufs[out.0 as usize]);
-    if px.sizes.len() != 4 || pw.sizes.len() != 4 || po.sizes.len() != 4 {
-        return Err(CodegenError::Internal("depthwise convolution operands of unexpected rank"));
-    }
-    let as_usize = |v: i64| usize::try_from(v).map_err(|_| CodegenError::Internal("negative convolution size"));
-    let (n, c) = (as_usize(px.sizes[0])?, as_usize(px.sizes[1])?);
-    let plane = Plane {
-        h: as_usize(px.sizes[2])?,
-        w: as_usize(px.sizes[3])?,
-        kh: as_usize(pw.sizes[2])?,
-        kw: as_usize(pw.sizes[3])?,
-        oh: as_usize(po.sizes[2])?,
-        ow: as_usize(po.sizes[3])?,
-        wp: as_usize(px.sizes[3] + 2 * g.padding[1])?,
-        stride: [as_usize(g.stride[0])?, as_usize(g.stride[1])?],
-        pad: [as_usize(g.padding[0])?, as_usize(g.padding[1])?],
-        dil: [as_usize(g.dilation[0])?, as_usize(g.dilation[1])?],
-    };
-    // Every window must lie inside the padded plane (the output size
-    // formula guarantees it; checked once here, not per load).
-    let hp = plane.h + 2 * plane.pad[0];
-    let reach = |o: usize, s: usize, k: usize, d: usize| o.saturating_sub(1) * s + (k - 1) * d;
-    if plane.kh == 0
-        || plane.kw == 0
-        || (plane.oh > 0 && reach(plane.oh, plane.stride[0], plane.kh, plane.dil[0]) >= hp)
-        || (plane.ow > 0 && reach(plane.ow, plane.stride[1], plane.kw, plane.dil[1]) >= plane.wp)
-        || pw.sizes[0] != px.sizes[1]
-        || po.sizes[..2] != px.sizes[..2]
-    {
-        return Err(CodegenError::Internal("depthwise convolution sizes do not agree"));
-    }
+    let (n, c, plane) = Plane::of(&px.sizes, &pw.sizes, &po.sizes, g)?;
     let macs = (n * c * plane.oh * plane.ow * plane.kh * plane.kw) as i64;
     let ptr = |b: BufId, p: &BufPlan, size: usize| mem.ptrs[b.0 as usize] + p.offset as usize * size;
     macro_rules! go {
@@ -125,7 +141,7 @@ impl<T: Elem> Job<T> {
         let per = planes.div_ceil(chunks.max(1));
         let p = self.plane;
         let chunk = |k: usize| {
-            let mut scratch = vec![T::default(); (p.h + 2 * p.pad[0]) * p.wp + slack(&p)];
+            let mut scratch = vec![T::default(); p.hp() * p.wp + slack(&p)];
             let mut taps = vec![T::default(); p.kh * p.kw];
             let mut rows = vec![T::default(); ROWS * p.ow];
             for plane in k * per..((k + 1) * per).min(planes) {
@@ -155,12 +171,7 @@ impl<T: Elem> Job<T> {
                 *t = unsafe { *w.offset((i as i64 * self.sw[1] + j as i64 * self.sw[2]) as isize) };
             }
         }
-        for r in 0..p.h {
-            let dst = &mut scratch[(r + p.pad[0]) * p.wp + p.pad[1]..][..p.w];
-            for (q, d) in dst.iter_mut().enumerate() {
-                *d = unsafe { *x.offset((r as i64 * self.sx[2] + q as i64 * self.sx[3]) as isize) };
-            }
-        }
+        unsafe { fill_scratch(x, [self.sx[2], self.sx[3]], &p, scratch) };
         let out = at(self.out, ni * self.so[0] + ci * self.so[1]) as *mut T;
         // Rows go straight to the output when its rows are dense (element
         // stride 1, rows not overlapping); else through `rows_buf`.
@@ -183,6 +194,21 @@ impl<T: Elem> Job<T> {
                 }
             }
             r += rows;
+        }
+    }
+}
+
+/// Copy the plane at `x` (row and element strides `s`) into the interior
+/// of its zero-bordered scratch copy (whose border stays zero).
+///
+/// # Safety
+/// `x` and `s` must address `p.h` rows of `p.w` readable elements.
+pub(crate) unsafe fn fill_scratch<T: Elem>(x: *const T, s: [i64; 2], p: &Plane, scratch: &mut [T]) {
+    for r in 0..p.h {
+        let dst = &mut scratch[(r + p.pad[0]) * p.wp + p.pad[1]..][..p.w];
+        for (q, d) in dst.iter_mut().enumerate() {
+            // SAFETY: the caller's.
+            *d = unsafe { *x.offset((r as i64 * s[0] + q as i64 * s[1]) as isize) };
         }
     }
 }
@@ -216,7 +242,7 @@ fn convolve_rows<T: Elem>(avx2: bool, scratch: &[T], taps: &[T], p: &Plane, r: u
 }
 
 /// Whether this CPU runs the AVX2 build of the row loops.
-fn avx2() -> bool {
+pub(crate) fn avx2() -> bool {
     #[cfg(target_arch = "x86_64")]
     return is_x86_feature_detected!("avx2");
     #[cfg(not(target_arch = "x86_64"))]

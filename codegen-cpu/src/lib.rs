@@ -44,6 +44,7 @@
 pub mod blas;
 pub mod build;
 pub mod depthwise;
+pub mod depthwise_grad;
 pub mod exec;
 mod fastmath;
 pub mod gemm;

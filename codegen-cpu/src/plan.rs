@@ -213,6 +213,13 @@ pub enum CpuStep {
         out: BufId,
         geometry: Geometry,
     },
+    /// rdyn's depthwise weight gradient kernel ([`crate::depthwise_grad`]).
+    DepthwiseWeightGrad {
+        grad: BufId,
+        x: BufId,
+        out: BufId,
+        geometry: Geometry,
+    },
     /// rdyn's scan kernel ([`crate::scan`]): `outs[0]` the running values,
     /// `outs[1]` the indices of max and min.
     Scan {

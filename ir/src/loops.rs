@@ -641,6 +641,10 @@ pub enum ExternKind {
     /// `[n, c, h, w]`, weight `[c, 1, kh, kw]`, output `[n, c, oh, ow]`),
     /// rdyn's own CPU kernel; the bias is added by the consumers.
     DepthwiseConv2d { stride: [i64; 2], padding: [i64; 2], dilation: [i64; 2] },
+    /// The weight gradient of such a convolution (inputs: the output's
+    /// gradient `[n, c, oh, ow]` and the input `[n, c, h, w]`; output
+    /// `[c, 1, kh, kw]`), rdyn's own CPU kernel.
+    DepthwiseWeightGrad { stride: [i64; 2], padding: [i64; 2], dilation: [i64; 2] },
     /// A running reduction along `dim` (rdyn's own CPU kernel): `out[j]`
     /// combines the input at every index up to `j` along `dim`. Max and min
     /// also write the index of the element they hold (a second output).

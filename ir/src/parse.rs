@@ -493,7 +493,8 @@ fn extern_kind(c: &mut Cursor) -> Result<ExternKind, ParseError> {
             };
             ExternKind::Gemm { scale_bits: scale.to_bits() }
         }
-        "depthwise_conv2d" => {
+        word @ ("depthwise_conv2d" | "depthwise_weight_grad") => {
+            let forward = word == "depthwise_conv2d";
             let mut pair = |name: &str| -> Result<[i64; 2], ParseError> {
                 c.expect_word(name)?;
                 let mark = c.mark();
@@ -503,10 +504,10 @@ fn extern_kind(c: &mut Cursor) -> Result<ExternKind, ParseError> {
                     c.error(format!("two integers for {name}"))
                 })
             };
-            ExternKind::DepthwiseConv2d {
-                stride: pair("stride")?,
-                padding: pair("padding")?,
-                dilation: pair("dilation")?,
+            let (stride, padding, dilation) = (pair("stride")?, pair("padding")?, pair("dilation")?);
+            match forward {
+                true => ExternKind::DepthwiseConv2d { stride, padding, dilation },
+                false => ExternKind::DepthwiseWeightGrad { stride, padding, dilation },
             }
         }
         "sort" => ExternKind::Sort(sort_spec(c)?),

@@ -80,6 +80,9 @@ impl fmt::Display for Program {
                         ExternKind::DepthwiseConv2d { stride, padding, dilation } => {
                             format!("depthwise_conv2d stride {stride:?} padding {padding:?} dilation {dilation:?}")
                         }
+                        ExternKind::DepthwiseWeightGrad { stride, padding, dilation } => {
+                            format!("depthwise_weight_grad stride {stride:?} padding {padding:?} dilation {dilation:?}")
+                        }
                         ExternKind::Scan { op, dim } => format!("{op} dim {dim}"),
                         ExternKind::Sort(spec) => spec.to_string(),
                         ExternKind::Search { right } => {

@@ -20,6 +20,7 @@ from . import _cache, _rdyn
 from ._attention import DECOMPOSITIONS as ATTENTION_DECOMPOSITIONS
 from ._attention import decomposed_on
 from ._decomp import DECOMPOSITIONS as RDYN_DECOMPOSITIONS
+from ._decomp_conv import decompositions as cpu_decompositions
 from ._decomp_index import DECOMPOSITIONS as INDEX_DECOMPOSITIONS
 from ._errors import InternalError, UnavailableError
 from ._random import DECOMPOSITIONS as RANDOM_DECOMPOSITIONS
@@ -384,10 +385,14 @@ def _compile_captured(gm: torch.fx.GraphModule, example_inputs, opts: Options):
 
 def decompositions(device: str) -> dict:
     """`DECOMPOSITIONS` for `device`: without attention's where ATen's flash
-    kernels run it (`_attention.decomposed_on`)."""
-    if decomposed_on(device):
-        return DECOMPOSITIONS
-    return {op: f for op, f in DECOMPOSITIONS.items() if op not in ATTENTION_DECOMPOSITIONS}
+    kernels run it (`_attention.decomposed_on`); on the CPU, pointwise
+    convolutions' gradients as GEMMs (`_decomp_conv`)."""
+    table = DECOMPOSITIONS
+    if not decomposed_on(device):
+        table = {op: f for op, f in table.items() if op not in ATTENTION_DECOMPOSITIONS}
+    if device == "cpu":
+        table = {**table, **cpu_decompositions()}
+    return table
 
 
 def _from_cache(graph: torch.fx.GraphModule, example_inputs, options: Options):

@@ -21,6 +21,9 @@ Environment:
                                      runs: ATen's flash kernels as library calls on
                                      the CPU device and rdyn's decomposition on the
                                      others (auto), or one of them everywhere
+  RDYN_CONV_BACKWARD=auto|aten       CPU gradients of 1x1 and depthwise
+                                     convolutions from rdyn's GEMMs and kernels
+                                     (auto), or ATen's `convolution_backward`
 """
 
 from __future__ import annotations

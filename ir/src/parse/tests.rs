@@ -146,6 +146,7 @@ fn extern_kinds() -> Vec<ExternKind> {
         ExternKind::Gemm { scale_bits: 1f64.to_bits() },
         ExternKind::Gemm { scale_bits: 0.125f64.to_bits() },
         ExternKind::DepthwiseConv2d { stride: [1, 2], padding: [0, 3], dilation: [2, 1] },
+        ExternKind::DepthwiseWeightGrad { stride: [2, 1], padding: [3, 0], dilation: [1, 2] },
         ExternKind::Search { right: false },
         ExternKind::Search { right: true },
         ExternKind::Library { node: 4, target: "aten.convolution.default".into() },

@@ -13,7 +13,8 @@
 //! and what follows fuse after it. Off CUDA only (`patch_kernel`). A patch
 //! embedding copies its patches once as `[b, oy, ox, c, i, j]` (rows read along
 //! the image's rows) and is `patches @ weightᵀ`, read back through a transposed
-//! view. Backwards stay `convolution_backward` library calls.
+//! view. Their backwards are GEMMs too, written out by
+//! `python/rdyn/_decomp_conv.py`.
 //!
 //! ATen sends a depthwise convolution of a contiguous (NCHW) tensor to
 //! oneDNN, which reorders the input into its blocked layout and back on
@@ -23,6 +24,13 @@
 //! on the CPU, groups = channels, one filter each, constant channel and kernel
 //! sizes). Its bias is a lazy add, as `addmm`'s, so a batch norm and ReLU6 fuse
 //! into one kernel after it.
+//!
+//! A depthwise convolution's backward is decomposed likewise: its input
+//! gradient is this kernel over the spread output gradient with the flipped
+//! filter, and its weight gradient stays a `convolution_backward` asking for
+//! that gradient alone, which is rdyn's own kernel
+//! ([`ExternKind::DepthwiseWeightGrad`]). Every other backward is a library
+//! call.
 //!
 //! Library convolutions run on tensors laid out as eager's metadata says: a
 //! model run channels-last keeps that layout end to end, the kernels between its
@@ -78,7 +86,62 @@ pub(super) fn convolution(lw: &mut Lowerer<'_>, node: &Node) -> Res {
     }
 }
 
+/// `convolution_backward`: rdyn's depthwise weight gradient kernel where
+/// the node asks for that gradient alone, else ATen's call.
+pub(super) fn convolution_backward(lw: &mut Lowerer<'_>, node: &Node) -> Res {
+    match lw.depthwise_weight_grad_geometry(node) {
+        Some(kind) => lw.depthwise_weight_grad(node, kind),
+        None => library(lw, node),
+    }
+}
+
 impl Lowerer<'_> {
+    /// The kernel's parameters when `node` is a `convolution_backward` of a
+    /// depthwise 2-D convolution (as [`Lowerer::depthwise_geometry`] takes
+    /// it) whose output mask asks for the weight's gradient only.
+    fn depthwise_weight_grad_geometry(&self, node: &Node) -> Option<ExternKind> {
+        let mask: Vec<bool> = match node.arg(10, "output_mask") {
+            Arg::List(items) => items.iter().map(|a| matches!(a, Arg::Bool(true))).collect(),
+            _ => return None,
+        };
+        if mask != [false, true, false] || matches!(node.arg(7, "transposed"), Arg::Bool(true)) {
+            return None;
+        }
+        let out = self.graph.meta(*node.outputs.first()?);
+        let (Arg::Tensor(g), Arg::Tensor(x)) = (node.arg(0, "grad_output"), node.arg(1, "input")) else { return None };
+        let (g, x) = (self.graph.meta(*g), self.graph.meta(*x));
+        let float = matches!(out.dtype, DType::F32 | DType::F64) && g.dtype == out.dtype && x.dtype == out.dtype;
+        let planes = |s: &[Expr]| s.len() == 4 && s.iter().all(|d| d.as_const().is_some());
+        if out.device != Device::Cpu || !float || !planes(&out.sizes) || !planes(&g.sizes) || !planes(&x.sizes) {
+            return None;
+        }
+        let op = node.target.as_str();
+        let (stride, padding, dilation) =
+            (pair(node.arg(4, "stride"), op)?, pair(node.arg(5, "padding"), op)?, pair(node.arg(6, "dilation"), op)?);
+        let channels = x.sizes[1].as_const()?;
+        let one_filter = out.sizes[0].as_const()? == channels && out.sizes[1].as_const()? == 1;
+        let groups = node.arg(9, "groups").as_int()?;
+        let positive = stride.iter().chain(&dilation).all(|&v| v >= 1) && padding.iter().all(|&v| v >= 0);
+        (groups == channels && one_filter && positive).then_some(ExternKind::DepthwiseWeightGrad {
+            stride,
+            padding,
+            dilation,
+        })
+    }
+
+    /// The weight gradient `[c, 1, kh, kw]` from the output's gradient and
+    /// the input, one extern step (the kernel checks that the sizes agree).
+    fn depthwise_weight_grad(&mut self, node: &Node, kind: ExternKind) -> Res {
+        let (sizes, dtype) = self.out_meta(node)?;
+        let grad = self.tensor_arg(node, 0, "grad_output")?;
+        let x = self.tensor_arg(node, 1, "input")?;
+        let (g_buf, x_buf) = (self.buffer_for_extern(&grad), self.buffer_for_extern(&x));
+        let out_v = node.outputs.first().copied().ok_or_else(|| invalid(&node.target, "no output"))?;
+        let out_buf = self.extern_output(out_v, sizes, dtype);
+        self.prog.steps.push(Step::Extern(Extern { kind, inputs: vec![g_buf, x_buf], outputs: vec![out_buf] }));
+        Ok(Handled::Extern(vec![self.load_buffer(out_buf)]))
+    }
+
     /// Whether a library convolution of NCHW tensors on the CPU runs faster
     /// channels-last. oneDNN reorders an NCHW input into its blocked layout
     /// and its result back on every call; a channels-last one it reads as it

@@ -121,7 +121,8 @@ pub(crate) fn rule(op: Op) -> Rule {
         Convolution => conv::convolution,
         // ATen's fused attention: what `_attention.py` leaves to it (long
         // sequences, where its flash kernel wins; shapes it does not take).
-        ConvolutionBackward | FlashAttentionCpu | FlashAttentionCpuBackward => common::library,
+        ConvolutionBackward => conv::convolution_backward,
+        FlashAttentionCpu | FlashAttentionCpuBackward => common::library,
         // Decomposed before they get here (`python/rdyn/backend.py`); in a
         // graph that still has one, eager's.
         LeakyRelu | Elu | NanToNum | Hardsigmoid | Hardswish | Mish | Softplus | Logit => none,

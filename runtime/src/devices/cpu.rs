@@ -107,6 +107,9 @@ pub(crate) fn run_cpu_step(
         }
         CpuStep::Gemm { a, b, out, scale } => run_gemm(*a, *b, *out, *scale, &mem)?,
         CpuStep::Depthwise { x, w, out, geometry } => run_depthwise(*x, *w, *out, geometry, &mem)?,
+        CpuStep::DepthwiseWeightGrad { grad, x, out, geometry } => {
+            rdyn_codegen_cpu::depthwise_grad::run_depthwise_weight_grad(*grad, *x, *out, geometry, &mem)?
+        }
         CpuStep::Scan { op, dim, x, outs } => rdyn_codegen_cpu::scan::run_scan(*op, *dim, *x, outs, &mem)?,
         CpuStep::Sort { spec, x, outs } => rdyn_codegen_cpu::sort::run_sort(*spec, *x, outs, &mem)?,
         CpuStep::Search { right, seq, values, out } => {
@@ -156,6 +159,13 @@ pub(crate) fn describe_cpu_step(step: &CpuStep, bufs: &[BufPlan]) -> StepText {
                 geometry.stride, geometry.padding, geometry.dilation
             ),
         ),
+        CpuStep::DepthwiseWeightGrad { grad, x, out, geometry } => text(
+            "depthwise_weight_grad",
+            format!(
+                "depthwise_weight_grad (rdyn's kernel): {out} = dconv/dw({grad}, {x}) stride {:?} padding {:?} dilation {:?}\n",
+                geometry.stride, geometry.padding, geometry.dilation
+            ),
+        ),
         CpuStep::Host { target, fallback, inputs, outputs, .. } => {
             extern_call_text(target, *fallback, inputs, outputs, bufs, "cpu")
         }
@@ -175,6 +185,9 @@ fn step_label(step: &CpuStep, bufs: &[BufPlan]) -> String {
         CpuStep::Sort { spec, x, .. } => format!("{spec} {:?}", sizes(x)),
         CpuStep::Search { seq, values, .. } => format!("searchsorted {:?} in {:?}", sizes(values), sizes(seq)),
         CpuStep::Depthwise { x, w, .. } => format!("depthwise_conv2d {:?} * {:?}", sizes(x), sizes(w)),
+        CpuStep::DepthwiseWeightGrad { grad, x, .. } => {
+            format!("depthwise_weight_grad {:?} x {:?}", sizes(grad), sizes(x))
+        }
         CpuStep::Host { target, inputs, .. } => {
             let all: Vec<_> = inputs.iter().map(sizes).collect();
             format!("{target} {all:?}")
