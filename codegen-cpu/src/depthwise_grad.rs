@@ -105,7 +105,8 @@ impl<T: Elem> Job<T> {
         let p = self.plane;
         let chunk = |k: usize| {
             let mut s = Scratch {
-                plane: vec![T::default(); p.hp() * p.wp],
+                // LANES elements of slack: `narrow_rows` reads whole blocks.
+                plane: vec![T::default(); p.hp() * p.wp + LANES],
                 grad: vec![T::default(); p.oh * p.ow],
                 sums: vec![T::default(); p.kh * p.kw],
             };
@@ -171,8 +172,14 @@ unsafe fn add_taps_avx2<T: Elem>(plane: &[T], grad: &[T], p: &Plane, sums: &mut 
 }
 
 /// Strides 1 and 2 compiled as constants; any other read from the plane.
+/// Rows narrower than [`LANES`] (small planes under large filters: 6x6
+/// under 7x7 in ConvNeXt's last stage) run a filter row's taps side by side
+/// instead.
 #[inline(always)]
 fn add_taps_body<T: Elem>(plane: &[T], grad: &[T], p: &Plane, sums: &mut [T]) {
+    if p.ow < LANES && p.dil[1] == 1 && p.kw <= LANES {
+        return narrow_rows(plane, grad, p, sums);
+    }
     match p.stride[1] {
         1 => taps::<T, 1>(plane, grad, p, sums),
         2 => taps::<T, 2>(plane, grad, p, sums),
@@ -197,8 +204,10 @@ fn taps<T: Elem, const S: usize>(plane: &[T], grad: &[T], p: &Plane, sums: &mut 
                 let start = (y * p.stride[0] + i * p.dil[0]) * p.wp + j * p.dil[1];
                 let row = &plane[start..][..(p.ow - 1) * s + 1];
                 for b in (0..whole).step_by(LANES) {
+                    // Fixed-length slices: no bounds test per lane.
+                    let (gb, xb) = (&g[b..][..LANES], &row[b * s..][..(LANES - 1) * s + 1]);
                     for (l, a) in acc.iter_mut().enumerate() {
-                        *a = *a + g[b + l] * row[(b + l) * s];
+                        *a = *a + gb[l] * xb[l * s];
                     }
                 }
                 for q in whole..p.ow {
@@ -206,6 +215,33 @@ fn taps<T: Elem, const S: usize>(plane: &[T], grad: &[T], p: &Plane, sums: &mut 
                 }
             }
             sums[i * p.kw + j] = acc.iter().fold(sums[i * p.kw + j] + tail, |t, &a| t + a);
+        }
+    }
+}
+
+/// For each filter row `i`, image row and pixel `x`, the pixel's gradient
+/// times the scratch elements its `kw ≤ LANES` taps read (one contiguous
+/// run, for dilation 1), read as a whole block of [`LANES`] (the scratch's
+/// slack covers the last) and added to the filter row's lane sums at once;
+/// the lanes past `kw` are dropped.
+#[inline(always)]
+fn narrow_rows<T: Elem>(plane: &[T], grad: &[T], p: &Plane, sums: &mut [T]) {
+    if p.ow == 0 {
+        return;
+    }
+    for (i, row_sums) in sums.chunks_exact_mut(p.kw).enumerate() {
+        let mut acc = [T::default(); LANES];
+        for (y, g) in grad.chunks_exact(p.ow).enumerate() {
+            let start = (y * p.stride[0] + i * p.dil[0]) * p.wp;
+            for (x, &gx) in g.iter().enumerate() {
+                let window = &plane[start + x * p.stride[1]..][..LANES];
+                for (a, &v) in acc.iter_mut().zip(window) {
+                    *a = *a + gx * v;
+                }
+            }
+        }
+        for (s, a) in row_sums.iter_mut().zip(acc) {
+            *s = *s + a;
         }
     }
 }
@@ -276,6 +312,10 @@ mod tests {
         check(5, 5, [1, 1], [1, 1], [0, 0], [1, 1]);
         check(10, 21, [3, 3], [3, 3], [1, 1], [1, 1]);
         check(20, 19, [7, 7], [1, 1], [3, 3], [1, 1]);
+        // Rows narrower than the lanes: the taps side by side.
+        check(6, 6, [7, 7], [1, 1], [3, 3], [1, 1]);
+        check(9, 5, [3, 3], [2, 2], [1, 1], [1, 1]);
+        check(5, 4, [3, 3], [1, 1], [2, 2], [2, 2]);
     }
 
     #[test]
