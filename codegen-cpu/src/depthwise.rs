@@ -105,7 +105,7 @@ pub fn run_depthwise(x: BufId, w: BufId, out: BufId, g: &Geometry, mem: &Memory)
                 avx2: avx2(),
                 _t: std::marker::PhantomData,
             };
-            job.run(n * c, macs)
+            job.run(n * c, macs)?
         }};
     }
     match po.dtype {
@@ -134,25 +134,59 @@ struct Job<T> {
     _t: std::marker::PhantomData<T>,
 }
 
+/// `len` zeros, or None where the allocation fails (a plane of a huge
+/// image near the process's memory limit must not abort it).
+pub(crate) fn zeros<T: Elem>(len: usize) -> Option<Vec<T>> {
+    let mut v = Vec::new();
+    v.try_reserve_exact(len).ok()?;
+    v.resize(len, T::default());
+    Some(v)
+}
+
+/// Runs `chunk(k)` for `k` in `0..chunks` (in parallel when more than one);
+/// `Err(OutOfMemory)` with the bytes a chunk asked for where one could not
+/// allocate its scratch (it then did nothing).
+pub(crate) fn run_chunks(
+    chunks: usize,
+    chunk: &(dyn Fn(usize) -> Result<(), usize> + Sync),
+) -> Result<(), CodegenError> {
+    let failed = std::sync::atomic::AtomicUsize::new(0);
+    let each = |k: usize| {
+        if let Err(bytes) = chunk(k) {
+            failed.store(bytes.max(1), std::sync::atomic::Ordering::Relaxed);
+        }
+    };
+    if chunks > 1 {
+        crate::parallel::for_each(chunks, &each);
+    } else {
+        each(0);
+    }
+    match failed.into_inner() {
+        0 => Ok(()),
+        bytes => Err(CodegenError::OutOfMemory(bytes)),
+    }
+}
+
 impl<T: Elem> Job<T> {
-    fn run(&self, planes: usize, macs: i64) {
+    fn run(&self, planes: usize, macs: i64) -> Result<(), CodegenError> {
         let threads = crate::parallel::threads();
         let chunks = if macs < PARALLEL_MIN_MACS || threads < 2 { 1 } else { (threads * 4).min(planes) };
         let per = planes.div_ceil(chunks.max(1));
         let p = self.plane;
         let chunk = |k: usize| {
-            let mut scratch = vec![T::default(); p.hp() * p.wp + slack(&p)];
-            let mut taps = vec![T::default(); p.kh * p.kw];
-            let mut rows = vec![T::default(); ROWS * p.ow];
+            let len = p.hp() * p.wp + slack(&p);
+            let bytes = (len + p.kh * p.kw + ROWS * p.ow) * std::mem::size_of::<T>();
+            let (Some(mut scratch), Some(mut taps), Some(mut rows)) =
+                (zeros(len), zeros(p.kh * p.kw), zeros(ROWS * p.ow))
+            else {
+                return Err(bytes);
+            };
             for plane in k * per..((k + 1) * per).min(planes) {
                 self.plane(plane, &mut scratch, &mut taps, &mut rows);
             }
+            Ok(())
         };
-        if chunks > 1 {
-            crate::parallel::for_each(chunks, &chunk);
-        } else {
-            chunk(0);
-        }
+        run_chunks(chunks, &chunk)
     }
 
     /// Convolve plane `index` (batch-major, then channel).
@@ -372,6 +406,14 @@ mod tests {
         for (got, want) in out.iter().zip(&want) {
             assert!((got - want).abs() <= 1e-12 * want.abs().max(1.0), "{got} vs {want}");
         }
+    }
+
+    #[test]
+    fn scratch_that_cannot_be_allocated_is_an_error() {
+        assert!(zeros::<f32>(usize::MAX / 2).is_none());
+        let chunk = |k: usize| if k == 1 { Err(4096) } else { Ok(()) };
+        assert!(matches!(run_chunks(3, &chunk), Err(CodegenError::OutOfMemory(4096))));
+        assert!(run_chunks(3, &|_| Ok(())).is_ok());
     }
 
     #[test]

@@ -20,7 +20,7 @@
 use rdyn_ir::loops::BufId;
 use rdyn_ir::DType;
 
-use crate::depthwise::{avx2, fill_scratch, Elem, Plane};
+use crate::depthwise::{avx2, fill_scratch, run_chunks, zeros, Elem, Plane};
 use crate::plan::{BufPlan, Geometry};
 use crate::tile::Memory;
 use crate::CodegenError;
@@ -61,7 +61,7 @@ pub fn run_depthwise_weight_grad(
                 avx2: avx2(),
                 _t: std::marker::PhantomData,
             };
-            job.run(c, macs)
+            job.run(c, macs)?
         }};
     }
     match pw.dtype {
@@ -98,27 +98,25 @@ struct Scratch<T> {
 }
 
 impl<T: Elem> Job<T> {
-    fn run(&self, channels: usize, macs: i64) {
+    fn run(&self, channels: usize, macs: i64) -> Result<(), CodegenError> {
         let threads = crate::parallel::threads();
         let chunks = if macs < PARALLEL_MIN_MACS || threads < 2 { 1 } else { (threads * 4).min(channels) };
         let per = channels.div_ceil(chunks.max(1));
         let p = self.plane;
         let chunk = |k: usize| {
-            let mut s = Scratch {
-                // LANES elements of slack: `narrow_rows` reads whole blocks.
-                plane: vec![T::default(); p.hp() * p.wp + LANES],
-                grad: vec![T::default(); p.oh * p.ow],
-                sums: vec![T::default(); p.kh * p.kw],
+            // LANES elements of slack: `narrow_rows` reads whole blocks.
+            let lens = [p.hp() * p.wp + LANES, p.oh * p.ow, p.kh * p.kw];
+            let bytes = lens.iter().sum::<usize>() * std::mem::size_of::<T>();
+            let (Some(plane), Some(grad), Some(sums)) = (zeros(lens[0]), zeros(lens[1]), zeros(lens[2])) else {
+                return Err(bytes);
             };
+            let mut s = Scratch { plane, grad, sums };
             for channel in k * per..((k + 1) * per).min(channels) {
                 self.channel(channel, &mut s);
             }
+            Ok(())
         };
-        if chunks > 1 {
-            crate::parallel::for_each(chunks, &chunk);
-        } else {
-            chunk(0);
-        }
+        run_chunks(chunks, &chunk)
     }
 
     /// The gradient of channel `ci`'s filter: its sums over every image,

@@ -35,7 +35,8 @@
 //!   Ai, erfcx, ndtri, zeta, incomplete gamma, orthogonal polynomials), those
 //!   written once in `rdyn_ir::special` compiled by Cranelift (`native.rs`).
 //! - rdyn's own kernels: `gemm.rs` (with `blas.rs`, torch's BLAS),
-//!   `depthwise.rs`, `scan.rs`, `sort.rs`, `search.rs`.
+//!   `depthwise.rs` (and its weight gradient, `depthwise_grad.rs`), `scan.rs`,
+//!   `sort.rs`, `search.rs`.
 //! - `parallel.rs`: the thread pool.
 //!
 //! Invariant: a plan is only run on buffers whose sizes and strides match the
