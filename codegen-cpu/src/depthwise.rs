@@ -348,8 +348,20 @@ fn blocks<T: Elem, const S: usize, const R: usize>(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
+
+    /// A contiguous float64 buffer of `sizes` (for the kernels' tests).
+    pub(crate) fn buf(sizes: Vec<usize>) -> BufPlan {
+        let strides = (0..sizes.len()).map(|d| sizes[d + 1..].iter().product::<usize>() as i64).collect();
+        BufPlan {
+            dtype: DType::F64,
+            strides,
+            sizes: sizes.into_iter().map(|v| v as i64).collect(),
+            offset: 0,
+            storage: rdyn_memplan::Storage::Arena(0),
+        }
+    }
 
     /// The convolution by its definition, bounds checked per tap.
     fn reference(x: &[f64], w: &[f64], n: usize, c: usize, g: &Plane) -> Vec<f64> {
@@ -383,15 +395,6 @@ mod tests {
         let x: Vec<f64> = (0..n * c * h * wd).map(|v| ((v * 37 % 23) as f64 - 11.0) / 7.0).collect();
         let w: Vec<f64> = (0..c * k[0] * k[1]).map(|v| ((v * 13 % 11) as f64 - 5.0) / 3.0).collect();
         let mut out = vec![f64::NAN; n * c * oh * ow];
-        let contiguous =
-            |s: &[usize]| -> Vec<i64> { (0..s.len()).map(|d| s[d + 1..].iter().product::<usize>() as i64).collect() };
-        let buf = |sizes: Vec<usize>| BufPlan {
-            dtype: DType::F64,
-            strides: contiguous(&sizes),
-            sizes: sizes.into_iter().map(|v| v as i64).collect(),
-            offset: 0,
-            storage: rdyn_memplan::Storage::Arena(0),
-        };
         let bufs = vec![buf(vec![n, c, h, wd]), buf(vec![c, 1, k[0], k[1]]), buf(vec![n, c, oh, ow])];
         let ptrs = [x.as_ptr() as usize, w.as_ptr() as usize, out.as_mut_ptr() as usize];
         let g = Geometry {

@@ -247,6 +247,7 @@ fn narrow_rows<T: Elem>(plane: &[T], grad: &[T], p: &Plane, sums: &mut [T]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::depthwise::tests::buf;
 
     /// The gradient by its definition, bounds checked per tap.
     fn reference(x: &[f64], g: &[f64], n: usize, c: usize, p: &Plane) -> Vec<f64> {
@@ -276,15 +277,6 @@ mod tests {
         let x: Vec<f64> = (0..n * c * h * wd).map(|v| ((v * 37 % 23) as f64 - 11.0) / 7.0).collect();
         let g: Vec<f64> = (0..n * c * oh * ow).map(|v| ((v * 13 % 17) as f64 - 8.0) / 3.0).collect();
         let mut out = vec![f64::NAN; c * k[0] * k[1]];
-        let contiguous =
-            |s: &[usize]| -> Vec<i64> { (0..s.len()).map(|d| s[d + 1..].iter().product::<usize>() as i64).collect() };
-        let buf = |sizes: Vec<usize>| BufPlan {
-            dtype: DType::F64,
-            strides: contiguous(&sizes),
-            sizes: sizes.into_iter().map(|v| v as i64).collect(),
-            offset: 0,
-            storage: rdyn_memplan::Storage::Arena(0),
-        };
         let bufs = vec![buf(vec![n, c, oh, ow]), buf(vec![n, c, h, wd]), buf(vec![c, 1, k[0], k[1]])];
         let ptrs = [g.as_ptr() as usize, x.as_ptr() as usize, out.as_mut_ptr() as usize];
         let geometry = Geometry {

@@ -51,7 +51,7 @@ use crate::error::{agree, invalid, shape, unsupported, LowerError};
 use crate::lazy::Lazy;
 use crate::lowerer::{Handled, Lowerer, Res};
 use rdyn_ir::graph::{Arg, Node, ValueId};
-use rdyn_ir::loops::{BinaryOp, Extern, ExternKind, Step};
+use rdyn_ir::loops::{BinaryOp, BufId, Extern, ExternKind, Step};
 use rdyn_ir::{DType, Device, Expr};
 
 /// A 2-D convolution's operands and geometry (see [`Lowerer::conv2d`]).
@@ -132,14 +132,21 @@ impl Lowerer<'_> {
     /// The weight gradient `[c, 1, kh, kw]` from the output's gradient and
     /// the input, one extern step (the kernel checks that the sizes agree).
     fn depthwise_weight_grad(&mut self, node: &Node, kind: ExternKind) -> Res {
+        let out_buf = self.two_operand_extern(node, kind, ["grad_output", "input"])?;
+        Ok(Handled::Extern(vec![self.load_buffer(out_buf)]))
+    }
+
+    /// One extern step of `kind` reading the node's first two tensor
+    /// arguments (named `names`) into a buffer for its output.
+    fn two_operand_extern(&mut self, node: &Node, kind: ExternKind, names: [&str; 2]) -> Result<BufId, LowerError> {
         let (sizes, dtype) = self.out_meta(node)?;
-        let grad = self.tensor_arg(node, 0, "grad_output")?;
-        let x = self.tensor_arg(node, 1, "input")?;
-        let (g_buf, x_buf) = (self.buffer_for_extern(&grad), self.buffer_for_extern(&x));
+        let a = self.tensor_arg(node, 0, names[0])?;
+        let b = self.tensor_arg(node, 1, names[1])?;
+        let inputs = vec![self.buffer_for_extern(&a), self.buffer_for_extern(&b)];
         let out_v = node.outputs.first().copied().ok_or_else(|| invalid(&node.target, "no output"))?;
         let out_buf = self.extern_output(out_v, sizes, dtype);
-        self.prog.steps.push(Step::Extern(Extern { kind, inputs: vec![g_buf, x_buf], outputs: vec![out_buf] }));
-        Ok(Handled::Extern(vec![self.load_buffer(out_buf)]))
+        self.prog.steps.push(Step::Extern(Extern { kind, inputs, outputs: vec![out_buf] }));
+        Ok(out_buf)
     }
 
     /// Whether a library convolution of NCHW tensors on the CPU runs faster
@@ -277,13 +284,7 @@ impl Lowerer<'_> {
 
     fn depthwise(&mut self, node: &Node, kind: ExternKind) -> Res {
         self.check_conv2d(node)?;
-        let (sizes, dtype) = self.out_meta(node)?;
-        let x = self.tensor_arg(node, 0, "input")?;
-        let w = self.tensor_arg(node, 1, "weight")?;
-        let (x_buf, w_buf) = (self.buffer_for_extern(&x), self.buffer_for_extern(&w));
-        let out_v = node.outputs.first().copied().ok_or_else(|| invalid(&node.target, "no output"))?;
-        let out_buf = self.extern_output(out_v, sizes, dtype);
-        self.prog.steps.push(Step::Extern(Extern { kind, inputs: vec![x_buf, w_buf], outputs: vec![out_buf] }));
+        let out_buf = self.two_operand_extern(node, kind, ["input", "weight"])?;
         // The bias, per channel, is added by the consumers (it fuses into a
         // batch norm's scale and shift, or an activation).
         let result = self.load_buffer(out_buf);
