@@ -16,9 +16,9 @@ VENV="$ROOT/.venv"
 PY="$VENV/bin/python"
 # The project's, the tests' and the benchmark suite's (benches/requirements.txt;
 # timm for the wide corpus, benches/corpus.py).
-DEPS=(torch torchvision transformers maturin pytest expecttest hypothesis numpy plotly matplotlib tqdm timm)
+DEPS=(torch torchvision transformers maturin pytest pytest-xdist expecttest hypothesis numpy plotly matplotlib tqdm timm)
 # Module names to probe for each dependency (same order as DEPS).
-MODULES=(torch torchvision transformers maturin pytest expecttest hypothesis numpy plotly matplotlib tqdm timm)
+MODULES=(torch torchvision transformers maturin pytest xdist expecttest hypothesis numpy plotly matplotlib tqdm timm)
 
 say() { printf '[setup] %s\n' "$*"; }
 
