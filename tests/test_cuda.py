@@ -315,16 +315,21 @@ def test_polynomials_on_cuda_sim(name: str) -> None:
         torch.special.erfcx,
         torch.special.spherical_bessel_j0,
         torch.special.ndtri,
+        torch.special.digamma,
+        torch.special.erfinv,
     ],
     ids=lambda fn: fn.__name__,
 )
 def test_special_functions_on_cuda_sim(fn) -> None:
-    """Bessel I, erfcx, spherical j0 and ndtri as PTX against float64 eager
+    """Bessel I, erfcx, spherical j0, ndtri, digamma and erfinv as PTX (from
+    their one definition in `rdyn_ir::special`) against float64 eager
     across their branches: the series and the large-argument expansion
     (|x| = 20), overflow, the x < 0 branch of erfcx, the small-x series of
     j0, ndtri's tails (p < 0.02425 and above 0.97575), ±inf and NaN."""
     if fn is torch.special.ndtri:
         x = torch.tensor([0.0, 1.0, -0.1, 1.1, 0.5, 0.4999, 0.02, 0.03, 0.98, 0.97, 1e-10, 1e-30, 1e-45, 0.9999999, 0.3])
+    elif fn is torch.special.erfinv:
+        x = torch.tensor([0.0, -0.0, 1e-30, 1e-7, -0.3, 0.5, 0.9, -0.99, 0.999999, 1.0, -1.0, 1.5, float("nan")])
     else:
             x = torch.tensor(
             [0.0, -0.0, 1e-3, -0.3, 0.49, 0.5, -0.51, 1.0, -3.0, 5.0, 9.0, -9.0, -10.0, 19.9, 20.0, 20.1, -25.0, 30.0,

@@ -32,8 +32,9 @@
 //!   `emit.rs` lane arithmetic).
 //! - `ops.rs` and `fastmath.rs`: the op tables and branch-free float32
 //!   transcendentals; `special/`: float64 special functions (Bessel I/K/J/Y, Airy
-//!   Ai, erfcx, ndtri, zeta, incomplete gamma, orthogonal polynomials), those
-//!   written once in `rdyn_ir::special` compiled by Cranelift (`native.rs`).
+//!   Ai, erfcx, ndtri, zeta, incomplete gamma, digamma, erfinv, orthogonal
+//!   polynomials), those written once in `rdyn_ir::special` compiled by
+//!   Cranelift (`native.rs`; J and Y are libm's).
 //! - rdyn's own kernels: `gemm.rs` (with `blas.rs`, torch's BLAS),
 //!   `depthwise.rs` (and its weight gradient, `depthwise_grad.rs`), `scan.rs`,
 //!   `sort.rs`, `search.rs`.

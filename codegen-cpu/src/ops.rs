@@ -155,7 +155,6 @@ macro_rules! float_ops {
                 BinaryOp::Hypot => zip!(|x: $t, y: $t| x.hypot(y)),
                 BinaryOp::Copysign => zip!(|x: $t, y: $t| x.copysign(y)),
                 BinaryOp::Nextafter => zip!(|x: $t, y: $t| $libm_nextafter(x, y)),
-                BinaryOp::Polygamma => zip!(|n: $t, x: $t| polygamma(n as f64, x as f64) as $t),
                 BinaryOp::Zeta => zip!(|x: $t, q: $t| sp::zeta(x as f64, q as f64) as $t),
                 BinaryOp::Igamma => zip!(|a: $t, x: $t| sp::igamma(a as f64, x as f64) as $t),
                 BinaryOp::Igammac => zip!(|a: $t, x: $t| sp::igammac(a as f64, x as f64) as $t),
@@ -191,83 +190,14 @@ macro_rules! float_ops {
             }
         }
 
-        /// Inverse error function (Giles, 2010), refined by two Newton steps.
+        /// Inverse error function (defined in `rdyn_ir::special`).
         fn $erfinv(y: $t) -> $t {
-            if y <= -1.0 {
-                return if y == -1.0 { <$t>::NEG_INFINITY } else { <$t>::NAN };
-            }
-            if y >= 1.0 {
-                return if y == 1.0 { <$t>::INFINITY } else { <$t>::NAN };
-            }
-            let yd = y as f64;
-            let w = -((1.0 - yd) * (1.0 + yd)).ln();
-            let mut x = if w < 5.0 {
-                let w = w - 2.5;
-                let mut p = 2.810_226_36e-08;
-                for c in [
-                    3.432_739_39e-07,
-                    -3.523_387_7e-06,
-                    -4.391_506_54e-06,
-                    0.000_218_580_87,
-                    -0.001_253_725_03,
-                    -0.004_177_681_64,
-                    0.246_640_727,
-                    1.501_409_41,
-                ] {
-                    p = c + p * w;
-                }
-                p * yd
-            } else {
-                let w = w.sqrt() - 3.0;
-                let mut p = -0.000_200_214_257;
-                for c in [
-                    0.000_100_950_558,
-                    0.001_349_343_22,
-                    -0.003_673_428_44,
-                    0.005_739_507_73,
-                    -0.007_622_461_3,
-                    0.009_438_870_47,
-                    1.001_674_06,
-                    2.832_976_82,
-                ] {
-                    p = c + p * w;
-                }
-                p * yd
-            };
-            for _ in 0..2 {
-                let err = libm::erf(x) - yd;
-                x -= err / (2.0 / std::f64::consts::PI.sqrt() * (-x * x).exp());
-            }
-            x as $t
+            crate::special::native::call(rdyn_ir::special::Special::Erfinv, [y as f64, 0.0]) as $t
         }
 
-        /// Digamma by recurrence to x ≥ 6 and the asymptotic series.
+        /// Digamma (defined in `rdyn_ir::special`).
         fn $digamma(x: $t) -> $t {
-            let mut x = x as f64;
-            if x == 0.0 {
-                return if x.is_sign_negative() { <$t>::INFINITY } else { <$t>::NEG_INFINITY };
-            }
-            if x < 0.0 && x == x.floor() {
-                return <$t>::NAN;
-            }
-            let mut result = 0.0;
-            if x < 0.0 {
-                // Reflection: ψ(1 - x) - ψ(x) = π cot(πx)
-                let pi = std::f64::consts::PI;
-                result -= pi / (pi * x).tan();
-                x = 1.0 - x;
-            }
-            while x < 6.0 {
-                result -= 1.0 / x;
-                x += 1.0;
-            }
-            let inv = 1.0 / x;
-            let inv2 = inv * inv;
-            result += x.ln()
-                - 0.5 * inv
-                - inv2
-                    * (1.0 / 12.0 - inv2 * (1.0 / 120.0 - inv2 * (1.0 / 252.0 - inv2 * (1.0 / 240.0 - inv2 / 132.0))));
-            result as $t
+            crate::special::native::call(rdyn_ir::special::Special::Digamma, [x as f64, 0.0]) as $t
         }
     };
 }
@@ -381,68 +311,6 @@ fn unary_f32_body<const FMA: bool>(op: UnaryOp, x: &[f32], out: &mut [f32]) {
     }
 }
 float_ops!(f64, unary_f64, binary_f64, erfinv_f64, digamma_f64, libm::erf, libm::erfc, libm::lgamma, libm::nextafter);
-
-/// Hurwitz zeta ζ(s, q) for s > 1, by Euler–Maclaurin summation.
-#[allow(clippy::excessive_precision)] // published constants, digits as printed
-fn hurwitz_zeta(s: f64, q: f64) -> f64 {
-    // B_2k / (2k)! denominators as in the classic expansion.
-    const A: [f64; 12] = [
-        12.0,
-        -720.0,
-        30240.0,
-        -1209600.0,
-        47900160.0,
-        -1.8924375803183791606e9,
-        7.47242496e10,
-        -2.950130727918164224e12,
-        1.1646782814350067249e14,
-        -4.5979787224074726105e15,
-        1.8152105401943546773e17,
-        -7.1661652561756670113e18,
-    ];
-    if q <= 0.0 && q == q.floor() {
-        return f64::INFINITY;
-    }
-    let mut sum = q.powf(-s);
-    let mut a = q;
-    let mut b = 0.0;
-    let mut i = 0;
-    while i < 9 || a <= 9.0 {
-        i += 1;
-        a += 1.0;
-        b = a.powf(-s);
-        sum += b;
-        if (b / sum).abs() < 1e-17 {
-            return sum;
-        }
-    }
-    let w = a;
-    sum += b * w / (s - 1.0);
-    sum -= 0.5 * b;
-    let mut fac = 1.0;
-    let mut k = 0.0;
-    for coef in A {
-        fac *= s + k;
-        b /= w;
-        let t = fac * b / coef;
-        sum += t;
-        if (t / sum).abs() < 1e-17 {
-            break;
-        }
-        k += 1.0;
-        fac *= s + k;
-        b /= w;
-        k += 1.0;
-    }
-    sum
-}
-
-/// polygamma(n, x) = (-1)^(n+1) n! ζ(n+1, x), n ≥ 1.
-fn polygamma(n: f64, x: f64) -> f64 {
-    let factorial: f64 = (1..=n as u64).map(|k| k as f64).product();
-    let sign = if (n as u64) % 2 == 1 { 1.0 } else { -1.0 };
-    sign * factorial * hurwitz_zeta(n + 1.0, x)
-}
 
 /// `x` to the power `e` by squaring, wrapping as ATen's integer `pow`
 /// does, over the whole 64-bit exponent (`u32` exponents would cut

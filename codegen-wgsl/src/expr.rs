@@ -233,40 +233,6 @@ fn special_erfinv(x: f32) -> f32 {
     }
     return p * x;
 }
-// Hurwitz zeta(s, q), s > 1, by Euler-Maclaurin summation.
-fn special_zeta(s: f32, q: f32) -> f32 {
-    if (q <= 0.0f && q == floor(q)) { return special_inf(); }
-    var sum = powf(q, -s);
-    var a = q;
-    var b = 0.0f;
-    var i = 0;
-    loop {
-        if (i >= 9 && a > 9.0f) { break; }
-        i = i + 1; a = a + 1.0f; b = powf(a, -s); sum = sum + b;
-        if (abs(b / sum) < 1e-8f) { return sum; }
-    }
-    let w = a;
-    sum = sum + b * w / (s - 1.0f) - 0.5f * b;
-    var fac = 1.0f;
-    var k = 0.0f;
-    var den = array<f32, 12>(12.0f, -720.0f, 30240.0f, -1209600.0f, 47900160.0f, -1.8924375803e9f, 7.47242496e10f,
-        -2.9501307279e12f, 1.1646782814e14f, -4.5979787224e15f, 1.8152105402e17f, -7.1661652562e18f);
-    for (var j = 0; j < 12; j = j + 1) {
-        fac = fac * (s + k); b = b / w;
-        let t = fac * b / den[j];
-        sum = sum + t;
-        if (abs(t / sum) < 1e-8f) { break; }
-        k = k + 1.0f; fac = fac * (s + k); b = b / w; k = k + 1.0f;
-    }
-    return sum;
-}
-fn special_polygamma(n: f32, x: f32) -> f32 {
-    if (n == 0.0f) { return special_digamma(x); }
-    var factorial = 1.0f;
-    for (var k = 2.0f; k <= n; k = k + 1.0f) { factorial = factorial * k; }
-    let sign = select(-1.0f, 1.0f, n - 2.0f * floor(n * 0.5f) == 1.0f);
-    return sign * factorial * special_zeta(n + 1.0f, x);
-}
 // fmod, exact: subtract the largest b·2^k that fits, each step exact
 // (Sterbenz); at most ~280 steps.
 fn special_fmod(a: f32, b: f32) -> f32 {
@@ -485,7 +451,6 @@ impl BodyWriter<'_> {
             BinaryOp::Min | BinaryOp::Fmin => format!("min({a}, {b})"),
             BinaryOp::Atan2 if float => format!("atan2({a}, {b})"),
             BinaryOp::Nextafter if float => format!("special_nextafter({a}, {b})"),
-            BinaryOp::Polygamma if float => format!("special_polygamma({a}, {b})"),
             BinaryOp::Hypot if float => format!("sqrt({a} * {a} + {b} * {b})"),
             BinaryOp::Copysign if float => {
                 format!("bitcast<f32>((bitcast<u32>({a}) & 0x7fffffffu) | (bitcast<u32>({b}) & 0x80000000u))")

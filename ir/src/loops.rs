@@ -142,7 +142,7 @@ simple_enum! {
         Pow => "pow", Max => "max", Min => "min", Fmax => "fmax", Fmin => "fmin",
         Atan2 => "atan2", Hypot => "hypot", Copysign => "copysign", Nextafter => "nextafter",
         Eq => "eq", Ne => "ne", Lt => "lt", Le => "le", Gt => "gt", Ge => "ge",
-        And => "and", Or => "or", Xor => "xor", Polygamma => "polygamma",
+        And => "and", Or => "or", Xor => "xor",
         Zeta => "zeta", Igamma => "igamma", Igammac => "igammac",
         ChebyshevT => "chebyshev_t", ChebyshevU => "chebyshev_u", ChebyshevV => "chebyshev_v",
         ChebyshevW => "chebyshev_w", ShiftedChebyshevT => "shifted_chebyshev_t",

@@ -120,7 +120,7 @@ impl BinaryOp {
             B::And | B::Or | B::Xor => row(Cheap, Any, Logical, Interpreted),
             B::Copysign => row(Cheap, Float, Value, Interpreted),
             B::Atan2 | B::Hypot | B::Nextafter => row(Costly, Float, Value, Interpreted),
-            B::Polygamma | B::Zeta | B::Igamma | B::Igammac => row(Costly, Float, Value, Interpreted),
+            B::Zeta | B::Igamma | B::Igammac => row(Costly, Float, Value, Interpreted),
             // Polynomials: a short recurrence, and float only.
             B::ChebyshevT | B::ChebyshevU | B::ChebyshevV | B::ChebyshevW => row(Cheap, Float, Value, Interpreted),
             B::ShiftedChebyshevT | B::ShiftedChebyshevU | B::ShiftedChebyshevV | B::ShiftedChebyshevW => {

@@ -7,23 +7,11 @@
 //!
 //! The functions defined once in `rdyn_ir::special` (Bessel I and K, Airy
 //! Ai, spherical j0, Hermite, Laguerre and Legendre polynomials, Hurwitz
-//! zeta, erfcx), which the CUDA backend translates to PTX, run here as
+//! zeta, erfcx, ndtri, the incomplete gamma functions), which the CUDA backend translates to PTX, run here as
 //! that definition compiled to machine code by Cranelift ([`native`], on
 //! first use; the evaluator where Cranelift is off); the rest are Rust.
 
-use std::f64::consts::{FRAC_1_SQRT_2, PI};
-
-use rdyn_ir::approx::{NDTRI_ACKLAM as ACKLAM, NDTRI_TAIL};
 use rdyn_ir::special::Special;
-
-const EPS: f64 = 1.1102230246251565e-16;
-const EULER_GAMMA: f64 = 0.577_215_664_901_532_9;
-const SQRT_2PI: f64 = 2.506_628_274_631_000_5;
-
-/// Evaluates c[0]·z^{n-1} + … + c[n-1] (highest degree first).
-fn horner(c: &[f64], z: f64) -> f64 {
-    c.iter().fold(0.0, |acc, &v| acc * z + v)
-}
 
 // ---- Functions defined in `rdyn_ir::special` ----
 
@@ -118,7 +106,7 @@ pub fn y1(x: f64) -> f64 {
     bessel_y(x, libm::y1)
 }
 
-// ---- erfcx and ndtri ----
+// ---- erfcx and ndtri (defined in `rdyn_ir::special`) ----
 
 /// Scaled complementary error function exp(x²)·erfc(x) (defined in
 /// `rdyn_ir::special`).
@@ -126,53 +114,21 @@ pub fn erfcx(x: f64) -> f64 {
     native::call(Special::Erfcx, [x, 0.0])
 }
 
-/// Acklam's fractions (`rdyn_ir::approx`): the starting point of the
-/// Halley refinement.
-fn ndtri_guess(p: f64) -> f64 {
-    if p < NDTRI_TAIL {
-        let q = (-2.0 * p.ln()).sqrt();
-        return horner(&ACKLAM[2], q) / horner(&ACKLAM[3], q);
-    }
-    let c = p - 0.5;
-    c * horner(&ACKLAM[0], c * c) / horner(&ACKLAM[1], c * c)
-}
-
-/// Inverse of the standard normal CDF.
+/// Inverse of the standard normal CDF (defined in `rdyn_ir::special`).
 pub fn ndtri(p: f64) -> f64 {
-    if p.is_nan() || !(0.0..=1.0).contains(&p) {
-        return f64::NAN;
-    }
-    if p == 0.0 || p == 1.0 {
-        return if p == 0.0 { f64::NEG_INFINITY } else { f64::INFINITY };
-    }
-    let c = p - 0.5; // exact for p ≥ 0.25
-    if c.abs() > 0.25 {
-        // Tails; 1 - p is exact for p > 0.5.
-        return if p < 0.5 { ndtri_lower(p) } else { -ndtri_lower(1.0 - p) };
-    }
-    let mut x = ndtri_guess(p);
-    for _ in 0..2 {
-        // Halley step on Φ(x) - p = ½erf(x/√2) - c, free of cancellation.
-        let u = (0.5 * libm::erf(x * FRAC_1_SQRT_2) - c) * SQRT_2PI * (0.5 * x * x).exp();
-        x -= u / (1.0 + 0.5 * x * u);
-    }
-    x
+    native::call(Special::Ndtri, [p, 0.0])
 }
 
-/// ndtri for 0 < p < 0.25: Halley steps on (Φ(x) - p)/φ(x), with
-/// Φ(x)/φ(x) = √(π/2)·erfcx(-x/√2) so that the residual stays accurate deep
-/// into the tail (subnormal p included).
-fn ndtri_lower(p: f64) -> f64 {
-    let mut x = ndtri_guess(p);
-    for _ in 0..2 {
-        // (−x > 0 here: erfcx's nonnegative branch.)
-        let mills = (0.5 * PI).sqrt() * erfcx(-x * FRAC_1_SQRT_2);
-        let half_sq = 0.5 * x * x;
-        let ratio = if half_sq < 700.0 { p * SQRT_2PI * half_sq.exp() } else { SQRT_2PI * (p.ln() + half_sq).exp() };
-        let u = mills - ratio;
-        x -= u / (1.0 + 0.5 * x * u);
-    }
-    x
+/// Regularized lower incomplete gamma function P(a, x) (defined in
+/// `rdyn_ir::special`).
+pub fn igamma(a: f64, x: f64) -> f64 {
+    native::call(Special::Igamma, [a, x])
+}
+
+/// Regularized upper incomplete gamma function Q(a, x) (defined in
+/// `rdyn_ir::special`).
+pub fn igammac(a: f64, x: f64) -> f64 {
+    native::call(Special::Igammac, [a, x])
 }
 
 /// Hurwitz zeta ζ(x, q) = Σ_{k≥0} (k + q)^{-x} with the Cephes/PyTorch domain
@@ -181,13 +137,11 @@ pub fn zeta(x: f64, q: f64) -> f64 {
     native::call(Special::Zeta, [x, q])
 }
 
-mod gamma;
 pub mod native;
 #[cfg(test)]
 mod native_tests;
 mod poly;
 
-pub use gamma::{igamma, igammac};
 pub use poly::{
     chebyshev_t, chebyshev_u, chebyshev_v, chebyshev_w, shifted_chebyshev_t, shifted_chebyshev_u, shifted_chebyshev_v,
     shifted_chebyshev_w,

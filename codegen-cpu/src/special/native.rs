@@ -55,7 +55,7 @@ pub fn code(which: Special) -> Option<Native> {
 type Routine = extern "C" fn(f64) -> f64;
 
 /// The library routines compiled bodies call, by symbol: the evaluator's.
-const LIBRARY: [(Unary, &str, Routine); 7] = [
+const LIBRARY: [(Unary, &str, Routine); 11] = [
     (Unary::Exp, "rdyn_special_exp", exp),
     (Unary::Log, "rdyn_special_log", log),
     (Unary::Sin, "rdyn_special_sin", sin),
@@ -63,8 +63,24 @@ const LIBRARY: [(Unary, &str, Routine); 7] = [
     (Unary::Sinh, "rdyn_special_sinh", sinh),
     (Unary::Cosh, "rdyn_special_cosh", cosh),
     (Unary::Erfc, "rdyn_special_erfc", erfc),
+    (Unary::Log1p, "rdyn_special_log1p", log1p),
+    (Unary::Expm1, "rdyn_special_expm1", expm1),
+    (Unary::Lgamma, "rdyn_special_lgamma", lgamma),
+    (Unary::Tgamma, "rdyn_special_tgamma", tgamma),
 ];
 
+extern "C" fn lgamma(x: f64) -> f64 {
+    libm::lgamma(x)
+}
+extern "C" fn tgamma(x: f64) -> f64 {
+    libm::tgamma(x)
+}
+extern "C" fn log1p(x: f64) -> f64 {
+    x.ln_1p()
+}
+extern "C" fn expm1(x: f64) -> f64 {
+    x.exp_m1()
+}
 extern "C" fn exp(x: f64) -> f64 {
     x.exp()
 }
@@ -380,7 +396,17 @@ impl<'a, 'b> Translator<'a, 'b> {
             Unary::Abs => self.b.ins().fabs(a),
             Unary::Sqrt => self.b.ins().sqrt(a),
             Unary::Floor => self.b.ins().floor(a),
-            Unary::Exp | Unary::Log | Unary::Sin | Unary::Cos | Unary::Sinh | Unary::Cosh | Unary::Erfc => {
+            Unary::Exp
+            | Unary::Log
+            | Unary::Sin
+            | Unary::Cos
+            | Unary::Sinh
+            | Unary::Cosh
+            | Unary::Erfc
+            | Unary::Log1p
+            | Unary::Expm1
+            | Unary::Lgamma
+            | Unary::Tgamma => {
                 let callee = self.library.iter().find(|(o, _)| *o == op).map(|(_, f)| *f);
                 match callee {
                     Some(callee) => {

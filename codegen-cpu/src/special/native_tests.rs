@@ -93,7 +93,20 @@ fn language_tour() -> SpecialFn {
     let small = b.abs(x);
     let small = b.lt(small, 1e-3);
     b.return_if(small, mn);
-    for op in [Unary::Exp, Unary::Log, Unary::Sin, Unary::Cos, Unary::Sinh, Unary::Cosh, Unary::Erfc, Unary::Sqrt] {
+    for op in [
+        Unary::Exp,
+        Unary::Log,
+        Unary::Sin,
+        Unary::Cos,
+        Unary::Sinh,
+        Unary::Cosh,
+        Unary::Erfc,
+        Unary::Sqrt,
+        Unary::Log1p,
+        Unary::Expm1,
+        Unary::Lgamma,
+        Unary::Tgamma,
+    ] {
         let v = b.unary(op, y);
         b.update(acc, Binary::Sub, acc, v);
     }

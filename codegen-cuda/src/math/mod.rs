@@ -1,11 +1,11 @@
 //! The function emitters: float32 exp/log family, trigonometry, float64
-//! exp/log in software, special functions, Bessel functions, incomplete
-//! gamma, orthogonal polynomials, random bits. Each imports only from
+//! exp/log in software, special functions, Bessel functions, erfc in
+//! float64, orthogonal polynomials, random bits. Each imports only from
 //! `ptx/` and from this floor.
 
 pub mod bessel;
 pub mod hash;
-pub mod igamma;
+pub mod lib64;
 pub mod math32;
 pub mod math64;
 pub mod poly;

@@ -1,10 +1,10 @@
 //! The one translator from `rdyn_ir::special` bodies to PTX: the special
-//! functions written once there (Bessel I and K, Airy Ai, spherical j0)
-//! become float64 PTX here, operation for operation as the CPU backend
+//! functions written once there (Bessel I and K, Airy Ai, spherical j0,
+//! zeta, erfcx, ndtri, the incomplete gamma functions) become float64 PTX here, operation for operation as the CPU backend
 //! evaluates them. Registers map to `.f64` registers (constants to
 //! immediates), flags to predicates, `if` and `loop` to branches; exp, log,
-//! pow, sinh and cosh use the software float64 routines of `math64.rs`, erfc
-//! `igamma::erfc64`, sin and cos `bessel::sincos64`. Arguments and results are float32 registers,
+//! pow, log1p, expm1, sinh and cosh use the software float64 routines of
+//! `math64.rs`, erfc and lgamma (Γ as its exponential) `lib64.rs`, sin and cos `bessel::sincos64`. Arguments and results are float32 registers,
 //! converted to and from float64 around the body.
 
 use rdyn_ir::special::{Binary, Cmp, Flag, Logic, Reg, SpecialFn, Stmt, Unary};
@@ -75,10 +75,17 @@ impl Tr<'_> {
             Unary::Floor => plain(f, "cvt.rmi.f64"),
             Unary::Exp => math64::exp(f, a),
             Unary::Log => math64::log(f, a),
+            Unary::Log1p => math64::log1p(f, a),
+            Unary::Expm1 => math64::expm1(f, a),
+            Unary::Lgamma => crate::math::lib64::lgamma(f, a),
+            Unary::Tgamma => {
+                let l = crate::math::lib64::lgamma(f, a);
+                math64::exp(f, &l)
+            }
             Unary::Sin => sincos64(f, a).0,
             Unary::Cos => sincos64(f, a).1,
             Unary::Sinh => sinh(f, a),
-            Unary::Erfc => crate::math::igamma::erfc64(f, a),
+            Unary::Erfc => crate::math::lib64::erfc64(f, a),
             Unary::Cosh => {
                 // (e^|a| + 1/e^|a|)/2.
                 let aa = f.op(Class::F64, "abs", &[a]);

@@ -6,7 +6,7 @@ use rdyn_ir::loops::BinaryOp;
 use rdyn_ir::{DType, Kind};
 
 use crate::math::math32::pow;
-use crate::math::{hash, igamma, math64, poly, special, trig};
+use crate::math::{hash, math64, poly, trig};
 use crate::ptx::arith::{add, copysign, div, k, op1, sub};
 use crate::ptx::checks::Checks;
 use crate::ptx::convert::fit;
@@ -145,12 +145,15 @@ fn float_binary(f: &mut Func, op: BinaryOp, a: &str, b: &str, class: Class, from
         BinaryOp::Pow if class == Class::F32 => pow(f, a, b),
         BinaryOp::Pow => math64::pow(f, a, b),
         BinaryOp::Nextafter if class == Class::F32 => nextafter(f, a, b),
-        BinaryOp::Polygamma if class == Class::F32 => special::polygamma(f, a, b),
         BinaryOp::Zeta if class == Class::F32 => {
             crate::math::scalar::call_f32(f, rdyn_ir::special::Special::Zeta.body(), &[a, b])
         }
-        BinaryOp::Igamma if class == Class::F32 => igamma::igamma(f, a, b, false),
-        BinaryOp::Igammac if class == Class::F32 => igamma::igamma(f, a, b, true),
+        BinaryOp::Igamma if class == Class::F32 => {
+            crate::math::scalar::call_f32(f, rdyn_ir::special::Special::Igamma.body(), &[a, b])
+        }
+        BinaryOp::Igammac if class == Class::F32 => {
+            crate::math::scalar::call_f32(f, rdyn_ir::special::Special::Igammac.body(), &[a, b])
+        }
         other if class == Class::F32 => poly::polynomial(f, other, a, b).ok_or_else(|| unsupported(other, from))?,
         other => return Err(unsupported(other, from)),
     })

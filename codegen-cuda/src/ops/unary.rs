@@ -155,11 +155,11 @@ fn float32_special_unary(f: &mut Func, op: UnaryOp, x: &str) -> Result<String, P
             keep_nan(f, x, &r)
         }
         UnaryOp::Lgamma => special::lgamma(f, x),
-        UnaryOp::Digamma => special::digamma(f, x),
-        UnaryOp::Erfinv => special::erfinv(f, x),
+        UnaryOp::Digamma => scalar(f, Special::Digamma, x),
+        UnaryOp::Erfinv => scalar(f, Special::Erfinv, x),
         UnaryOp::SphericalJ0 => scalar(f, Special::SphericalJ0, x),
         UnaryOp::Erfcx => scalar(f, Special::Erfcx, x),
-        UnaryOp::Ndtri => special::ndtri(f, x),
+        UnaryOp::Ndtri => scalar(f, Special::Ndtri, x),
         UnaryOp::I0 => scalar(f, Special::I0, x),
         UnaryOp::I0e => scalar(f, Special::I0e, x),
         UnaryOp::I1 => scalar(f, Special::I1, x),

@@ -61,6 +61,10 @@ fn unary(op: Unary, a: f64) -> f64 {
         Unary::Sinh => a.sinh(),
         Unary::Cosh => a.cosh(),
         Unary::Erfc => libm::erfc(a),
+        Unary::Log1p => a.ln_1p(),
+        Unary::Expm1 => a.exp_m1(),
+        Unary::Lgamma => libm::lgamma(a),
+        Unary::Tgamma => libm::tgamma(a),
     }
 }
 

@@ -2,7 +2,8 @@
 //! functions written in it, and its reference evaluator.
 //!
 //! Each special function (Bessel I and K, Airy Ai, spherical j0, the
-//! Hermite, Laguerre and Legendre polynomials, Hurwitz zeta, erfcx, …) used to
+//! Hermite, Laguerre and Legendre polynomials, Hurwitz zeta, erfcx, ndtri,
+//! digamma, erfinv, the incomplete gamma functions) used to
 //! be written twice, as float64 Rust for the CPU backend and as a PTX
 //! emitter for CUDA, and the two drifted apart. Here each is a builder
 //! function producing a [`SpecialFn`]: a body of float64 registers
@@ -27,8 +28,11 @@ mod bessel;
 mod builder;
 mod erf;
 mod eval;
+mod gamma;
+mod ndtri;
 mod poly;
 mod print;
+mod psi;
 mod zeta;
 
 pub use builder::{Builder, Operand};
@@ -45,8 +49,8 @@ pub struct Reg(pub u32);
 pub struct Flag(pub u32);
 
 /// One-operand float64 operations. `Exp`, `Log`, `Sin`, `Cos`, `Sinh`,
-/// `Cosh` and `Erfc` are library functions on the CPU (Rust's, `libm`'s
-/// erfc), accurate to an ulp or so, and float64 software routines in PTX
+/// `Cosh`, `Erfc`, `Log1p`, `Expm1`, `Lgamma` and `Tgamma` are library functions on the CPU (Rust's, `libm`'s
+/// erfc, lgamma and tgamma), accurate to an ulp or so, and float64 software routines in PTX
 /// (erfc within a few hundred float64 ulps near 2, where its series
 /// cancels: far below a float32 ulp).
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
@@ -62,6 +66,12 @@ pub enum Unary {
     Sinh,
     Cosh,
     Erfc,
+    Log1p,
+    Expm1,
+    /// ln|Γ(x)| (PTX: for x > 0 only).
+    Lgamma,
+    /// Γ(x) (PTX: for x > 0 only).
+    Tgamma,
 }
 
 /// Two-operand float64 operations (each rounded once). `Min`/`Max` ignore
@@ -205,10 +215,15 @@ pub enum Special {
     LegendreP,
     Zeta,
     Erfcx,
+    Ndtri,
+    Igamma,
+    Igammac,
+    Digamma,
+    Erfinv,
 }
 
 impl Special {
-    pub const ALL: [Special; 16] = [
+    pub const ALL: [Special; 21] = [
         Special::I0,
         Special::I0e,
         Special::I1,
@@ -225,6 +240,11 @@ impl Special {
         Special::LegendreP,
         Special::Zeta,
         Special::Erfcx,
+        Special::Ndtri,
+        Special::Igamma,
+        Special::Igammac,
+        Special::Digamma,
+        Special::Erfinv,
     ];
 
     /// The function's body, built on first use.
@@ -252,6 +272,11 @@ impl Special {
             Special::LegendreP => poly::legendre_p(),
             Special::Zeta => zeta::zeta(),
             Special::Erfcx => erf::erfcx(),
+            Special::Ndtri => ndtri::ndtri(),
+            Special::Igamma => gamma::igamma(),
+            Special::Igammac => gamma::igammac(),
+            Special::Digamma => psi::digamma(),
+            Special::Erfinv => erf::erfinv(),
         }
     }
 
@@ -277,6 +302,41 @@ mod tests {
         assert!(Special::K0.eval(&[f64::NAN]).is_nan());
         assert_eq!(Special::K1.eval(&[0.0]), f64::INFINITY);
         assert!((Special::SphericalJ0.eval(&[3.0]) - 3f64.sin() / 3.0).abs() < 1e-16);
+    }
+
+    /// The functions ported last, against closed forms: ψ(1) = −γ,
+    /// ψ(½) = −γ − 2 ln 2, ψ(−½) = ψ(½) + 2 (reflection and recurrence),
+    /// erfinv(erf(x)) = x, Φ(ndtri(p)) = p, P(1, x) = 1 − e^(−x),
+    /// Q(½, x) = erfc(√x).
+    #[test]
+    fn closed_forms() {
+        const EULER: f64 = 0.577_215_664_901_532_9;
+        let close = |got: f64, want: f64, tol: f64| {
+            assert!((got - want).abs() <= tol * want.abs().max(1e-300), "{got:e} vs {want:e}")
+        };
+        close(Special::Digamma.eval(&[1.0]), -EULER, 1e-15);
+        let half = -EULER - 2.0 * std::f64::consts::LN_2;
+        close(Special::Digamma.eval(&[0.5]), half, 1e-15);
+        // (−1.96 + 2: the cancellation costs two digits of relative error.)
+        close(Special::Digamma.eval(&[-0.5]), half + 2.0, 1e-13);
+        assert_eq!(Special::Digamma.eval(&[-0.0]), f64::INFINITY);
+        assert!(Special::Digamma.eval(&[-3.0]).is_nan());
+        for x in [-2.5, -0.7, -1e-9, 3e-5, 0.3, 1.1, 2.9] {
+            close(Special::Erfinv.eval(&[libm::erf(x)]), x, 1e-13);
+        }
+        assert_eq!(Special::Erfinv.eval(&[-1.0]), f64::NEG_INFINITY);
+        assert!(Special::Erfinv.eval(&[1.5]).is_nan());
+        for p in [1e-300, 1e-12, 0.01, 0.2, 0.5 + 1e-9, 0.7, 0.99, 1.0 - 1e-10] {
+            let x = Special::Ndtri.eval(&[p]);
+            let phi = 0.5 * libm::erfc(-x / std::f64::consts::SQRT_2);
+            close(phi, p, 1e-13);
+        }
+        for x in [1e-8, 0.3, 1.0, 2.5, 40.0] {
+            close(Special::Igamma.eval(&[1.0, x]), -(-x).exp_m1(), 1e-14);
+            close(Special::Igammac.eval(&[0.5, x]), libm::erfc(x.sqrt()), 1e-13);
+        }
+        assert!(Special::Igamma.eval(&[-1.0, 1.0]).is_nan());
+        assert_eq!(Special::Igammac.eval(&[1.0, f64::INFINITY]), 0.0);
     }
 
     #[test]

@@ -18,6 +18,10 @@ impl Display for Unary {
             Unary::Sinh => "sinh",
             Unary::Cosh => "cosh",
             Unary::Erfc => "erfc",
+            Unary::Log1p => "log1p",
+            Unary::Expm1 => "expm1",
+            Unary::Lgamma => "lgamma",
+            Unary::Tgamma => "tgamma",
         };
         f.write_str(s)
     }

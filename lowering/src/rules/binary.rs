@@ -276,7 +276,9 @@ fn promote_args(lw: &Lowerer<'_>, args: &[&Arg]) -> DType {
     result.unwrap_or(DType::F32)
 }
 
-/// polygamma(n, x) = (-1)^(n+1) n! zeta(n+1, x); digamma for n = 0.
+/// polygamma(n, x) = (-1)^(n+1) n!·zeta(n+1, x) for n ≥ 1 (n! and the sign
+/// a constant: n is a Python int); digamma for n = 0. A negative n goes to
+/// eager, which raises.
 pub(super) fn polygamma(lw: &mut Lowerer<'_>, node: &Node) -> Res {
     let (sizes, out) = lw.out_meta(node)?;
     if !out.is_float() {
@@ -285,11 +287,18 @@ pub(super) fn polygamma(lw: &mut Lowerer<'_>, node: &Node) -> Res {
     let n = node.arg(0, "n").as_int().ok_or_else(|| unsupported(&node.target, "n"))?;
     let x = lw.operand(node.arg(1, "self"), &sizes, out, &node.target)?;
     let s = &mut lw.prog.scalars;
-    let v = if n == 0 {
-        s.unary(UnaryOp::Digamma, x, out)
-    } else {
-        let nn = s.constant(n as f64, out);
-        s.binary(BinaryOp::Polygamma, nn, x, out)
+    let v = match n {
+        0 => s.unary(UnaryOp::Digamma, x, out),
+        1.. => {
+            let order = s.constant(n as f64 + 1.0, out);
+            let z = s.binary(BinaryOp::Zeta, order, x, out);
+            // n! is +inf in float64 past 170 (and n may be any int).
+            let factorial: f64 = (1..=n.min(171)).map(|k| k as f64).product();
+            let sign = if n % 2 == 1 { 1.0 } else { -1.0 };
+            let scale = s.constant(sign * factorial, out);
+            s.binary(BinaryOp::Mul, scale, z, out)
+        }
+        _ => return Err(unsupported(&node.target, "negative n")),
     };
     native(sizes, v, out)
 }
