@@ -1,5 +1,6 @@
 //! Per-element time of the special functions defined in `rdyn_ir::special`,
-//! single thread: the hand-written routines they replaced (`old.rs`), the
+//! single thread: the hand-written routines they replaced (`old.rs`,
+//! `old_gamma.rs`), the
 //! reference evaluator, and the Cranelift-compiled code the CPU backend
 //! calls (`rdyn_codegen_cpu::special`). `tests/hand_written.rs` checks the
 //! compiled code against the hand-written routines in ulps.
@@ -8,6 +9,8 @@
 
 #[path = "../../tests/hand_written/old.rs"]
 mod old;
+#[path = "../../tests/hand_written/old_gamma.rs"]
+mod old_gamma;
 
 use std::hint::black_box;
 use std::time::Instant;
@@ -80,6 +83,25 @@ fn cases() -> Vec<Case> {
         two("laguerre_l", Special::LaguerreL, old::laguerre_l, sp::laguerre_l, (0.0, 10.0)),
         two("legendre_p", Special::LegendreP, old::legendre_p, sp::legendre_p, (-1.0, 1.0)),
         Case { second: (0.5, 20.0), whole: false, ..two("zeta", Special::Zeta, old::zeta, sp::zeta, (1.5, 8.0)) },
+        one("ndtri", Special::Ndtri, old_gamma::ndtri, sp::ndtri, (0.0, 1.0)),
+        one("erfinv", Special::Erfinv, old_gamma::erfinv, |y| sp::native::call(Special::Erfinv, [y, 0.0]), (-1.0, 1.0)),
+        one(
+            "digamma",
+            Special::Digamma,
+            old_gamma::digamma,
+            |x| sp::native::call(Special::Digamma, [x, 0.0]),
+            (-10.0, 30.0),
+        ),
+        Case {
+            second: (0.0, 60.0),
+            whole: false,
+            ..two("igamma", Special::Igamma, old_gamma::igamma, sp::igamma, (0.1, 50.0))
+        },
+        Case {
+            second: (0.0, 60.0),
+            whole: false,
+            ..two("igammac", Special::Igammac, old_gamma::igammac, sp::igammac, (0.1, 50.0))
+        },
     ]
 }
 
