@@ -498,6 +498,31 @@ fn masked_loads_compile_bitwise() {
     }
 }
 
+/// Every other element, both parities (`x[..., ::2] - x[..., 1::2]`):
+/// the 4-lane loop reads stride-2 lanes with two loads and a shuffle; the
+/// last row's odd lanes end at the buffer's last element. Tiles of 16 and
+/// 256 cover the 16-, 4- and 1-lane loops.
+#[test]
+fn stride_two_loads_compile_bitwise() {
+    if !super::enabled() {
+        return;
+    }
+    let (i0, i1) = (Expr::v(0), Expr::v(1));
+    let even = i0.scale(74).add(&i1.scale(2));
+    for tile in [16, 256] {
+        let insts = vec![
+            load(0, 0, even.clone()),
+            load(1, 0, even.add(&Expr::c(1))),
+            f32_inst(2, InstOp::Binary(BinaryOp::Sub, 0, 1)),
+        ];
+        let stage = f32_stage(2, None, insts, 2, &i0.scale(37).add(&i1), 3);
+        let kernel = one_stage(vec![2, 37], TileMode::Outer, stage, tile);
+        let (jit, interp, compiled) = both(kernel, 2, 2 * 37);
+        assert!(compiled, "stage was not compiled");
+        assert_eq!(jit, interp, "tile {tile}");
+    }
+}
+
 /// `where(mask, a, -inf)` with the mask read from a row-major bool buffer
 /// (bytes 0, 1 and 2: any non-zero byte is true), four bytes per load in
 /// the 4-lane loops; tiles of 16 and 256 cover the 16-, 4- and 1-lane loops.
