@@ -61,7 +61,7 @@ if ((workers > 1)); then
     xdist=(-n "$workers")
     for arg in "$@"; do
         case "$arg" in
-            -n | -n* | --numprocesses* | -p | --pdb) xdist=() ;;
+            -n* | --numprocesses* | -p | --pdb) xdist=() ;;
         esac
     done
 fi

@@ -13,7 +13,7 @@ use rdyn_ir::loops::{BinaryOp, ReduceOp, UnaryOp};
 use crate::special as sp;
 
 macro_rules! float_ops {
-    ($t:ident, $unary:ident, $binary:ident, $erfinv:ident, $digamma:ident, $libm_erf:path, $libm_erfc:path, $libm_lgamma:path, $libm_nextafter:path) => {
+    ($t:ident, $unary:ident, $binary:ident, $libm_erf:path, $libm_erfc:path, $libm_lgamma:path, $libm_nextafter:path) => {
         pub fn $unary(op: UnaryOp, x: &[$t], out: &mut [$t]) {
             macro_rules! map {
                 ($f:expr) => {
@@ -56,7 +56,7 @@ macro_rules! float_ops {
                         * (0.5 * std::f64::consts::FRAC_2_SQRT_PI * std::f64::consts::FRAC_1_SQRT_2) as $t
                 }),
                 UnaryOp::Erfc => map!(|v: $t| $libm_erfc(v)),
-                UnaryOp::Erfinv => map!(|v: $t| $erfinv(v)),
+                UnaryOp::Erfinv => map!(|v: $t| sp::erfinv(v as f64) as $t),
                 UnaryOp::Floor => map!(|v: $t| v.floor()),
                 UnaryOp::Ceil => map!(|v: $t| v.ceil()),
                 UnaryOp::Round => map!(|v: $t| v.round_ties_even()),
@@ -76,7 +76,7 @@ macro_rules! float_ops {
                 UnaryOp::IsInf => map!(|v: $t| v.is_infinite() as u8 as $t),
                 UnaryOp::Signbit => map!(|v: $t| v.is_sign_negative() as u8 as $t),
                 UnaryOp::Lgamma => map!(|v: $t| $libm_lgamma(v)),
-                UnaryOp::Digamma => map!(|v: $t| $digamma(v)),
+                UnaryOp::Digamma => map!(|v: $t| sp::digamma(v as f64) as $t),
                 UnaryOp::I0 => map!(|v: $t| sp::i0(v as f64) as $t),
                 UnaryOp::I0e => map!(|v: $t| sp::i0e(v as f64) as $t),
                 UnaryOp::I1 => map!(|v: $t| sp::i1(v as f64) as $t),
@@ -189,30 +189,10 @@ macro_rules! float_ops {
                 }
             }
         }
-
-        /// Inverse error function (defined in `rdyn_ir::special`).
-        fn $erfinv(y: $t) -> $t {
-            crate::special::native::call(rdyn_ir::special::Special::Erfinv, [y as f64, 0.0]) as $t
-        }
-
-        /// Digamma (defined in `rdyn_ir::special`).
-        fn $digamma(x: $t) -> $t {
-            crate::special::native::call(rdyn_ir::special::Special::Digamma, [x as f64, 0.0]) as $t
-        }
     };
 }
 
-float_ops!(
-    f32,
-    unary_f32_generic,
-    binary_f32_body,
-    erfinv_f32,
-    digamma_f32,
-    libm::erff,
-    libm::erfcf,
-    libm::lgammaf,
-    libm::nextafterf
-);
+float_ops!(f32, unary_f32_generic, binary_f32_body, libm::erff, libm::erfcf, libm::lgammaf, libm::nextafterf);
 
 /// float32 unary ops: the common transcendentals use the vectorisable
 /// versions in [`crate::fastmath`], compiled for AVX2+FMA and AVX-512 too
@@ -310,7 +290,7 @@ fn unary_f32_body<const FMA: bool>(op: UnaryOp, x: &[f32], out: &mut [f32]) {
         other => unary_f32_generic(other, x, out),
     }
 }
-float_ops!(f64, unary_f64, binary_f64, erfinv_f64, digamma_f64, libm::erf, libm::erfc, libm::lgamma, libm::nextafter);
+float_ops!(f64, unary_f64, binary_f64, libm::erf, libm::erfc, libm::lgamma, libm::nextafter);
 
 /// `x` to the power `e` by squaring, wrapping as ATen's integer `pow`
 /// does, over the whole 64-bit exponent (`u32` exponents would cut

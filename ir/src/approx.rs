@@ -1,5 +1,7 @@
-//! Coefficients of function approximations that more than one backend
-//! evaluates, so each scalar op means the same numbers everywhere.
+//! Coefficients of function approximations, kept apart from the bodies in
+//! [`crate::special`] that evaluate them (and from the tests that keep the
+//! replaced routines as a baseline), so each scalar op means the same
+//! numbers everywhere.
 
 /// Acklam's rational approximations of the standard normal quantile
 /// (`ndtri`), highest degree first, relative error below 1.2e-9:

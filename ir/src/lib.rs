@@ -15,7 +15,7 @@
 //!   is what `cast`, `binary` and `select` fold as they build nodes.
 //! - `print`: the text form (`RDYN_LOG=ir`, the IR tests); [`parse`]: reading it
 //!   back; [`verify`]: structural checks run after every lowering pass in debug builds.
-//! - [`approx`]: approximation coefficients several backends evaluate (ndtri's).
+//! - [`approx`]: approximation coefficients of the special functions (ndtri's, Temme's, Airy's).
 //! - [`blas`]: which strided layouts a BLAS reads as matrices, shared by the GEMM
 //!   lowering and the cuBLAS call.
 //! - [`random`]: the counter-based random numbers every backend computes.

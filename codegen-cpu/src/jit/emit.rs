@@ -14,7 +14,7 @@
 use std::collections::HashMap;
 
 use cranelift_codegen::ir::condcodes::FloatCC;
-use cranelift_codegen::ir::{types, InstBuilder, MemFlagsData, Opcode, Type, Value, ValueDef};
+use cranelift_codegen::ir::{types, Endianness, InstBuilder, MemFlagsData, Opcode, Type, Value, ValueDef};
 use cranelift_frontend::FunctionBuilder;
 use rdyn_ir::loops::{BinaryOp, ReduceOp, UnaryOp};
 use rdyn_ir::random::{FMIX, GOLDEN};
@@ -74,6 +74,17 @@ pub(super) struct Em<'a, 'b> {
 }
 
 impl Em<'_, '_> {
+    /// Four float32 lanes picked from `a` (lanes 0-3) and `b` (lanes 4-7):
+    /// lane `l` of the result is lane `from[l]` (one shuffle).
+    pub fn pick_lanes(&mut self, a: Value, b: Value, from: [u8; 4]) -> Value {
+        let le = MemFlagsData::new().with_endianness(Endianness::Little);
+        let (a, b) = (self.b.ins().bitcast(types::I8X16, le, a), self.b.ins().bitcast(types::I8X16, le, b));
+        let order: Vec<u8> = from.iter().flat_map(|&l| (0..4).map(move |k| 4 * l + k)).collect();
+        let order = self.b.func.dfg.immediates.push(order.as_slice().into());
+        let v = self.b.ins().shuffle(a, b, order);
+        self.b.ins().bitcast(types::F32X4, le, v)
+    }
+
     pub fn fty(&self) -> Type {
         if self.wide {
             types::F32X4

@@ -12,9 +12,7 @@
 //! `maxps` per step and a single NaN check.
 
 use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
-use cranelift_codegen::ir::{
-    types, AbiParam, Endianness, InstBuilder, MemFlagsData, StackSlotData, StackSlotKind, Value,
-};
+use cranelift_codegen::ir::{types, AbiParam, InstBuilder, MemFlagsData, StackSlotData, StackSlotKind, Value};
 use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext};
 use cranelift_jit::JITModule;
 use cranelift_module::{FuncId, Linkage, Module};
@@ -454,9 +452,9 @@ fn fold_store(b: &mut FunctionBuilder, pool: &Pool, op: ReduceOp, slot: Value, o
         let (lo, hi) = (best(&mut em, op, g[0], g[2]), best(&mut em, op, g[1], g[3]));
         let w = best(&mut em, op, lo, hi);
         // Lanes (0 ⊕ 2, 1 ⊕ 3), then their pair, in vector registers.
-        let halves = lanes_moved(&mut em, w, [2, 3, 0, 1]);
+        let halves = em.pick_lanes(w, w, [2, 3, 0, 1]);
         let x = best(&mut em, op, w, halves);
-        let pair = lanes_moved(&mut em, x, [1, 0, 3, 2]);
+        let pair = em.pick_lanes(x, x, [1, 0, 3, 2]);
         let r = best(&mut em, op, x, pair);
         let r = em.b.ins().extractlane(r, 0);
         let any_nan = em.b.ins().vany_true(nan);
@@ -486,17 +484,6 @@ fn nan_lanes(b: &mut FunctionBuilder, values: &[Value]) -> Value {
         masks = masks.chunks(2).map(|p| if p.len() == 2 { b.ins().bor(p[0], p[1]) } else { p[0] }).collect();
     }
     masks[0]
-}
-
-/// `v` with its lanes rearranged: lane `l` of the result is lane
-/// `from[l]` of `v` (one `pshufd`).
-fn lanes_moved(em: &mut Em, v: Value, from: [u8; 4]) -> Value {
-    let le = MemFlagsData::new().with_endianness(Endianness::Little);
-    let bytes = em.b.ins().bitcast(types::I8X16, le, v);
-    let mask: Vec<u8> = from.iter().flat_map(|&l| (0..4).map(move |k| 4 * l + k)).collect();
-    let mask = em.b.func.dfg.immediates.push(mask.as_slice().into());
-    let moved = em.b.ins().shuffle(bytes, bytes, mask);
-    em.b.ins().bitcast(types::F32X4, le, moved)
 }
 
 /// `rdyn_unary_tile(code, src, dst, lanes)`: a transcendental over `lanes`

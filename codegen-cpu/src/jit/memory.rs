@@ -52,12 +52,7 @@ pub(super) fn load(em: &mut Em, p: Value, group: i64, step: i64, dtype: DType) -
         let flags = MemFlagsData::new().with_notrap();
         let a = em.b.ins().load(types::F32X4, flags, p, base);
         let b = em.b.ins().load(types::F32X4, flags, p, base + 12);
-        let le = MemFlagsData::new().with_endianness(Endianness::Little);
-        let (a, b) = (em.b.ins().bitcast(types::I8X16, le, a), em.b.ins().bitcast(types::I8X16, le, b));
-        let order: Vec<u8> = [0u8, 2, 5, 7].iter().flat_map(|&l| (0..4).map(move |k| 4 * l + k)).collect();
-        let order = em.b.func.dfg.immediates.push(order.as_slice().into());
-        let v = em.b.ins().shuffle(a, b, order);
-        return em.b.ins().bitcast(types::F32X4, le, v);
+        return em.pick_lanes(a, b, [0, 2, 5, 7]);
     }
     if dtype == DType::BF16 && step == 1 {
         // Four bfloat16s in one 8-byte load, zero-extended to 32-bit lanes

@@ -119,6 +119,16 @@ pub fn ndtri(p: f64) -> f64 {
     native::call(Special::Ndtri, [p, 0.0])
 }
 
+/// Inverse error function (defined in `rdyn_ir::special`).
+pub fn erfinv(y: f64) -> f64 {
+    native::call(Special::Erfinv, [y, 0.0])
+}
+
+/// Digamma ψ(x) (defined in `rdyn_ir::special`).
+pub fn digamma(x: f64) -> f64 {
+    native::call(Special::Digamma, [x, 0.0])
+}
+
 /// Regularized lower incomplete gamma function P(a, x) (defined in
 /// `rdyn_ir::special`).
 pub fn igamma(a: f64, x: f64) -> f64 {

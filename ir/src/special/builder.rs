@@ -228,6 +228,23 @@ impl Builder {
         self.push(Stmt::Loop { counter, first, max_iters, body });
     }
 
+    /// Leaves the innermost loop once `term` is negligible beside `sum`:
+    /// |term| ≤ `rel`·|sum| (a series' stopping rule).
+    pub fn break_if_negligible(&mut self, term: Reg, sum: Reg, rel: f64) {
+        let at = self.abs(term);
+        let asum = self.abs(sum);
+        let lim = self.mul(asum, rel);
+        let small = self.le(at, lim);
+        self.break_if(small);
+    }
+
+    /// Whether `a` is an integer: `floor(a) == a` (true for ±inf, false
+    /// for NaN).
+    pub fn is_integer(&mut self, a: Reg) -> Flag {
+        let fl = self.unary(Unary::Floor, a);
+        self.eq(a, fl)
+    }
+
     /// Leaves the innermost loop when `cond` holds.
     pub fn break_if(&mut self, cond: Flag) {
         self.push(Stmt::Break { cond });

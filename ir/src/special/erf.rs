@@ -21,11 +21,7 @@ fn erf_series(b: &mut Builder, w: Reg) -> Reg {
         let k = b.fma(n, 2.0, 1.0);
         let term = b.div(t, k);
         b.update(sum, Binary::Add, sum, term);
-        let at = b.abs(term);
-        let asum = b.abs(sum);
-        let lim = b.mul(asum, 0.01 * EPS);
-        let small = b.le(at, lim);
-        b.break_if(small);
+        b.break_if_negligible(term, sum, 0.01 * EPS);
     });
     b.mul(FRAC_2_SQRT_PI, sum)
 }

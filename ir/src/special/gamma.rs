@@ -46,11 +46,7 @@ fn lambda_m1_mlog(b: &mut Builder, a: Reg, x: Reg) -> Reg {
                 let t = b.div(pw, k);
                 b.update(tail, Binary::Add, tail, t);
                 b.update(pw, Binary::Mul, pw, u2);
-                let at = b.abs(t);
-                let atail = b.abs(tail);
-                let lim = b.mul(atail, 1e-3 * EPS);
-                let small = b.le(at, lim);
-                b.break_if(small);
+                b.break_if_negligible(t, tail, 1e-3 * EPS);
             });
             let su = b.mul(s, u);
             let twice = b.mul(2.0, tail);
@@ -228,11 +224,7 @@ fn small_x_q(b: &mut Builder, a: Reg, x: Reg) -> Reg {
         let an = b.add(a, n);
         let term = b.div(fac, an);
         b.update(sum, Binary::Add, sum, term);
-        let at = b.abs(term);
-        let asum = b.abs(sum);
-        let lim = b.mul(EPS, asum);
-        let small = b.le(at, lim);
-        b.break_if(small);
+        b.break_if_negligible(term, sum, EPS);
     });
     let l = b.log(x);
     let t = b.mul(a, l);
@@ -347,21 +339,7 @@ pub(super) fn igamma() -> SpecialFn {
     let above_a = b.gt(x, a);
     let by_q = b.and(above_one, above_a);
     b.when(by_q, |b| {
-        // Q as `igammac` computes it there (P is not small).
-        let q = b.var(0.0);
-        let far = b.gt(x, 1.1);
-        b.if_else(
-            far,
-            |b| {
-                let v = fraction_q(b, a, x);
-                b.set(q, v);
-            },
-            |b| {
-                let v = small_x_q(b, a, x);
-                b.set(q, v);
-            },
-        );
-        let q = unit(b, q);
+        let q = q_directly(b, a, x);
         let p = b.sub(1.0, q);
         let p = unit(b, p);
         b.ret(p);
@@ -371,39 +349,44 @@ pub(super) fn igamma() -> SpecialFn {
     b.finish(p)
 }
 
-/// Whether P(a, x) is small, so that Q = 1 − P loses nothing.
+/// Whether P(a, x) is small, so that Q = 1 − P loses nothing: x < a above
+/// x = 1.1, −0.4/ln x < a up to 0.5, 1.1·x < a between (x > 0 here).
 fn p_is_small(b: &mut Builder, a: Reg, x: Reg) -> super::Flag {
-    let r = b.var(0.0);
     let above = b.gt(x, 1.1);
+    let tiny = b.le(x, 0.5);
+    let middle = b.not(above);
+    let not_tiny = b.not(tiny);
+    let middle = b.and(middle, not_tiny);
+    let small_above = b.lt(x, a);
+    let l = b.log(x);
+    let t = b.div(-0.4, l);
+    let small_tiny = b.lt(t, a);
+    let t = b.mul(x, 1.1);
+    let small_middle = b.lt(t, a);
+    let one = b.and(above, small_above);
+    let two = b.and(tiny, small_tiny);
+    let three = b.and(middle, small_middle);
+    let either = b.or(one, two);
+    b.or(either, three)
+}
+
+/// Q(a, x) where P is not small: Legendre's continued fraction above
+/// x = 1.1, the small-x series up to it; clamped to [0, 1].
+fn q_directly(b: &mut Builder, a: Reg, x: Reg) -> Reg {
+    let q = b.var(0.0);
+    let far = b.gt(x, 1.1);
     b.if_else(
-        above,
+        far,
         |b| {
-            let small = b.lt(x, a);
-            let v = b.select(small, 1.0, 0.0);
-            b.set(r, v);
+            let v = fraction_q(b, a, x);
+            b.set(q, v);
         },
         |b| {
-            let tiny_x = b.le(x, 0.5);
-            b.if_else(
-                tiny_x,
-                |b| {
-                    // −0.4/ln x < a.
-                    let l = b.log(x);
-                    let t = b.div(-0.4, l);
-                    let small = b.lt(t, a);
-                    let v = b.select(small, 1.0, 0.0);
-                    b.set(r, v);
-                },
-                |b| {
-                    let t = b.mul(x, 1.1);
-                    let small = b.lt(t, a);
-                    let v = b.select(small, 1.0, 0.0);
-                    b.set(r, v);
-                },
-            );
+            let v = small_x_q(b, a, x);
+            b.set(q, v);
         },
     );
-    b.eq(r, 1.0)
+    unit(b, q)
 }
 
 /// The regularized upper incomplete gamma function Q(a, x).
@@ -424,13 +407,6 @@ pub(super) fn igammac() -> SpecialFn {
         let q = unit(b, q);
         b.ret(q);
     });
-    let above = b.gt(x, 1.1);
-    b.when(above, |b| {
-        let q = fraction_q(b, a, x);
-        let q = unit(b, q);
-        b.ret(q);
-    });
-    let q = small_x_q(&mut b, a, x);
-    let q = unit(&mut b, q);
+    let q = q_directly(&mut b, a, x);
     b.finish(q)
 }

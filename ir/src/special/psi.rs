@@ -22,8 +22,7 @@ pub(super) fn digamma() -> SpecialFn {
         b.ret(v);
     });
     let negative = b.lt(x0, 0.0);
-    let fl = b.unary(Unary::Floor, x0);
-    let integer = b.eq(x0, fl);
+    let integer = b.is_integer(x0);
     let pole = b.and(negative, integer);
     b.return_if(pole, f64::NAN);
     let (x, result) = (b.var(x0), b.var(0.0));

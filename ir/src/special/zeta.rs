@@ -3,7 +3,7 @@
 //! least nine terms), then an Euler–Maclaurin tail.
 
 use super::builder::Builder;
-use super::{Binary, Reg, SpecialFn, Unary};
+use super::{Binary, Reg, SpecialFn};
 
 const EPS: f64 = 1.1102230246251565e-16;
 
@@ -58,12 +58,11 @@ pub(super) fn zeta() -> SpecialFn {
         b.ret(v);
     });
     let q_low = b.le(q, 0.0);
-    let q_floor = b.unary(Unary::Floor, q);
-    let q_int = b.eq(q, q_floor);
+    let q_int = b.is_integer(q);
     let pole = b.and(q_low, q_int);
     b.return_if(pole, f64::INFINITY);
-    let x_floor = b.unary(Unary::Floor, x);
-    let x_frac = b.cmp(super::Cmp::Ne, x, x_floor);
+    let x_int = b.is_integer(x);
+    let x_frac = b.not(x_int);
     let bad = b.and(q_low, x_frac);
     b.return_if(bad, f64::NAN);
     let nx = b.neg(x);
