@@ -1,6 +1,7 @@
 """Piecewise kernels on the CPU (`lowering/src/passes/piecewise.rs`): a `cat` or a
 `constant_pad_nd` large enough to be split runs as one unmasked kernel per
-source and per padded side. Each case is compared with eager (copies are
+source and per padded side; an interleave (`stack(.., -1).flatten(-2)`, the
+backward of `x[..., ::2]`) as one per residue of its column. Each case is compared with eager (copies are
 exact, so exactly), and its plan is checked to be split into the expected
 number of stages (pieces of equal ranges share a kernel), with no masked
 load and no select left in any of them."""
@@ -38,7 +39,30 @@ def _qkv(dq, dkt, dv):
     return torch.cat([p.reshape(b, t, h * d) for p in parts], -1)
 
 
+def _interleave(x, cos, sin):
+    """Rotary embeddings on interleaved pairs: `stack(.., -1).flatten(-2)`."""
+    a, b = x[..., ::2], x[..., 1::2]
+    return torch.stack([a * cos - b * sin, a * sin + b * cos], -1).flatten(-2)
+
+
+def _deinterleave_grad(g):
+    """The backward of `x[..., ::2]` and `x[..., 1::2]`: each half scattered
+    back into every other column (two `slice_scatter`s into zeros)."""
+    z = torch.zeros(*g.shape[:-1], g.shape[-1] * 2)
+    return torch.slice_scatter(z, g * 2, -1, 0, None, 2) + torch.slice_scatter(z, g.neg(), -1, 1, None, 2)
+
+
+def _cat_rows_through_reshape(x, y):
+    """A `cat` along heads read through a `[heads, t, d] -> [t, heads * d]` view."""
+    return torch.cat([x, y], 0).transpose(0, 1).reshape(x.shape[1], -1)
+
+
 CASES = {
+    # Split by residue (`v = 2w + r`): each part one unmasked store.
+    "interleave_stack_flatten": (_interleave, (r(4, 128, 64), r(128, 32), r(128, 32)), 2),
+    "deinterleave_backward": (_deinterleave_grad, (r(8, 128, 32),), 2),
+    # Cut where a quotient `i // 256` of the index turns.
+    "cat_rows_through_reshape": (_cat_rows_through_reshape, (r(4, 64, 32), r(4, 64, 32)), 2),
     "cat_last_dim": (lambda x, y: torch.cat([x, y], 1), (r(256, 300), r(256, 212)), 2),
     "cat_first_dim": (lambda x, y: torch.cat([x, y * 2], 0), (r(300, 64), r(200, 64)), 2),
     "cat_middle_dim_three": (lambda x, y, z: torch.cat([x, y, z], 1), (r(8, 5, 300), r(8, 7, 300), r(8, 1, 300)), 3),

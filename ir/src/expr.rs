@@ -565,7 +565,7 @@ fn eval_atom(atom: &Atom, vars: &[i64], syms: &[i64]) -> i64 {
 }
 
 impl Atom {
-    fn mentions_var(&self, var: Var) -> bool {
+    pub fn mentions_var(&self, var: Var) -> bool {
         match self {
             Atom::Var(v) => *v == var,
             Atom::Sym(_) => false,

@@ -76,12 +76,17 @@ fn split(program: &mut Program, stage: &Stage, min_elements: i64) -> Option<Vec<
         Some(r) => r.ranges.iter().map(Expr::as_const).collect::<Option<_>>()?,
         None => Vec::new(),
     };
-    if conditions(&program.scalars, stage.value).is_empty() {
+    if conditions(&program.scalars, stage.value).is_empty() && masked(&program.scalars, stage.value) == 0 {
         return None;
     }
-    let whole: Piece = sizes.iter().map(|&n| (0, n)).collect();
+    let parts = residues(&mut program.scalars, stage, &sizes, &reduce).unwrap_or_else(|| vec![stage.clone()]);
     let mut pieces = Vec::new();
-    cut(&mut program.scalars, stage.value, whole, &reduce, &mut pieces);
+    for (k, part) in parts.iter().enumerate() {
+        let whole: Piece = part.ranges.iter().map(|r| (0, r.as_const().unwrap_or(0))).collect();
+        let mut out = Vec::new();
+        cut(&mut program.scalars, part.value, whole, &reduce, &mut out);
+        pieces.extend(out.into_iter().map(|(piece, value)| (k, piece, value)));
+    }
     // Saturating: a malformed graph's stage may have more points than an i64 counts.
     let elements = sizes.iter().chain(&reduce).fold(1i64, |n, &m| n.saturating_mul(m));
     if pieces.len() < 2 || pieces.len() > MAX_PIECES || elements < min_elements.saturating_mul(pieces.len() as i64) {
@@ -90,9 +95,75 @@ fn split(program: &mut Program, stage: &Stage, min_elements: i64) -> Option<Vec<
     Some(
         pieces
             .into_iter()
-            .map(|(piece, value)| piece_stage(&mut program.scalars, stage, &piece, value, &reduce))
+            .map(|(k, piece, value)| piece_stage(&mut program.scalars, &parts[k], &piece, value, &reduce))
             .collect(),
     )
+}
+
+/// `stage` as one stage per residue `r` of an output variable `v` modulo
+/// `k` (`v = k·w + r`, `w` the part's variable), when its conditions test
+/// `v` through `v % k` or `v // k` (an interleave: `stack(.., -1).flatten(-2)`,
+/// the backward of `x[..., ::2]` and `x[..., 1::2]`). In each part those
+/// atoms are affine in `w` and the conditions on them constants, so the
+/// part's selects and masked loads fold away; a cut along `v` itself could
+/// not decide them (they change at every other index). Of the variables that
+/// qualify, the one leaving the fewest masked values per element, if fewer
+/// than the stage has; at most [`MAX_RESIDUES`] parts.
+fn residues(scalars: &mut Scalars, stage: &Stage, sizes: &[i64], reduce: &[i64]) -> Option<Vec<Stage>> {
+    let indices = index_exprs(scalars, stage.value);
+    let whole = sizes.iter().product::<i64>().max(1) as f64;
+    let mut best = (masked(scalars, stage.value) as f64, None);
+    for v in 0..sizes.len() {
+        let k = divisor(&indices, Var(v as u32));
+        if !(2..=MAX_RESIDUES).contains(&k) || sizes[v] < k {
+            continue;
+        }
+        let parts: Vec<Stage> = (0..k).map(|r| residue_stage(scalars, stage, sizes, reduce, (v, k, r))).collect();
+        let cost = parts
+            .iter()
+            .map(|p| masked(scalars, p.value) as f64 * p.ranges.iter().filter_map(Expr::as_const).product::<i64>() as f64)
+            .sum::<f64>()
+            / whole;
+        if cost < best.0 {
+            best = (cost, Some(parts));
+        }
+    }
+    best.1
+}
+
+/// Most parts [`residues`] splits a stage into: an interleave of two or
+/// four sources (complex numbers, RGBA pixels); a larger divisor (a head
+/// split) is a reshape that `split.rs` in the CPU backend already makes
+/// affine without a condition to decide.
+const MAX_RESIDUES: i64 = 4;
+
+/// `stage` over the points where variable `v` is `k·w + r` (`(v, k, r)`),
+/// `w` in place of `v`, its conditions folded.
+fn residue_stage(scalars: &mut Scalars, stage: &Stage, sizes: &[i64], reduce: &[i64], at: (usize, i64, i64)) -> Stage {
+    let (v, k, r) = at;
+    let mut part: Piece = sizes.iter().map(|&n| (0, n)).collect();
+    part[v].1 = (sizes[v] - r + k - 1) / k;
+    let ctx = piece_ctx(&part, reduce);
+    let map: Vec<Expr> = (0..sizes.len() + reduce.len())
+        .map(|j| if j == v { Expr::v(j as u32).scale(k).add_c(r) } else { Expr::v(j as u32) })
+        .collect();
+    let value = scalars.substitute(stage.value, &map, &ctx);
+    Stage {
+        out: stage.out,
+        ranges: part.iter().map(|&(_, n)| Expr::c(n)).collect(),
+        reduce: stage.reduce.clone(),
+        value: fold(scalars, value, &ctx),
+        store: stage.store.substitute_vars(&map, &ctx),
+        store_indirect: Vec::new(),
+    }
+}
+
+/// How many values under `root` a condition picks: masked loads and selects.
+fn masked(scalars: &Scalars, root: ScalarId) -> usize {
+    let picked = |id: &ScalarId| {
+        matches!(scalars.get(*id).op, ScalarOp::Load { mask: Some(_), .. } | ScalarOp::Where(..))
+    };
+    scalars.topo(&[root]).iter().filter(|id| picked(id)).count()
 }
 
 /// The range conditions under `root`, each as `e ≥ 0`.
@@ -111,6 +182,32 @@ fn condition(scalars: &Scalars, id: ScalarId) -> Option<Expr> {
         BinaryOp::Lt => b.sub(&a).add_c(-1),
         _ => return None,
     })
+}
+
+/// The truth of a comparison of two index values that `ctx` decides: a
+/// range condition by its bounds, an (in)equality whose difference is
+/// constant or cannot be zero there (`(v + 1) % 2 == 0` once `v` is odd).
+fn decided(scalars: &Scalars, id: ScalarId, ctx: &Ctx) -> Option<bool> {
+    if let Some((lo, hi)) = condition(scalars, id).and_then(|e| e.bounds(ctx)) {
+        return if lo >= 0 {
+            Some(true)
+        } else {
+            (hi < 0).then_some(false)
+        };
+    }
+    let ScalarOp::Binary(op @ (BinaryOp::Eq | BinaryOp::Ne), a, b) = scalars.get(id).op else { return None };
+    // A malformed graph's index may hold any i64; their difference must not overflow.
+    let small = |e: &Expr| e.constant().unsigned_abs() < 1 << 60 && e.terms().iter().all(|(_, c)| c.unsigned_abs() < 1 << 60);
+    let (a, b) = (scalars.as_index(a).filter(small)?, scalars.as_index(b).filter(small)?);
+    let (lo, hi) = a.sub(&b).bounds(ctx)?;
+    let equal = if lo == 0 && hi == 0 {
+        true
+    } else if lo > 0 || hi < 0 {
+        false
+    } else {
+        return None;
+    };
+    Some(equal == (op == BinaryOp::Eq))
 }
 
 /// Where each variable ranges inside `piece` (reduction variables follow).
@@ -171,7 +268,7 @@ fn index_exprs(scalars: &Scalars, root: ScalarId) -> Vec<Expr> {
     scalars.topo(&[root]).into_iter().filter_map(of).collect()
 }
 
-/// The step pieces cut along `var` keep: the product of the constant
+/// The step pieces cut along `var` keep: the least common multiple of the constant
 /// divisors `k` of the atoms `(var + c) // k` and `(var + c) % k` in the
 /// indices (a strided `slice_scatter`, an interleave), or 1. A cut between
 /// two multiples of it (an interleave's odd half starting at 1) would save
@@ -190,7 +287,7 @@ fn divisor(indices: &[Expr], var: Var) -> i64 {
             Atom::FloorDiv(x, d) | Atom::Mod(x, d) => {
                 if let (Some(k), Some(1)) = (d.as_const(), x.linear_coef(var)) {
                     if k > 1 && *step % k != 0 {
-                        *step = step.saturating_mul(k).min(1 << 20);
+                        *step = (*step / gcd(*step, k)).saturating_mul(k).min(1 << 20);
                     }
                 }
                 visit(x, var, step);
@@ -207,17 +304,44 @@ fn divisor(indices: &[Expr], var: Var) -> i64 {
 /// The index of `var` at which `e ≥ 0` changes, when it is the same for
 /// every value of the other variables: `e = c·var + r` with the bounds of
 /// `r` giving one point.
+/// Also when `var` enters `e` only as `(var + s) // k`: the point where
+/// `e` turns in that quotient, times `k`, less `s` (a `cat` read through a
+/// reshape: `128·(i // 256) + (j % 128) ≥ 128` turns at `i = 256`).
 fn turning_point(e: &Expr, var: Var, ctx: &Ctx) -> Option<i64> {
-    let c = e.linear_coef(var).filter(|&c| c != 0)?;
-    let rest = e.sub(&Expr::var(var).scale(c));
+    if let Some(c) = e.linear_coef(var).filter(|&c| c != 0) {
+        return turning_point_of(e.sub(&Expr::var(var).scale(c)), c, ctx);
+    }
+    let mut quotients = e.terms().iter().filter(|(atom, _)| atom.mentions_var(var));
+    let (atom, c) = quotients.next()?;
+    let Atom::FloorDiv(x, k) = atom else { return None };
+    let k = k.as_const().filter(|&k| k > 0)?;
+    let s = x.sub(&Expr::var(var)).as_const()?;
+    if quotients.next().is_some() {
+        return None;
+    }
+    let rest = e.sub(&Expr::atom_expr(atom.clone()).scale(*c));
+    turning_point_of(rest, *c, ctx)?.checked_mul(k)?.checked_sub(s)
+}
+
+/// The value of `u` at which `c·u + rest ≥ 0` changes, when it is the same
+/// for every value of `rest`.
+fn turning_point_of(rest: Expr, c: i64, ctx: &Ctx) -> Option<i64> {
     let (rmin, rmax) = rest.bounds(ctx)?;
     // c > 0: true from ceil(-r / c) on; c < 0: true up to floor(r / -c).
     let (a, b) = if c > 0 {
-        (ceil_div(-rmin, c), ceil_div(-rmax, c))
+        (ceil_div(rmin.checked_neg()?, c), ceil_div(rmax.checked_neg()?, c))
     } else {
         (rmin.div_euclid(-c) + 1, rmax.div_euclid(-c) + 1)
     };
     (a == b).then_some(a)
+}
+
+fn gcd(a: i64, b: i64) -> i64 {
+    if b == 0 {
+        a
+    } else {
+        gcd(b, a % b)
+    }
 }
 
 fn ceil_div(a: i64, b: i64) -> i64 {
@@ -262,10 +386,9 @@ fn fold(scalars: &mut Scalars, root: ScalarId, ctx: &Ctx) -> ScalarId {
             }
             ScalarOp::Binary(op, a, b) => {
                 let rebuilt = scalars.binary(op, get(a), get(b), node.dtype);
-                match condition(scalars, rebuilt).and_then(|e| e.bounds(ctx)) {
-                    Some((lo, _)) if lo >= 0 => scalars.int_constant(1, DType::Bool),
-                    Some((_, hi)) if hi < 0 => scalars.int_constant(0, DType::Bool),
-                    _ => rebuilt,
+                match decided(scalars, rebuilt, ctx) {
+                    Some(truth) => scalars.int_constant(i64::from(truth), DType::Bool),
+                    None => rebuilt,
                 }
             }
             ScalarOp::Where(c, a, b) => scalars.select(get(c), get(a), get(b), node.dtype),
@@ -312,6 +435,7 @@ mod tests {
                     BinaryOp::Gt => truth(a > b),
                     BinaryOp::Le => truth(a <= b),
                     BinaryOp::Lt => truth(a < b),
+                    BinaryOp::Eq => truth(a == b),
                     BinaryOp::And => truth(a != 0.0 && b != 0.0),
                     BinaryOp::Or => truth(a != 0.0 || b != 0.0),
                     BinaryOp::Mul => a * b,
@@ -452,12 +576,12 @@ mod tests {
         assert_eq!(stored(&p), before);
     }
     /// The backward of an interleave: `out[r, i] = (i % 2 == 1 && i >= 1) ?
-    /// x[r, (i - 1) // 2] : 0` over a 64-wide row. The turning point of
-    /// `i >= 1` is between two multiples of the divisor 2, so the row stays
-    /// whole (its 64 points split into 32 pairs later) instead of a 1-wide
-    /// and a 63-wide piece that no split divides.
+    /// x[r, (i - 1) // 2] : 0` over a 64-wide row. The row splits into its
+    /// even and odd columns (`residues`): a fill of zeros and an unmasked
+    /// copy, rather than a cut at the turning point of `i >= 1` (a 1-wide
+    /// and a 63-wide piece that no split divides).
     #[test]
-    fn cuts_keep_the_step_of_divided_indices() {
+    fn interleaves_split_by_residue() {
         let mut p = Program::default();
         let x = buffer(&mut p, &[64, 32], BufRole::Input(0));
         let y = buffer(&mut p, &[64, 64], BufRole::Temp);
@@ -480,7 +604,8 @@ mod tests {
         p.steps.push(single_stage(ranges.clone(), y, ranges, None, value, store));
         let before = stored(&p);
         run(&mut p, PIECEWISE_MIN_ELEMENTS);
-        assert_eq!(p.kernels().count(), 1, "{p}");
+        assert_eq!(p.kernels().count(), 2, "{p}");
+        assert_eq!(masked_loads(&p), 0, "{p}");
         assert_eq!(stored(&p), before);
         // Without the division, the same condition cuts at 1.
         let mut p = Program::default();
@@ -498,5 +623,64 @@ mod tests {
         p.steps.push(single_stage(ranges.clone(), y, ranges, None, value, store));
         run(&mut p, PIECEWISE_MIN_ELEMENTS);
         assert_eq!(p.kernels().count(), 2, "{p}");
+    }
+
+    /// `stack([a, b], -1).flatten(-2)`: `out[r, i] = i % 2 == 0 ? a[r, i // 2]
+    /// : b[r, i // 2]`, an equality no range decides, becomes two unmasked
+    /// copies (the even and the odd columns); a stride-4 interleave of two
+    /// sources splits no further than its 4 residues.
+    #[test]
+    fn equality_conditions_split_by_residue() {
+        for (stride, width) in [(2, 64), (4, 64), (2, 63)] {
+            let mut p = Program::default();
+            let ctx = Ctx::with_extents(&[64, width]);
+            let half = (width + 1) / 2;
+            let a = buffer(&mut p, &[64, half], BufRole::Input(0));
+            let b = buffer(&mut p, &[64, half], BufRole::Input(1));
+            let y = buffer(&mut p, &[64, width], BufRole::Temp);
+            let i = Expr::v(1);
+            let at = Expr::v(0).scale(half).add(&i.floordiv(&Expr::c(2), &ctx));
+            let (av, bv) = (load(&mut p, a, at.clone()), load(&mut p, b, at));
+            let phase = p.scalars.index(i.modulo(&Expr::c(stride), &ctx));
+            let zero = p.scalars.int_constant(0, DType::I64);
+            let even = p.scalars.binary(BinaryOp::Eq, phase, zero, DType::Bool);
+            let value = p.scalars.select(even, av, bv, DType::F32);
+            let ranges = vec![Expr::c(64), Expr::c(width)];
+            let store = Expr::v(0).scale(width).add(&Expr::v(1));
+            p.steps.push(single_stage(ranges.clone(), y, ranges, None, value, store));
+            let before = stored(&p);
+            run(&mut p, 1);
+            assert_eq!(p.kernels().count(), stride as usize, "{p}");
+            assert_eq!(masked_loads(&p), 0, "{p}");
+            assert_eq!(stored(&p), before, "{p}");
+        }
+    }
+
+    /// A `cat` along rows read through a reshape: `out[i, j]` picks `b` where
+    /// `64·(i // 8) + (j % 64) ≥ 64`, i.e. from row 8 on: cut there.
+    #[test]
+    fn quotients_turn_where_their_variable_does() {
+        let mut p = Program::default();
+        let ctx = Ctx::with_extents(&[16, 64]);
+        let a = buffer(&mut p, &[8, 64], BufRole::Input(0));
+        let b = buffer(&mut p, &[8, 64], BufRole::Input(1));
+        let y = buffer(&mut p, &[16, 64], BufRole::Temp);
+        let (i, j) = (Expr::v(0), Expr::v(1));
+        let at = i.modulo(&Expr::c(8), &ctx).scale(64).add(&j);
+        let (av, bv) = (load(&mut p, a, at.clone()), load(&mut p, b, at));
+        let picked = i.floordiv(&Expr::c(8), &ctx).scale(64).add(&j.modulo(&Expr::c(64), &ctx));
+        let picked = p.scalars.index(picked);
+        let from = p.scalars.int_constant(64, DType::I64);
+        let second = p.scalars.binary(BinaryOp::Ge, picked, from, DType::Bool);
+        let bv = p.scalars.add_mask(bv, second);
+        let value = p.scalars.select(second, bv, av, DType::F32);
+        let ranges = vec![Expr::c(16), Expr::c(64)];
+        let store = Expr::v(0).scale(64).add(&Expr::v(1));
+        p.steps.push(single_stage(ranges.clone(), y, ranges, None, value, store));
+        let before = stored(&p);
+        run(&mut p, 1);
+        assert_eq!(p.kernels().count(), 2, "{p}");
+        assert_eq!(masked_loads(&p), 0, "{p}");
+        assert_eq!(stored(&p), before, "{p}");
     }
 }
