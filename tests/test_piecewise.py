@@ -57,10 +57,20 @@ def _cat_rows_through_reshape(x, y):
     return torch.cat([x, y], 0).transpose(0, 1).reshape(x.shape[1], -1)
 
 
+def _unbind_backward(g0, g1, g2):
+    """The backward of `qkv.view(t, 3, d).unbind(1)`: each gradient
+    `select_scatter`ed into zeros at its index, summed."""
+    z = torch.zeros(3, *g0.shape)
+    total = sum(torch.select_scatter(z, g, 0, k) for k, g in enumerate((g0, g1, g2)))
+    return total.transpose(0, 1).reshape(g0.shape[0], -1)
+
+
 CASES = {
     # Split by residue (`v = 2w + r`): each part one unmasked store.
     "interleave_stack_flatten": (_interleave, (r(4, 128, 64), r(128, 32), r(128, 32)), 2),
     "deinterleave_backward": (_deinterleave_grad, (r(8, 128, 32),), 2),
+    # Cut where an equality `i == k` on the unbound dim turns.
+    "unbind_backward": (_unbind_backward, (r(256, 64), r(256, 64), r(256, 64)), 3),
     # Cut where a quotient `i // 256` of the index turns.
     "cat_rows_through_reshape": (_cat_rows_through_reshape, (r(4, 64, 32), r(4, 64, 32)), 2),
     "cat_last_dim": (lambda x, y: torch.cat([x, y], 1), (r(256, 300), r(256, 212)), 2),

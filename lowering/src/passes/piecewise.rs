@@ -111,6 +111,9 @@ fn split(program: &mut Program, stage: &Stage, min_elements: i64) -> Option<Vec<
 /// than the stage has; at most [`MAX_RESIDUES`] parts.
 fn residues(scalars: &mut Scalars, stage: &Stage, sizes: &[i64], reduce: &[i64]) -> Option<Vec<Stage>> {
     let indices = index_exprs(scalars, stage.value);
+    if !indices.iter().chain([&stage.store]).all(small) {
+        return None;
+    }
     let whole = sizes.iter().product::<i64>().max(1) as f64;
     let mut best = (masked(scalars, stage.value) as f64, None);
     for v in 0..sizes.len() {
@@ -166,9 +169,22 @@ fn masked(scalars: &Scalars, root: ScalarId) -> usize {
     scalars.topo(&[root]).iter().filter(|id| picked(id)).count()
 }
 
-/// The range conditions under `root`, each as `e ≥ 0`.
+/// The range conditions under `root`, each as `e ≥ 0`; an (in)equality
+/// `a == b` as the two, `a - b ≥ 0` and `b - a ≥ 0`, whose turning points
+/// bound where it holds (the backward of `unbind`: `i // 256 == k` picks
+/// one gradient per block of rows).
 fn conditions(scalars: &Scalars, root: ScalarId) -> Vec<Expr> {
-    scalars.topo(&[root]).into_iter().filter_map(|id| condition(scalars, id)).collect()
+    let mut out = Vec::new();
+    for id in scalars.topo(&[root]) {
+        if let Some(e) = condition(scalars, id) {
+            out.push(e);
+        } else if let ScalarOp::Binary(BinaryOp::Eq | BinaryOp::Ne, a, b) = scalars.get(id).op {
+            if let Some(e) = difference(scalars, a, b) {
+                out.extend([e.neg(), e]);
+            }
+        }
+    }
+    out
 }
 
 /// A comparison of two index values as `e ≥ 0`.
@@ -184,6 +200,18 @@ fn condition(scalars: &Scalars, id: ScalarId) -> Option<Expr> {
     })
 }
 
+/// `a - b` for index values `a` and `b` whose coefficients are small enough
+/// that it cannot overflow (a malformed graph's index may hold any i64).
+fn difference(scalars: &Scalars, a: ScalarId, b: ScalarId) -> Option<Expr> {
+    Some(scalars.as_index(a).filter(small)?.sub(&scalars.as_index(b).filter(small)?))
+}
+
+/// Whether `e`'s coefficients leave room for the arithmetic of this pass
+/// (sums, and products by small divisors) without overflow.
+fn small(e: &Expr) -> bool {
+    e.constant().unsigned_abs() < 1 << 40 && e.terms().iter().all(|(_, c)| c.unsigned_abs() < 1 << 40)
+}
+
 /// The truth of a comparison of two index values that `ctx` decides: a
 /// range condition by its bounds, an (in)equality whose difference is
 /// constant or cannot be zero there (`(v + 1) % 2 == 0` once `v` is odd).
@@ -196,10 +224,7 @@ fn decided(scalars: &Scalars, id: ScalarId, ctx: &Ctx) -> Option<bool> {
         };
     }
     let ScalarOp::Binary(op @ (BinaryOp::Eq | BinaryOp::Ne), a, b) = scalars.get(id).op else { return None };
-    // A malformed graph's index may hold any i64; their difference must not overflow.
-    let small = |e: &Expr| e.constant().unsigned_abs() < 1 << 60 && e.terms().iter().all(|(_, c)| c.unsigned_abs() < 1 << 60);
-    let (a, b) = (scalars.as_index(a).filter(small)?, scalars.as_index(b).filter(small)?);
-    let (lo, hi) = a.sub(&b).bounds(ctx)?;
+    let (lo, hi) = difference(scalars, a, b)?.bounds(ctx)?;
     let equal = if lo == 0 && hi == 0 {
         true
     } else if lo > 0 || hi < 0 {
