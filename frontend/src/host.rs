@@ -393,8 +393,14 @@ impl Host for PyHost<'_, '_> {
                 return results
                     .into_iter()
                     .zip(outputs)
-                    .map(|(t, b)| {
+                    .enumerate()
+                    .map(|(k, (t, b))| {
                         let plan = &bufs[b.0 as usize];
+                        if plan.sizes.contains(&0) {
+                            // ATen may return None or a workspace for a result the metadata sizes 0.
+                            let args = (node, k, t, plan.sizes.clone(), plan.strides.clone());
+                            return Ok((self.runner.call_method1(intern!(self.py, "empty_result"), args)?, false));
+                        }
                         let (t, exact) = with_layout(self.runner, node, t, &plan.sizes, &plan.strides)?;
                         Ok((t, exact && plan.offset == 0))
                     })

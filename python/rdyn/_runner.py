@@ -137,7 +137,7 @@ class GraphRunner:
         a keyword's name), in the order the node mentions them, and takes
         each output from the result by its index path."""
         node = self.nodes[index]
-        if not isinstance(node.target, torch._ops.OpOverload) or _may_differ(node):
+        if not isinstance(node.target, torch._ops.OpOverload) or _writes_workspace(node):
             return None
         slots = []
         unsupported = object()
@@ -161,16 +161,28 @@ class GraphRunner:
 
     def _outputs(self, index, result, layouts):
         outs = []
-        val = self.nodes[index].meta.get("val")
-        for pos, (sizes, strides) in zip(self.out_positions[index], layouts):
-            t, meta = result, val
+        for k, (pos, (sizes, strides)) in enumerate(zip(self.out_positions[index], layouts)):
+            t = result
             for i in pos:
-                t, meta = t[i], meta[i]
-            if _unsized(sizes) and (t is None or list(t.shape) != list(sizes)):
-                outs.append(_stand_in(t, sizes, strides, meta.dtype))
+                t = t[i]
+            if _unsized(sizes):
+                outs.append(self.empty_result(index, k, t, sizes, strides))
             else:
                 outs.append(_with_layout(t, sizes, strides))
         return outs
+
+    def empty_result(self, index, k, t, sizes, strides):
+        """Output `k` of node `index`, `t`, where its metadata promises no
+        elements: ATen may return an optional result as None, or a
+        workspace at its real size; either becomes
+        `_stand_in`'s tensor. The Rust fast path calls this for such
+        outputs (an ``_embedding_bag``'s empty ``offset2bag``)."""
+        if t is not None and list(t.shape) == list(sizes):
+            return _with_layout(t, sizes, strides)
+        meta = self.nodes[index].meta.get("val")
+        for i in self.out_positions[index][k]:
+            meta = meta[i]
+        return _stand_in(t, sizes, strides, meta.dtype)
 
 
 #: Tensor metadata an int node may read, by op.
@@ -187,22 +199,11 @@ def _unsized(sizes) -> bool:
     return any(n == 0 for n in sizes)
 
 
-def _may_differ(node) -> bool:
-    """Whether an eager result of `node` may disagree with its metadata
-    where the metadata promises an empty tensor: ATen returns optional
-    results as undefined tensors (None), and workspaces its meta kernels
-    size 0 (``mkldnn_rnn_layer``'s) at their real size. Such nodes take
-    the runner's path (`_stand_in`); the Rust fast path would reject them."""
-    return any(
-        isinstance(n, int) and n == 0
-        for t in torch.utils._pytree.tree_leaves(node.meta.get("val"))
-        if isinstance(t, torch.Tensor)
-        for n in [t.numel()]
-    )
-
-
 def _stand_in(t, sizes, strides, dtype):
-    """An eager result for a layout of no elements: an undefined result
+    """An eager result for a layout of no elements, where an eager result may
+    disagree with the metadata: ATen returns optional results as undefined
+    tensors (None), and workspaces its meta kernels size 0
+    (``mkldnn_rnn_layer``'s) at their real size. An undefined result
     becomes an empty tensor; a workspace ATen sized stays itself (its
     kernel's backward reads it through its data pointer, which the empty
     view rdyn makes of it keeps)."""
