@@ -435,6 +435,30 @@ def test_pointwise_convolution_gradients_are_gemms(shape, bias, layout, monkeypa
     assert any(k.name.startswith("g1.gemm") for k in backward)
 
 
+PATCHWISE_BACKWARDS = [
+    # batch, in, out, input size, kernel = stride: ConvNeXt's 2x2 downsampling;
+    # a ViT-style 4x4 stem whose stride leaves pixels out; a 2x3 patch.
+    (2, 8, 16, (12, 12), (2, 2)),
+    (1, 3, 12, (18, 17), (4, 4)),
+    (3, 5, 7, (9, 10), (2, 3)),
+]
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "channels_last", "weight_channels_last"])
+@pytest.mark.parametrize("bias", [False, True])
+@pytest.mark.parametrize("shape", PATCHWISE_BACKWARDS, ids=str)
+def test_patchwise_convolution_gradients_are_gemms(shape, bias, layout) -> None:
+    """A convolution whose kernel is its stride (no padding, no dilation, one
+    group) has GEMMs over its patches for a backward, not ATen's
+    ``convolution_backward``; pixels its stride leaves out get zeros."""
+    n, cin, cout, (h, w), k = shape
+    torch.manual_seed(2)
+    conv64 = torch.nn.Conv2d(cin, cout, k, stride=k, bias=bias).double()
+    backward = _conv_gradients_match(conv64, torch.randn(n, cin, h, w, dtype=torch.float64), layout)
+    assert not any("convolution" in k.source for k in backward)
+    assert any(k.name.startswith("g1.gemm") for k in backward)
+
+
 DEPTHWISE_BACKWARDS = [
     # channels, size, kernel, stride, padding, dilation
     (16, 6, 3, 1, 1, 1),
