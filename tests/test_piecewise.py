@@ -167,3 +167,23 @@ def test_pieces_reading_one_stored_value() -> None:
     assert not any(_masked(s) for s in sources), "\n".join(sources)
     (got,) = compile_aten(fn, [c], {"strict": True})(c)
     assert_same(got, fn(c))
+
+
+def test_unbind_backward_pieces_are_blocked_transposes() -> None:
+    """The pieces of `unbind`'s gradient read transposed (attention's `q`,
+    `k` and `v` gradients back into the `qkv` projection's, which a GEMM
+    reads transposed) are each the load plus `0.0` that the sum of selects
+    leaves: blocked transposing copies that add the `0.0` too (the copy's
+    own test, in `transpose.rs`, checks that a `-0.0` arrives as `+0.0`)."""
+
+    def fn(g0, g1, g2, x):
+        z = torch.zeros(3, *g0.shape)
+        total = sum(torch.select_scatter(z, g, 0, k) for k, g in enumerate((g0, g1, g2)))
+        b, h, t, d = g0.shape
+        return total.permute(1, 3, 0, 2, 4).reshape(b * t, 3 * h * d).t() @ x
+
+    args = [r(2, 4, 128, 64), r(2, 4, 128, 64), r(2, 4, 128, 64), r(256, 16)]
+    sources = _sources(fn, *args)
+    assert len(sources) == 1 and "as blocked transposes" in sources[0], sources
+    (got,) = compile_aten(fn, args, {"strict": True})(*args)
+    assert_same(got, fn(*args))

@@ -199,8 +199,8 @@ pub(crate) fn kernel_plan(
             let inner = &inner_split.sizes;
             let prefix: Vec<i64> = split.sizes.iter().chain(inner.iter()).copied().collect();
             let by: &[Expr] = if serial { &[] } else { exprs };
-            let any_order = compiled
-                && stage.reduce.as_ref().is_some_and(|r| !matches!(r.op, ReduceOp::ArgMax | ReduceOp::ArgMin));
+            let any_order =
+                compiled && stage.reduce.as_ref().is_some_and(|r| !matches!(r.op, ReduceOp::ArgMax | ReduceOp::ArgMin));
             let tile = if any_order { Tile::Compiled } else { Tile::Interpreted };
             let mut red_split = Split::find_after(&prefix, red, by, syms, tile);
             if any_order {

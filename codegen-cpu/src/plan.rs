@@ -183,6 +183,8 @@ pub struct Geometry {
 /// `dst[.. + b * dst_b + a] = src[.. + a * src_a + b]`.
 #[derive(Clone, Debug)]
 pub struct TransposeCopy {
+    /// Each element plus `0.0` (the stage's value is its load `+ 0.0`).
+    pub(crate) plus_zero: bool,
     pub(crate) src: BufId,
     pub(crate) dst: BufId,
     pub(crate) itemsize: usize,

@@ -6,7 +6,10 @@
 //! runs it as a strided gather per lane; here it is blocks of 64 x 64
 //! elements, each copied 8 x 8 at a time through AVX registers (a scalar
 //! loop without AVX, or for elements other than 4 bytes wide), in
-//! parallel over blocks. The values are the same bits either way.
+//! parallel over blocks. The values are the same bits either way. A
+//! stage whose value is its load plus `0.0` (what a piecewise split leaves
+//! of a sum of one-hot selects: `unbind`'s gradient) is such a copy too,
+//! each column then added `0.0` while in cache.
 //! `[2, 32, 56, 56]` NCHW to channels-last, the suite's conv-BN-ReLU
 //! input: 43 to 33 µs; a compiled `x.contiguous()` of a channels-last `x`
 //! of that size takes 26-28 µs a call (ATen's copy: 71-75 µs).
@@ -16,7 +19,10 @@
 //! tried and dropped: 57 to 55 µs, the 4-lane arithmetic, not the
 //! gathers, being what that kernel waits on.
 
-use crate::plan::{storage_root, BufPlan, IndexFn, InstOp, KernelPlan, TileMode, TransposeCopy};
+use rdyn_ir::loops::BinaryOp;
+use rdyn_ir::DType;
+
+use crate::plan::{storage_root, BufPlan, IndexFn, Inst, InstOp, KernelPlan, Reg, StagePlan, TileMode, TransposeCopy};
 use crate::tile::Memory;
 
 /// Block edge: a 64 x 64 block of float32 is 16 KiB on each side, in L1.
@@ -42,11 +48,16 @@ pub(crate) fn detect(kernel: &KernelPlan, bufs: &[BufPlan]) -> Option<Vec<Transp
             if !stage.inner.is_empty() || stage.reduce.is_some() || !stage.store_indirect.is_empty() {
                 return None;
             }
-            let [inst] = &stage.insts[..] else { return None };
+            let (inst, plus_zero) = match &stage.insts[..] {
+                [inst] => (inst, false),
+                [inst, add] if adds_zero(stage, add, inst.dst) => (inst, true),
+                _ => return None,
+            };
             let InstOp::Load { buf, dtype, index, indirect, mask: None } = &inst.op else { return None };
             let itemsize = dtype.itemsize();
             let plain = |i: &IndexFn| i.rest.is_none();
-            if inst.dst != stage.value
+            let value = if plus_zero { stage.insts[1].dst } else { inst.dst };
+            if value != stage.value
                 || inst.narrow.is_some()
                 || !indirect.is_empty()
                 || *dtype != stage.out_dtype
@@ -63,6 +74,7 @@ pub(crate) fn detect(kernel: &KernelPlan, bufs: &[BufPlan]) -> Option<Vec<Transp
             // A transpose worth blocking: both sides long, far apart.
             let long = |v: usize| kernel.outer[v] >= 8;
             (a != b && long(a) && long(b) && src_a.abs() >= 8 && dst_b.abs() >= 8).then(|| TransposeCopy {
+                plus_zero,
                 src: *buf,
                 dst: stage.out,
                 itemsize,
@@ -75,6 +87,19 @@ pub(crate) fn detect(kernel: &KernelPlan, bufs: &[BufPlan]) -> Option<Vec<Transp
             })
         })
         .collect()
+}
+
+/// Whether `add` is `x + 0.0` of the float32 register `x`: what a
+/// piecewise split leaves of a sum of selects that one piece decides (the
+/// gradient of `unbind`: `where(i == k, g_k, 0)` summed over `k`). It
+/// differs from `x` only for `-0.0`, which it makes `+0.0`; the copy does
+/// the same add.
+fn adds_zero(stage: &StagePlan, add: &Inst, x: Reg) -> bool {
+    let plus_zero =
+        |r: Reg| stage.consts.iter().any(|(c, op)| *c == r && matches!(op, InstOp::ConstF(v) if v.to_bits() == 0));
+    matches!(add.op, InstOp::Binary(BinaryOp::Add, a, b) if (a == x && plus_zero(b)) || (b == x && plus_zero(a)))
+        && add.narrow.is_none()
+        && stage.out_dtype == DType::F32
 }
 
 /// Run the copies of a kernel `detect` accepted.
@@ -119,6 +144,7 @@ fn run_one(copy: &TransposeCopy, outer: &[i64], mem: &Memory) {
             match copy.itemsize {
                 1 => block.copy(from, to),
                 2 => block.copy(from as *const u16, to as *mut u16),
+                4 if copy.plus_zero => block.copy_plus_zero(from as *const f32, to as *mut f32),
                 4 => block.copy_4(from as *const u32, to as *mut u32),
                 _ => block.copy(from as *const u64, to as *mut u64),
             }
@@ -158,6 +184,22 @@ impl Block {
                         *src.offset(r as isize * self.src_stride + c as isize);
                 }
             }
+        }
+    }
+
+    /// float32 elements plus `0.0` (`-0.0` becomes `+0.0`, every other
+    /// value stays): the transposed copy, then the add over each column
+    /// written, while it is in cache.
+    ///
+    /// # Safety
+    /// As for `copy`.
+    unsafe fn copy_plus_zero(&self, src: *const f32, dst: *mut f32) {
+        // SAFETY: as the caller says.
+        unsafe { self.copy_4(src as *const u32, dst as *mut u32) };
+        for c in 0..self.cols {
+            // SAFETY: column `c` of the block, which the copy just wrote.
+            let column = unsafe { std::slice::from_raw_parts_mut(dst.offset(c as isize * self.dst_stride), self.rows) };
+            column.iter_mut().for_each(|v| *v += 0.0);
         }
     }
 
@@ -270,6 +312,32 @@ mod tests {
             // SAFETY: as above.
             unsafe { block.copy(wide.as_ptr(), out.as_mut_ptr()) };
             assert!(out.iter().zip(&want).all(|(o, w)| *o == *w as u64 * 3));
+        }
+    }
+
+    /// `x + 0.0` copies: `-0.0` arrives as `+0.0`, every other value (NaN
+    /// included) as the add leaves it, in and around the 8 x 8 squares.
+    #[test]
+    fn plus_zero_copies_add_zero() {
+        for (rows, cols) in [(8, 8), (13, 21), (3, 9)] {
+            let (ss, ds) = (cols + 1, rows + 2);
+            let src: Vec<f32> = (0..rows * ss)
+                .map(|i| match i % 4 {
+                    0 => -0.0,
+                    1 => f32::NAN,
+                    _ => i as f32 - 7.5,
+                })
+                .collect();
+            let block = Block { rows, cols, src_stride: ss as isize, dst_stride: ds as isize };
+            let mut got = vec![1.0f32; cols * ds];
+            // SAFETY: the vectors hold every element the block names.
+            unsafe { block.copy_plus_zero(src.as_ptr(), got.as_mut_ptr()) };
+            for r in 0..rows {
+                for c in 0..cols {
+                    let want = src[r * ss + c] + 0.0;
+                    assert_eq!(got[c * ds + r].to_bits(), want.to_bits(), "{rows} x {cols} at {r}, {c}");
+                }
+            }
         }
     }
 }

@@ -141,6 +141,19 @@ impl Scalars {
         if let Some(folded) = self.fold_index(op, a, b, dtype) {
             return folded;
         }
+        if let Some(folded) = self.fold_floats(op, a, b, dtype) {
+            return folded;
+        }
+        // `(x + 0.0) + 0.0` is `x + 0.0`: the first add made `-0.0` `+0.0`
+        // and left every other value as it was (a sum of one-hot selects
+        // that a piecewise split decided: `unbind`'s gradient).
+        if op == BinaryOp::Add && matches!(dtype, DType::F32 | DType::F64) {
+            for (x, c) in [(a, b), (b, a)] {
+                if self.is_plus_zero(c, dtype) && self.adds_plus_zero(x, dtype) {
+                    return x;
+                }
+            }
+        }
         // `m & true` and `m | false` on booleans are `m` (a causal mask
         // built as `ones(..).tril()` ands the comparison with a constant);
         // `m & false` is false and `m | true` true (a range condition that
@@ -182,6 +195,37 @@ impl Scalars {
             }
         }
         self.add(ScalarOp::Binary(op, a, b), dtype)
+    }
+
+    /// `a op b` for two float32 or float64 constants of `dtype` and a sum,
+    /// difference or product, rounded once in `dtype` as a kernel rounds it
+    /// (what a split stage's decided selects leave: `0.0 + 0.0`).
+    fn fold_floats(&mut self, op: BinaryOp, a: ScalarId, b: ScalarId, dtype: DType) -> Option<ScalarId> {
+        if self.dtype(a) != dtype || self.dtype(b) != dtype {
+            return None;
+        }
+        let (x, y) = (self.float_const(a)?, self.float_const(b)?);
+        let value = match (dtype, op) {
+            (DType::F64, BinaryOp::Add) => x + y,
+            (DType::F64, BinaryOp::Sub) => x - y,
+            (DType::F64, BinaryOp::Mul) => x * y,
+            (DType::F32, BinaryOp::Add) => f64::from(x as f32 + y as f32),
+            (DType::F32, BinaryOp::Sub) => f64::from(x as f32 - y as f32),
+            (DType::F32, BinaryOp::Mul) => f64::from(x as f32 * y as f32),
+            _ => return None,
+        };
+        Some(self.constant(value, dtype))
+    }
+
+    /// Whether `c` is the constant `+0.0` of `dtype`.
+    fn is_plus_zero(&self, c: ScalarId, dtype: DType) -> bool {
+        self.dtype(c) == dtype && self.float_const(c).is_some_and(|v| v.to_bits() == 0)
+    }
+
+    /// Whether `x` is `y + 0.0` (either order) in `dtype`.
+    fn adds_plus_zero(&self, x: ScalarId, dtype: DType) -> bool {
+        matches!(self.get(x).op, ScalarOp::Binary(BinaryOp::Add, p, q)
+            if self.dtype(x) == dtype && (self.is_plus_zero(p, dtype) || self.is_plus_zero(q, dtype)))
     }
 
     /// The value of a float constant.

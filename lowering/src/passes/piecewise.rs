@@ -124,7 +124,9 @@ fn residues(scalars: &mut Scalars, stage: &Stage, sizes: &[i64], reduce: &[i64])
         let parts: Vec<Stage> = (0..k).map(|r| residue_stage(scalars, stage, sizes, reduce, (v, k, r))).collect();
         let cost = parts
             .iter()
-            .map(|p| masked(scalars, p.value) as f64 * p.ranges.iter().filter_map(Expr::as_const).product::<i64>() as f64)
+            .map(|p| {
+                masked(scalars, p.value) as f64 * p.ranges.iter().filter_map(Expr::as_const).product::<i64>() as f64
+            })
             .sum::<f64>()
             / whole;
         if cost < best.0 {
@@ -163,9 +165,8 @@ fn residue_stage(scalars: &mut Scalars, stage: &Stage, sizes: &[i64], reduce: &[
 
 /// How many values under `root` a condition picks: masked loads and selects.
 fn masked(scalars: &Scalars, root: ScalarId) -> usize {
-    let picked = |id: &ScalarId| {
-        matches!(scalars.get(*id).op, ScalarOp::Load { mask: Some(_), .. } | ScalarOp::Where(..))
-    };
+    let picked =
+        |id: &ScalarId| matches!(scalars.get(*id).op, ScalarOp::Load { mask: Some(_), .. } | ScalarOp::Where(..));
     scalars.topo(&[root]).iter().filter(|id| picked(id)).count()
 }
 
@@ -217,11 +218,7 @@ fn small(e: &Expr) -> bool {
 /// constant or cannot be zero there (`(v + 1) % 2 == 0` once `v` is odd).
 fn decided(scalars: &Scalars, id: ScalarId, ctx: &Ctx) -> Option<bool> {
     if let Some((lo, hi)) = condition(scalars, id).and_then(|e| e.bounds(ctx)) {
-        return if lo >= 0 {
-            Some(true)
-        } else {
-            (hi < 0).then_some(false)
-        };
+        return if lo >= 0 { Some(true) } else { (hi < 0).then_some(false) };
     }
     let ScalarOp::Binary(op @ (BinaryOp::Eq | BinaryOp::Ne), a, b) = scalars.get(id).op else { return None };
     let (lo, hi) = difference(scalars, a, b)?.bounds(ctx)?;
