@@ -48,15 +48,14 @@ pub(crate) fn detect(kernel: &KernelPlan, bufs: &[BufPlan]) -> Option<Vec<Transp
             if !stage.inner.is_empty() || stage.reduce.is_some() || !stage.store_indirect.is_empty() {
                 return None;
             }
-            let (inst, plus_zero) = match &stage.insts[..] {
-                [inst] => (inst, false),
-                [inst, add] if adds_zero(stage, add, inst.dst) => (inst, true),
+            let (inst, value, plus_zero) = match &stage.insts[..] {
+                [inst] => (inst, inst.dst, false),
+                [inst, add] if adds_zero(stage, add, inst.dst) => (inst, add.dst, true),
                 _ => return None,
             };
             let InstOp::Load { buf, dtype, index, indirect, mask: None } = &inst.op else { return None };
             let itemsize = dtype.itemsize();
             let plain = |i: &IndexFn| i.rest.is_none();
-            let value = if plus_zero { stage.insts[1].dst } else { inst.dst };
             if value != stage.value
                 || inst.narrow.is_some()
                 || !indirect.is_empty()
