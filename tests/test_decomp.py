@@ -540,3 +540,32 @@ def test_adding_zero_keeps_the_sign_of_zero() -> None:
     for got, want in zip(compile_aten(fn, [x])(x), fn(x)):
         assert torch.equal(got.signbit(), want.signbit()) and torch.equal(got.isnan(), want.isnan())
         assert torch.equal(got[~want.isnan()], want[~want.isnan()])
+
+
+@pytest.mark.parametrize("dim", [0, -1])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_weight_norm_gradients_lower(dim, dtype) -> None:
+    """A weight-normed convolution's training step (wav2vec2's positional
+    convolution): ``_weight_norm_interface_backward`` lowers instead of
+    running eagerly, and the gradients of ``v`` and ``g`` match float64
+    eager, with ``dim`` the first or the last dim and half-precision weights
+    (whose norms ATen keeps in float32)."""
+    from torch.nn.utils.parametrizations import weight_norm
+
+    def build(dt):
+        torch.manual_seed(0)
+        return weight_norm(torch.nn.Conv1d(8, 6, 3, padding=1), dim=dim).to(dt)
+
+    def step(module, x):
+        module.zero_grad()
+        (module(x) * torch.linspace(-1, 1, x.shape[-1], dtype=x.dtype)).sum().backward()
+        p = module.parametrizations.weight
+        return p.original0.grad, p.original1.grad, module.bias.grad
+
+    x64 = torch.randn(2, 8, 11, dtype=torch.float64)
+    eager, reference = build(dtype), build(torch.float64)
+    compiled_module = build(dtype)
+    rdyn.reset_stats()
+    got = step(torch.compile(compiled_module, backend="rdyn"), x64.to(dtype))
+    assert rdyn.stats()["fallback_ops"] == {}
+    assert_same(got, step(eager, x64.to(dtype)), step(reference, x64), what="weight-norm gradients")

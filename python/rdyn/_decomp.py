@@ -30,7 +30,9 @@ pooling's where the windows tile the input, else such products.
 covers the tensor in order, else an ``index_put`` at the storage positions
 its view reaches.
 ``masked_scatter`` counts the selected positions with a cumulative sum and
-gathers from the source behind one padding element.
+gathers from the source behind one padding element. Weight norm's backward
+(``_weight_norm_interface_backward``, which PyTorch does not decompose) is
+its differentiable formula: a per-slice sum and pointwise arithmetic.
 
 Softmax normalises by multiplying with the reciprocal of the row sum, as
 ATen's own softmax kernels do: PyTorch's decomposition divides, and a
@@ -504,6 +506,22 @@ def _xlog(log):
     return xlog
 
 
+def weight_norm_interface_backward(grad_w, saved_v, saved_g, saved_norms, dim):
+    """``_weight_norm_interface_backward`` (``w = v * g / ||v||``, the norm
+    over every dim but ``dim``) as ATen's differentiable form computes it:
+    ``s = sum(grad_w * v)`` per slice, ``grad_g = s / norm`` and
+    ``grad_v = g / norm * (grad_w - v * s / norm**2)``, in the norms' dtype
+    (float32 for half-precision weights, as ATen keeps them) and returned in
+    ``v``'s and ``g``'s."""
+    work = saved_norms.dtype
+    reduce_dims = [i for i in range(saved_v.dim()) if i != dim % max(saved_v.dim(), 1)]
+    gw, v, g, norm = grad_w.to(work), saved_v.to(work), saved_g.to(work), saved_norms
+    sums = (gw * v).sum(reduce_dims, keepdim=True) if reduce_dims else gw * v
+    grad_v = g / norm * (gw - v * (sums / (norm * norm)))
+    grad_g = (sums / norm).reshape(saved_g.shape)
+    return grad_v.to(saved_v.dtype), grad_g.to(saved_g.dtype)
+
+
 DECOMPOSITIONS = {
     aten._softmax.default: softmax,
     aten.max_pool2d_with_indices.default: max_pool2d_with_indices,
@@ -544,4 +562,5 @@ DECOMPOSITIONS = {
     aten._adaptive_avg_pool3d.default: adaptive_avg_pool3d,
     aten._adaptive_avg_pool3d_backward.default: adaptive_avg_pool3d_backward,
     aten._adaptive_avg_pool2d_backward.default: adaptive_avg_pool2d_backward,
+    aten._weight_norm_interface_backward.default: weight_norm_interface_backward,
 }
