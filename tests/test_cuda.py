@@ -355,9 +355,11 @@ BESSEL_JYK = {
 }
 
 
+@pytest.mark.parametrize("device", ["cuda-sim", "cpu"])
 @pytest.mark.parametrize("name", list(BESSEL_JYK))
-def test_bessel_jyk_on_cuda_sim(name: str) -> None:
-    """Bessel J, Y and K as PTX against mpmath at 30 digits (eager's own
+def test_bessel_jyk_against_mpmath(name: str, device: str) -> None:
+    """Bessel J, Y and K, written once in `rdyn_ir::special`, as PTX and as
+    the CPU's machine code, against mpmath at 30 digits (eager's own
     float64 J/Y is off by up to 1e-5 near zeros, its float32 by far more
     at large x): both sides of the power-series/expansion switch (9 for K,
     12 for J and Y), near zeros, large arguments that need the float64
@@ -376,14 +378,14 @@ def test_bessel_jyk_on_cuda_sim(name: str) -> None:
         scale = (lambda v: mpmath.exp(v)) if kind == "ke" else (lambda v: 1)
         want = [mpmath.besselk(n, mpmath.mpf(float(v))) * scale(mpmath.mpf(float(v))) for v in x]
     want = torch.tensor([float(w) for w in want], dtype=torch.float64)
-    compiled = torch.compile(fn, backend="rdyn", options={"device": "cuda-sim"})
+    compiled = torch.compile(fn, backend="rdyn", options={"device": device})
     with no_rust_panic():
         got = compiled(x).double()
     assert rdyn.stats()["nodes_fallback"] == 0, rdyn.stats()["fallback_ops"]
     # float32 rounding of the result (2^-24), and underflow to 0 for K.
     torch.testing.assert_close(got, want, rtol=1.2e-7, atol=1e-44)
     special = torch.tensor([0.0, -0.0, -2.0, float("inf"), -float("inf"), float("nan")])
-    got, want = torch.compile(fn, backend="rdyn", options={"device": "cuda-sim"})(special), fn(special)
+    got, want = torch.compile(fn, backend="rdyn", options={"device": device})(special), fn(special)
     torch.testing.assert_close(got, want, equal_nan=True)
     # Signed zeros too (J1(−0) = −0).
     assert torch.equal(torch.signbit(got[:2]), torch.signbit(want[:2])), (got, want)
@@ -391,7 +393,7 @@ def test_bessel_jyk_on_cuda_sim(name: str) -> None:
         # Past 2^62 the reduction of x by π/2 loses the phase; the result
         # stays within the amplitude √(2/(πx)).
         huge = torch.tensor([1e18, 1e30, 3e38])
-        got = torch.compile(fn, backend="rdyn", options={"device": "cuda-sim"})(huge).double()
+        got = torch.compile(fn, backend="rdyn", options={"device": device})(huge).double()
         assert bool((got.abs() <= (2 / (torch.pi * huge.double())).sqrt() * 1.001).all()), got
 
 

@@ -34,7 +34,7 @@
 //!   transcendentals; `special/`: float64 special functions (Bessel I/K/J/Y, Airy
 //!   Ai, erfcx, ndtri, zeta, incomplete gamma, digamma, erfinv, orthogonal
 //!   polynomials), those written once in `rdyn_ir::special` compiled by
-//!   Cranelift (`native.rs`; J and Y are libm's).
+//!   Cranelift (`native.rs`).
 //! - rdyn's own kernels: `gemm.rs` (with `blas.rs`, torch's BLAS),
 //!   `depthwise.rs` (and its weight gradient, `depthwise_grad.rs`), `scan.rs`,
 //!   `sort.rs`, `search.rs`.

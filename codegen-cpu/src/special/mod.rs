@@ -5,7 +5,7 @@
 //! kernels; the numerics aim at a few ulps wherever the function itself is
 //! well conditioned (in places more accurately than PyTorch's own kernels).
 //!
-//! The functions defined once in `rdyn_ir::special` (Bessel I and K, Airy
+//! The functions defined once in `rdyn_ir::special` (Bessel J, Y, I and K, Airy
 //! Ai, spherical j0, Hermite, Laguerre and Legendre polynomials, Hurwitz
 //! zeta, erfcx, ndtri, the incomplete gamma functions), which the CUDA backend translates to PTX, run here as
 //! that definition compiled to machine code by Cranelift ([`native`], on
@@ -73,37 +73,25 @@ pub fn legendre_p(x: f64, n: f64) -> f64 {
     native::call(Special::LegendreP, [x, n])
 }
 
-// ---- Bessel functions J, Y (libm) ----
+// ---- Bessel functions J and Y (defined in `rdyn_ir::special`) ----
 
-/// J at ±inf is NaN in PyTorch (its kernels evaluate the asymptotic form).
-fn bessel_j(x: f64, f: fn(f64) -> f64) -> f64 {
-    f(if x.is_infinite() { f64::NAN } else { x })
-}
-
-/// Y: -inf at ±0, NaN for x < 0 and at +inf.
-fn bessel_y(x: f64, f: fn(f64) -> f64) -> f64 {
-    match x {
-        _ if x == 0.0 => f64::NEG_INFINITY,
-        _ if x < 0.0 || x.is_infinite() => f64::NAN,
-        _ => f(x),
-    }
-}
-
-/// Bessel function of the first kind, order 0.
+/// Bessel function of the first kind, order 0 (NaN at ±inf, as PyTorch).
 pub fn j0(x: f64) -> f64 {
-    bessel_j(x, libm::j0)
+    native::call(Special::J0, [x, 0.0])
 }
-/// Bessel function of the first kind, order 1.
+/// Bessel function of the first kind, order 1 (NaN at ±inf, as PyTorch).
 pub fn j1(x: f64) -> f64 {
-    bessel_j(x, libm::j1)
+    native::call(Special::J1, [x, 0.0])
 }
-/// Bessel function of the second kind, order 0.
+/// Bessel function of the second kind, order 0: -inf at ±0, NaN for x < 0
+/// and at +inf.
 pub fn y0(x: f64) -> f64 {
-    bessel_y(x, libm::y0)
+    native::call(Special::Y0, [x, 0.0])
 }
-/// Bessel function of the second kind, order 1.
+/// Bessel function of the second kind, order 1: -inf at ±0, NaN for x < 0
+/// and at +inf.
 pub fn y1(x: f64) -> f64 {
-    bessel_y(x, libm::y1)
+    native::call(Special::Y1, [x, 0.0])
 }
 
 // ---- erfcx and ndtri (defined in `rdyn_ir::special`) ----

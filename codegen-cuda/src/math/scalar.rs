@@ -4,13 +4,13 @@
 //! evaluates them. Registers map to `.f64` registers (constants to
 //! immediates), flags to predicates, `if` and `loop` to branches; exp, log,
 //! pow, log1p, expm1, sinh and cosh use the software float64 routines of
-//! `math64.rs`, erfc and lgamma (Γ as its exponential) `lib64.rs`, sin and cos `bessel::sincos64`. Arguments and results are float32 registers,
+//! `math64.rs`, erfc and lgamma (Γ as its exponential) `lib64.rs`, sin and cos `sincos64.rs`. Arguments and results are float32 registers,
 //! converted to and from float64 around the body.
 
 use rdyn_ir::special::{Binary, Cmp, Flag, Logic, Reg, SpecialFn, Stmt, Unary};
 
-use crate::math::bessel::sincos64;
 use crate::math::math64;
+use crate::math::sincos64::sincos64;
 use crate::ptx::func::{f64_imm as d64, Class, Func};
 
 struct Tr<'a> {

@@ -92,6 +92,13 @@ fn translated_bodies_match_the_evaluator() {
                 assert!(g.abs() <= amplitude, "AiryAi({x:e}) = {g:e}");
                 continue;
             }
+            let hankel = matches!(which, Special::J0 | Special::J1 | Special::Y0 | Special::Y1);
+            if hankel && x.abs() > 2f32.powi(62) && x.is_finite() && !want.is_nan() {
+                // The same: J and Y within their amplitude √(2/(π|x|)).
+                let amplitude = (2.0 / (std::f64::consts::PI * f64::from(x.abs()))).sqrt() * 1.001;
+                assert!(f64::from(g.abs()) <= amplitude, "{which:?}({x:e}) = {g:e}");
+                continue;
+            }
             assert!(close(g, want), "{which:?}({x:e}) = {g:e} in PTX, {want:e} evaluated");
         }
     }

@@ -1,8 +1,8 @@
 //! float32 special functions as PTX: lgamma (recurrence to a large
 //! argument, then Stirling's series, as the WGSL backend) and the erfc fit
-//! (erf, erfc). Bessel J and Y are in `bessel.rs`; Bessel I and K, Airy Ai,
-//! spherical j0, zeta, erfcx, ndtri, digamma, erfinv and the incomplete
-//! gamma functions come from `rdyn_ir::special` through `scalar.rs`.
+//! (erf, erfc). Bessel J, Y, I and K, Airy Ai, spherical j0, zeta, erfcx,
+//! ndtri, digamma, erfinv and the incomplete gamma functions come from
+//! `rdyn_ir::special` through `scalar.rs`.
 
 use crate::math::math32::{exp, log};
 use crate::ptx::arith::{add, div, fma, k, mul, op1, op2, poly, sub};

@@ -117,7 +117,6 @@ fn float32_unary(f: &mut Func, op: UnaryOp, x: &str) -> Result<String, PtxError>
 
 /// The float32 error-function family and special functions.
 fn float32_special_unary(f: &mut Func, op: UnaryOp, x: &str) -> Result<String, PtxError> {
-    use crate::math::bessel as b;
     Ok(match op {
         UnaryOp::Erf | UnaryOp::Erfc => {
             let c = special::erfc_abs(f, x);
@@ -168,10 +167,10 @@ fn float32_special_unary(f: &mut Func, op: UnaryOp, x: &str) -> Result<String, P
         UnaryOp::K0e => scalar(f, Special::K0e, x),
         UnaryOp::K1 => scalar(f, Special::K1, x),
         UnaryOp::K1e => scalar(f, Special::K1e, x),
-        UnaryOp::BesselJ0 => b::bessel_jy(f, x, 0, b::Kind::J),
-        UnaryOp::BesselJ1 => b::bessel_jy(f, x, 1, b::Kind::J),
-        UnaryOp::BesselY0 => b::bessel_jy(f, x, 0, b::Kind::Y),
-        UnaryOp::BesselY1 => b::bessel_jy(f, x, 1, b::Kind::Y),
+        UnaryOp::BesselJ0 => scalar(f, Special::J0, x),
+        UnaryOp::BesselJ1 => scalar(f, Special::J1, x),
+        UnaryOp::BesselY0 => scalar(f, Special::Y0, x),
+        UnaryOp::BesselY1 => scalar(f, Special::Y1, x),
         UnaryOp::AiryAi => scalar(f, Special::AiryAi, x),
         other => return float_common_unary(f, other, x, Class::F32),
     })

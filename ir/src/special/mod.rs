@@ -1,7 +1,7 @@
 //! Special functions written once: a tiny scalar-function language, the
 //! functions written in it, and its reference evaluator.
 //!
-//! Each special function (Bessel I and K, Airy Ai, spherical j0, the
+//! Each special function (Bessel J, Y, I and K, Airy Ai, spherical j0, the
 //! Hermite, Laguerre and Legendre polynomials, Hurwitz zeta, erfcx, ndtri,
 //! digamma, erfinv, the incomplete gamma functions) used to
 //! be written twice, as float64 Rust for the CPU backend and as a PTX
@@ -25,6 +25,7 @@
 //! `loop %5 from 1 max 199 { … }`, `break if ?2`, `return %7`.
 
 mod bessel;
+mod bessel_jy;
 mod builder;
 mod erf;
 mod eval;
@@ -220,10 +221,14 @@ pub enum Special {
     Igammac,
     Digamma,
     Erfinv,
+    J0,
+    J1,
+    Y0,
+    Y1,
 }
 
 impl Special {
-    pub const ALL: [Special; 21] = [
+    pub const ALL: [Special; 25] = [
         Special::I0,
         Special::I0e,
         Special::I1,
@@ -245,6 +250,10 @@ impl Special {
         Special::Igammac,
         Special::Digamma,
         Special::Erfinv,
+        Special::J0,
+        Special::J1,
+        Special::Y0,
+        Special::Y1,
     ];
 
     /// The function's body, built on first use.
@@ -277,6 +286,10 @@ impl Special {
             Special::Igammac => gamma::igammac(),
             Special::Digamma => psi::digamma(),
             Special::Erfinv => erf::erfinv(),
+            Special::J0 => bessel_jy::bessel_jy("j0", 0, bessel_jy::Kind::J),
+            Special::J1 => bessel_jy::bessel_jy("j1", 1, bessel_jy::Kind::J),
+            Special::Y0 => bessel_jy::bessel_jy("y0", 0, bessel_jy::Kind::Y),
+            Special::Y1 => bessel_jy::bessel_jy("y1", 1, bessel_jy::Kind::Y),
         }
     }
 
