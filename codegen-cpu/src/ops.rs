@@ -192,7 +192,15 @@ macro_rules! float_ops {
     };
 }
 
-float_ops!(f32, unary_f32_generic, binary_f32_body, libm::erff, libm::erfcf, libm::lgammaf, libm::nextafterf);
+float_ops!(
+    f32,
+    unary_f32_generic,
+    binary_f32_body,
+    libm::erff,
+    libm::erfcf,
+    crate::special::lgamma_f32,
+    libm::nextafterf
+);
 
 /// float32 unary ops: the common transcendentals use the vectorisable
 /// versions in [`crate::fastmath`], compiled for AVX2+FMA and AVX-512 too

@@ -36,10 +36,10 @@
 //!   error flag);
 //! - `math/`: the function emitters: `math32.rs` (float32 exp/log family),
 //!   `trig.rs`, `math64.rs` (float64 exp/log in software, pow), `special.rs`
-//!   (float32 lgamma, the erfc fit), `sincos64.rs` (float64 sine and
+//!   (the float32 erfc fit), `sincos64.rs` (float64 sine and
 //!   cosine), `lib64.rs` (float64 erfc and ln Γ), `poly.rs`, `hash.rs`
 //!   (random bits), and `scalar.rs`, the translator of the special
-//!   functions written once in `rdyn_ir::special` (Bessel J/Y/I/K, Airy
+//!   functions written once in `rdyn_ir::special` (ln Γ, Bessel J/Y/I/K, Airy
 //!   Ai, spherical j0, erfcx, ndtri, zeta, digamma, erfinv, incomplete
 //!   gamma, Hermite, Laguerre, Legendre) to PTX;
 //! - `ops/`: `unary.rs`, `binary.rs`: each scalar op to its emitter;

@@ -94,6 +94,14 @@ pub fn y1(x: f64) -> f64 {
     native::call(Special::Y1, [x, 0.0])
 }
 
+// ---- ln|Γ| of float32 values (defined in `rdyn_ir::special`) ----
+
+/// ln|Γ(x)| of a float32 value, computed in float64 (libm's `lgamma` above
+/// ½, reflection below) and rounded once.
+pub fn lgamma_f32(x: f32) -> f32 {
+    native::call(Special::Lgamma, [f64::from(x), 0.0]) as f32
+}
+
 // ---- erfcx and ndtri (defined in `rdyn_ir::special`) ----
 
 /// Scaled complementary error function exp(x²)·erfc(x) (defined in
@@ -298,5 +306,26 @@ mod tests {
         for x in [0.0, 0.1, 0.49, 0.5, 0.9, 1.0] {
             assert!((igamma(2.5, x * 5.0) + igammac(2.5, x * 5.0) - 1.0).abs() < 1e-15);
         }
+    }
+}
+
+#[cfg(test)]
+mod lgamma_tests {
+    /// ln|Γ| of float32 values through the compiled body, whose library
+    /// call is libm's `lgamma` of the same name: against libm directly
+    /// (reflection below ½), and its poles.
+    #[test]
+    fn lgamma_f32_is_libms_rounded() {
+        for x in [0.5f32, 1.0, 2.0, 3.0, 0.001, 7.5, 1e3, -0.5, -2.5, -7.25, -100.3] {
+            let want = libm::lgamma(f64::from(x)) as f32;
+            let got = super::lgamma_f32(x);
+            assert!(
+                (got - want).abs() <= 2.0 * f32::EPSILON * want.abs().max(1e-6),
+                "lgamma({x}) = {got}, libm {want}"
+            );
+        }
+        assert_eq!(super::lgamma_f32(-3.0), f32::INFINITY);
+        assert_eq!(super::lgamma_f32(0.0), f32::INFINITY);
+        assert!(super::lgamma_f32(f32::NAN).is_nan());
     }
 }

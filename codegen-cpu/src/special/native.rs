@@ -131,7 +131,9 @@ pub(super) fn compile(f: &SpecialFn) -> Result<Native, String> {
     ctx.func.signature.params.extend(vec![AbiParam::new(types::F64); arity]);
     ctx.func.signature.returns.push(AbiParam::new(types::F64));
     let id = module
-        .declare_function(&format!("rdyn_special_{}", f.name), Linkage::Local, &ctx.func.signature)
+        // Not `rdyn_special_*`: the library routines' symbols (a body named
+        // like one, `lgamma`, would call itself).
+        .declare_function(&format!("rdyn_body_{}", f.name), Linkage::Local, &ctx.func.signature)
         .map_err(|e| e.to_string())?;
     let mut library = Vec::new();
     for (op, name, _) in LIBRARY {

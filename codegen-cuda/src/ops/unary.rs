@@ -153,7 +153,7 @@ fn float32_special_unary(f: &mut Func, op: UnaryOp, x: &str) -> Result<String, P
             };
             keep_nan(f, x, &r)
         }
-        UnaryOp::Lgamma => special::lgamma(f, x),
+        UnaryOp::Lgamma => scalar(f, Special::Lgamma, x),
         UnaryOp::Digamma => scalar(f, Special::Digamma, x),
         UnaryOp::Erfinv => scalar(f, Special::Erfinv, x),
         UnaryOp::SphericalJ0 => scalar(f, Special::SphericalJ0, x),

@@ -225,10 +225,11 @@ pub enum Special {
     J1,
     Y0,
     Y1,
+    Lgamma,
 }
 
 impl Special {
-    pub const ALL: [Special; 25] = [
+    pub const ALL: [Special; 26] = [
         Special::I0,
         Special::I0e,
         Special::I1,
@@ -254,6 +255,7 @@ impl Special {
         Special::J1,
         Special::Y0,
         Special::Y1,
+        Special::Lgamma,
     ];
 
     /// The function's body, built on first use.
@@ -290,6 +292,7 @@ impl Special {
             Special::J1 => bessel_jy::bessel_jy("j1", 1, bessel_jy::Kind::J),
             Special::Y0 => bessel_jy::bessel_jy("y0", 0, bessel_jy::Kind::Y),
             Special::Y1 => bessel_jy::bessel_jy("y1", 1, bessel_jy::Kind::Y),
+            Special::Lgamma => psi::lgamma(),
         }
     }
 
@@ -349,6 +352,14 @@ mod tests {
             close(Special::Igammac.eval(&[0.5, x]), libm::erfc(x.sqrt()), 1e-13);
         }
         assert!(Special::Igamma.eval(&[-1.0, 1.0]).is_nan());
+        // ln|Γ| below ½ by reflection, against libm's own.
+        for x in [-0.4, -1.5, -2.7, -7.25, -30.1, -1e6 - 0.5, 0.0001, 0.3, 0.5, 2.0, 40.0] {
+            close(Special::Lgamma.eval(&[x]), libm::lgamma(x), 1e-13);
+        }
+        for x in [0.0, -0.0, -1.0, -3.0, -1e20, f64::INFINITY, f64::NEG_INFINITY] {
+            assert_eq!(Special::Lgamma.eval(&[x]), f64::INFINITY, "lgamma({x})");
+        }
+        assert!(Special::Lgamma.eval(&[f64::NAN]).is_nan());
         assert_eq!(Special::Igammac.eval(&[1.0, f64::INFINITY]), 0.0);
     }
 

@@ -2,9 +2,11 @@
 //! upward recurrence to x ≥ 10, then the asymptotic series to the x^−16
 //! term (the first omitted one is below 1e-17 relative there; stopping at
 //! 6 with five terms, as this backend once did, left errors of 1e-11).
+//! And ln|Γ(x)| for every x: the library's `lgamma` (`Unary::Lgamma`, for
+//! positive arguments in PTX) above ½, reflection below.
 
 use super::builder::Builder;
-use super::{Binary, SpecialFn, Unary};
+use super::{Binary, Reg, SpecialFn, Unary};
 
 const PI: f64 = std::f64::consts::PI;
 
@@ -59,4 +61,53 @@ pub(super) fn digamma() -> SpecialFn {
     let t = b.sub(t, series);
     let r = b.add(result, t);
     b.finish(r)
+}
+
+/// |sin(πx)|, with x reduced by whole periods first (exact), so that it is
+/// exactly 0 at the integers and accurate near them.
+fn abs_sin_pi(b: &mut Builder, x: Reg) -> Reg {
+    let half = b.mul(x, 0.5);
+    let fl = b.unary(Unary::Floor, half);
+    let r = b.fma(fl, -2.0, x);
+    // r in [0, 2): |sin(πr)| has period 1, and is symmetric about ½.
+    let ge1 = b.ge(r, 1.0);
+    let r1 = b.sub(r, 1.0);
+    let r = b.select(ge1, r1, r);
+    let other = b.sub(1.0, r);
+    let r = b.binary(Binary::Min, r, other);
+    let a = b.mul(r, PI);
+    b.unary(Unary::Sin, a)
+}
+
+/// ln|Γ(x)| (PyTorch's `lgamma`): +inf at ±inf and at the poles 0, −1,
+/// −2, …, 0 at 1 and 2; below ½ by reflection, ln(π/|sin(πx)|) − ln Γ(1 − x).
+pub(super) fn lgamma() -> SpecialFn {
+    let mut b = Builder::new("lgamma");
+    let x = b.param();
+    let nan = b.is_nan(x);
+    b.return_if(nan, f64::NAN);
+    let ax = b.abs(x);
+    let inf = b.eq(ax, f64::INFINITY);
+    let non_positive = b.le(x, 0.0);
+    let integer = b.is_integer(x);
+    let pole = b.and(non_positive, integer);
+    let infinite = b.or(inf, pole);
+    b.return_if(infinite, f64::INFINITY);
+    // Γ(1) = Γ(2) = 1 exactly (libm's lgamma gives 0 there, PTX's software
+    // routine a few ulps of 1e-15).
+    let (one, two) = (b.eq(x, 1.0), b.eq(x, 2.0));
+    let unit = b.or(one, two);
+    b.return_if(unit, 0.0);
+    let direct = b.ge(x, 0.5);
+    b.when(direct, |b| {
+        let v = b.unary(Unary::Lgamma, x);
+        b.ret(v);
+    });
+    let s = abs_sin_pi(&mut b, x);
+    let q = b.div(PI, s);
+    let lq = b.log(q);
+    let one_minus = b.sub(1.0, x);
+    let lg = b.unary(Unary::Lgamma, one_minus);
+    let out = b.sub(lq, lg);
+    b.finish(out)
 }
