@@ -12,6 +12,7 @@ import pytest
 import torch
 
 import rdyn
+from helpers import assert_same
 
 DEVICES = ["cpu", "cuda-sim"]
 NAN, INF = float("nan"), float("inf")
@@ -273,3 +274,31 @@ def test_nonzero_static_under_dynamic_shapes() -> None:
         x = torch.arange(2 * n).view(n, 2) % 3 == 0
         assert torch.equal(compiled(x), fn(x))
     _no_fallback()
+
+
+@pytest.mark.parametrize("mode", ["sum", "mean"])
+def test_embedding_bag_lowers_with_its_gradient(mode) -> None:
+    """``nn.EmbeddingBag`` (sum, mean; a DLRM's sparse features) and its
+    weight gradient lower: no eager node, and output and gradient match
+    float64 eager with empty bags, a bag of one at the end and repeated
+    indices."""
+    torch.manual_seed(0)
+    bag = torch.nn.EmbeddingBag(50, 8, mode=mode)
+    bag64 = torch.nn.EmbeddingBag(50, 8, mode=mode).double()
+    bag64.weight.data.copy_(bag.weight.data)
+    indices = torch.cat([torch.randint(0, 50, (18,)), torch.tensor([7, 7])])
+    offsets = torch.tensor([0, 3, 3, 10, 19, 19])
+    scale = torch.linspace(-1, 1, 8)
+
+    def step(module, dtype):
+        module.zero_grad()
+        out = module(indices, offsets)
+        (out * scale.to(dtype)).sum().backward()
+        return out, module.weight.grad
+
+    want = step(bag, torch.float32)
+    reference = step(bag64, torch.float64)
+    rdyn.reset_stats()
+    got = step(torch.compile(bag, backend="rdyn"), torch.float32)
+    assert rdyn.stats()["fallback_ops"] == {}
+    assert_same(got, want, reference, what=f"EmbeddingBag({mode})")

@@ -11,7 +11,9 @@ dtype in ATen's order, then a scatter-add of ones. ``x[mask] = v`` is a
 gradient rows as they are (no mask multiplied in), which the CPU JIT
 compiles. Integer ``>>``/``<<`` are the bitwise shifts. ``index_add`` and
 ``index_copy`` reject negative indices as their eager kernels do, and
-``select_scatter`` keeps its input's dtype.
+``select_scatter`` keeps its input's dtype. ``nn.EmbeddingBag`` (sum and
+mean) and its gradient are a gather and a scatter-add into the bags, each
+index's bag a binary search of the offsets.
 """
 
 from __future__ import annotations
@@ -203,6 +205,79 @@ def efficient_zero_tensor(size, *, dtype=None, layout=None, device=None, pin_mem
     return torch.zeros(size, dtype=dtype, device=device)
 
 
+_SUM, _MEAN = 0, 1
+
+
+def _bag_of_each_index(indices, offsets, num_bags):
+    """The bag each index belongs to: how many bags after the first start
+    at or before its position (a binary search of the offsets; never
+    negative, so no index wrapping follows)."""
+    positions = torch.arange(indices.shape[0], device=indices.device, dtype=offsets.dtype)
+    return torch.searchsorted(offsets[1:num_bags], positions, right=True)
+
+
+def _bag_sizes(indices, offsets, num_bags):
+    """Indices per bag: the differences of the offsets, the last bag ending
+    at the last index."""
+    ends = torch.cat([offsets[1:num_bags], offsets.new_full((1,), indices.shape[0])])
+    return ends - offsets[:num_bags]
+
+
+def _plain_bags(indices, offsets, mode, per_sample_weights, padding_idx) -> bool:
+    """The cases the decompositions below cover: sum or mean over 1-D
+    indices and offsets, without per-sample weights or a padding index."""
+    return (
+        mode in (_SUM, _MEAN)
+        and per_sample_weights is None
+        and padding_idx < 0
+        and indices.dim() == 1
+        and offsets.dim() == 1
+        and offsets.shape[0] > 0
+    )
+
+
+def embedding_bag(weight, indices, offsets, scale_grad_by_freq=False, mode=0, sparse=False,
+                  per_sample_weights=None, include_last_offset=False, padding_idx=-1):
+    """``nn.EmbeddingBag`` (``_embedding_bag``, sum or mean): the rows of
+    ``weight`` gathered, then added into their bags (a scatter-add in
+    index order, as ATen sums each bag), divided by the bag's size for the
+    mean (an empty bag is 0). The other results are what the backward
+    below reads: each index's bag and each bag's size."""
+    if include_last_offset or not _plain_bags(indices, offsets, mode, per_sample_weights, padding_idx):
+        return NotImplemented
+    num_bags = offsets.shape[0]
+    bag = _bag_of_each_index(indices, offsets, num_bags)
+    sizes = _bag_sizes(indices, offsets, num_bags)
+    # `index_select` rejects a negative or too large index, as eager does;
+    # the bags are in range by construction, so the scatter-add is an
+    # `index_put` (`index_add` would first move negative indices out of
+    # range, an int64 kernel of its own).
+    rows = weight.index_select(0, indices)
+    out = weight.new_zeros((num_bags, weight.shape[1])).index_put((bag,), rows, accumulate=True)
+    if mode == _MEAN:
+        out = out / sizes.clamp(min=1).unsqueeze(1).to(weight.dtype)
+    return out, bag, sizes, offsets.new_zeros(num_bags)
+
+
+def embedding_bag_backward(grad, indices, offsets, offset2bag, bag_size, maximum_indices, num_weights,
+                           scale_grad_by_freq, mode, sparse, per_sample_weights, padding_idx=-1):
+    """The weight's gradient of a sum or mean bag: each bag's gradient row
+    (divided by its size for the mean) added into the row of each of its
+    indices. The bags are found again from the offsets, so the forward's
+    auxiliary results (empty on ATen's fast path) are not read."""
+    num_bags = grad.shape[0]
+    plain = _plain_bags(indices, offsets, mode, per_sample_weights, padding_idx)
+    if sparse or scale_grad_by_freq or not plain or offsets.shape[0] != num_bags:
+        return NotImplemented
+    bag = _bag_of_each_index(indices, offsets, num_bags)
+    rows = grad.index_select(0, bag)
+    if mode == _MEAN:
+        sizes = _bag_sizes(indices, offsets, num_bags).clamp(min=1).to(grad.dtype)
+        rows = rows / sizes.index_select(0, bag).unsqueeze(1)
+    # The forward's `index_select` checked `indices` (negative ones raise).
+    return grad.new_zeros((num_weights, grad.shape[1])).index_put((indices,), rows, accumulate=True)
+
+
 DECOMPOSITIONS = {
     **{
         getattr(op, overload): _integer_only(shift)
@@ -219,4 +294,6 @@ DECOMPOSITIONS = {
     aten.select_scatter.default: select_scatter,
     aten.index_select.default: index_select,
     aten._efficientzerotensor.default: efficient_zero_tensor,
+    aten._embedding_bag.default: embedding_bag,
+    aten._embedding_bag_backward.default: embedding_bag_backward,
 }
