@@ -51,8 +51,8 @@ fn highest_first(mut coeffs: Vec<f64>) -> Vec<f64> {
 /// The power series of order `n` as polynomials in y = x²/4:
 /// S = Σ c_k y^k and H = Σ h_k c_k y^k, with c_k = (−1)^k/(k!(k+n)!) and
 /// h_k = H_k (n = 0) or H_k + H_(k+1) (n = 1), H_k the harmonic numbers.
-/// The coefficients are computed here, each from the last by one exact
-/// integer division (about an ulp each); the terms' largest, about 4e3 at
+/// The coefficients are computed here, each from the last by one division
+/// by an exact integer (half an ulp each); the terms' largest, about 4e3 at
 /// y = 36, bounds the rounding error of either sum to about 1e-12.
 fn power_series(b: &mut Builder, ax: Reg, n: u32) -> (Reg, Reg) {
     let (mut c, mut harmonic) = (1.0, 0.0);
