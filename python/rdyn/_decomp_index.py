@@ -263,17 +263,20 @@ def embedding_bag_backward(grad, indices, offsets, offset2bag, bag_size, maximum
                            scale_grad_by_freq, mode, sparse, per_sample_weights, padding_idx=-1):
     """The weight's gradient of a sum or mean bag: each bag's gradient row
     (divided by its size for the mean) added into the row of each of its
-    indices. The bags are found again from the offsets, so the forward's
-    auxiliary results (empty on ATen's fast path) are not read."""
+    indices. Each index's bag and each bag's size are the forward's
+    auxiliary results (the decomposition above returns both, as ATen's
+    kernel does where it fills them); found again from the offsets only
+    where they are empty (ATen's fast path for sums)."""
     num_bags = grad.shape[0]
     plain = _plain_bags(indices, offsets, mode, per_sample_weights, padding_idx)
     if sparse or scale_grad_by_freq or not plain or offsets.shape[0] != num_bags:
         return NotImplemented
-    bag = _bag_of_each_index(indices, offsets, num_bags)
+    filled = offset2bag.shape[0] == indices.shape[0]
+    bag = offset2bag if filled else _bag_of_each_index(indices, offsets, num_bags)
     rows = grad.index_select(0, bag)
     if mode == _MEAN:
-        sizes = _bag_sizes(indices, offsets, num_bags).clamp(min=1).to(grad.dtype)
-        rows = rows / sizes.index_select(0, bag).unsqueeze(1)
+        sizes = bag_size if bag_size.shape[0] == num_bags else _bag_sizes(indices, offsets, num_bags)
+        rows = rows / sizes.clamp(min=1).to(grad.dtype).index_select(0, bag).unsqueeze(1)
     # The forward's `index_select` checked `indices` (negative ones raise).
     return grad.new_zeros((num_weights, grad.shape[1])).index_put((indices,), rows, accumulate=True)
 
