@@ -13,7 +13,8 @@
 //! `sgemm_batch_`/`dgemm_batch_` at any size where the layouts allow, unless its
 //! products are large and skinny (the single calls' rule), else per-product calls
 //! as above; `rdyn._rdyn.blas_batched()` says whether the batched routine was
-//! found.
+//! found. These rules say where BLAS *may* run a product; whether it does is
+//! timed per shape against the crate ([`crate::gemm::choice`]).
 
 use std::ffi::c_char;
 use std::sync::OnceLock;
@@ -141,9 +142,9 @@ fn operand(rows: i64, cols: i64, rs: i64, cs: i64) -> Option<(u8, i64)> {
 /// `gemm` crate is faster than MKL's sgemm, measured on Zen 4 (torch 2.15):
 /// a 1152×192 by 192×9 product (a 1x1 convolution over 3x3 pixels) takes
 /// MKL 170–270 µs and the crate 45–55 µs; with one column 42 against
-/// 18 µs; 96×16 by 16×2304 84–96 against 45–64 µs. From 64 on both ways
-/// the two are within noise of each other, and MKL is ahead on an MLP's
-/// transposed weights.
+/// 18 µs; 96×16 by 16×2304 84–96 against 45–64 µs. From 64 on, which one
+/// wins depends on the CPU and the shape, and [`crate::gemm::choice`] times
+/// both.
 const BLAS_MIN_SIDE: i64 = 64;
 
 /// The BLAS call for a product, when its layouts and sizes allow one and

@@ -1,6 +1,8 @@
 //! Matrix products on strided views (no copies for transposed operands):
 //! through torch's BLAS when one is registered and can read the layouts
-//! ([`crate::blas`]), else through the `gemm` crate.
+//! ([`crate::blas`]), else through the `gemm` crate. Where both can, the
+//! faster of the two on this CPU runs it, measured on the first call of each
+//! product shape ([`choice`]).
 //!
 //! In the crate, products over 64³ multiply-adds run in parallel: on the OpenMP
 //! team each thread runs whole products on a block of rows (or of batches); on
@@ -14,6 +16,8 @@
 //! most `GEMM_COLS` columns at a time: every buffer it allocates is then a
 //! few MiB whatever the data's size (data-sized memory is rdyn's arena, which
 //! is reserved fallibly).
+
+pub mod choice;
 
 use gemm::Parallelism;
 use rdyn_ir::loops::BufId;
@@ -31,164 +35,253 @@ const GEMM_COLS: i64 = 2048;
 
 /// `out = scale · (a @ b)`; 2-D, or 3-D batched with matching batch sizes.
 pub fn run_gemm(a: BufId, b: BufId, out: BufId, scale: f64, mem: &Memory) -> Result<(), CodegenError> {
-    let (pa, pb, po) = (&mem.bufs[a.0 as usize], &mem.bufs[b.0 as usize], &mem.bufs[out.0 as usize]);
-    let batched = po.sizes.len() == 3;
-    let dims = |p: &crate::plan::BufPlan| -> (i64, i64, i64, i64, i64, i64) {
-        if batched {
-            (p.sizes[0], p.sizes[1], p.sizes[2], p.strides[0], p.strides[1], p.strides[2])
-        } else {
-            (1, p.sizes[0], p.sizes[1], 0, p.strides[0], p.strides[1])
-        }
-    };
-    let (batch, m, k, a_bs, a_rs, a_cs) = dims(pa);
-    let (_, _, n, b_bs, b_rs, b_cs) = dims(pb);
-    let (_, _, _, o_bs, o_rs, o_cs) = dims(po);
-    if po.sizes.len() != pa.sizes.len() || po.sizes.len() < 2 {
-        return Err(CodegenError::Internal("gemm operands of unexpected rank"));
+    let call = Call::new(a, b, out, scale, mem)?;
+    if !matches!(call.dtype, DType::F32 | DType::F64) {
+        return Err(CodegenError::Internal("gemm dtype"));
     }
-    let (ptr_a, ptr_b, ptr_o) = (mem.ptrs[a.0 as usize], mem.ptrs[b.0 as usize], mem.ptrs[out.0 as usize]);
-    let product = blas::Product { m, n, k, a: (a_rs, a_cs), b: (b_rs, b_cs), c: (o_rs, o_cs) };
-    let ops = [(ptr_a, pa.offset, a_bs), (ptr_b, pb.offset, b_bs), (ptr_o, po.offset, o_bs)];
-    // A batch goes to BLAS as one call where it has a batched routine.
-    if batch > 1 && batch <= i64::from(i32::MAX) {
-        if let Some(call) = blas::plan_batch(&product) {
-            let done = match po.dtype {
-                DType::F32 => blas_batch::<f32>(&product, call, batch, ops, scale as f32),
-                DType::F64 => blas_batch::<f64>(&product, call, batch, ops, scale),
-                _ => false,
-            };
-            if done {
-                return Ok(());
+    match call.blas_route() {
+        Some(route) if choice::library(&call, route) == Library::Blas => call.run_blas(route),
+        _ => call.run_crate(),
+    }
+    Ok(())
+}
+
+/// How torch's BLAS runs a product the rules give it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) enum BlasRoute {
+    /// One call of the batched routine for the whole batch.
+    Batch([(u8, i64); 3]),
+    /// One `?gemm_` call per product of the batch.
+    Each([(u8, i64); 3]),
+}
+
+/// The library that runs a product both can run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Library {
+    Blas,
+    Crate,
+}
+
+/// One `run_gemm` call: the product's shape and strides, its batch, and
+/// each operand's (address, element offset, batch stride).
+#[derive(Clone, Copy)]
+pub(crate) struct Call {
+    pub product: blas::Product,
+    pub batch: i64,
+    ops: [(usize, i64, i64); 3],
+    pub dtype: DType,
+    scale: f64,
+}
+
+impl Call {
+    fn new(a: BufId, b: BufId, out: BufId, scale: f64, mem: &Memory) -> Result<Call, CodegenError> {
+        let (pa, pb, po) = (&mem.bufs[a.0 as usize], &mem.bufs[b.0 as usize], &mem.bufs[out.0 as usize]);
+        if po.sizes.len() != pa.sizes.len() || po.sizes.len() < 2 {
+            return Err(CodegenError::Internal("gemm operands of unexpected rank"));
+        }
+        let batched = po.sizes.len() == 3;
+        let dims = |p: &crate::plan::BufPlan| -> (i64, i64, i64, i64, i64, i64) {
+            if batched {
+                (p.sizes[0], p.sizes[1], p.sizes[2], p.strides[0], p.strides[1], p.strides[2])
+            } else {
+                (1, p.sizes[0], p.sizes[1], 0, p.strides[0], p.strides[1])
+            }
+        };
+        let (batch, m, k, a_bs, a_rs, a_cs) = dims(pa);
+        let (_, _, n, b_bs, b_rs, b_cs) = dims(pb);
+        let (_, _, _, o_bs, o_rs, o_cs) = dims(po);
+        let ptr = |id: BufId| mem.ptrs[id.0 as usize];
+        let call = Call {
+            product: blas::Product { m, n, k, a: (a_rs, a_cs), b: (b_rs, b_cs), c: (o_rs, o_cs) },
+            batch,
+            ops: [(ptr(a), pa.offset, a_bs), (ptr(b), pb.offset, b_bs), (ptr(out), po.offset, o_bs)],
+            dtype: po.dtype,
+            scale,
+        };
+        Ok(call.collapsed())
+    }
+
+    /// A batch whose products share their right-hand operand, as one product
+    /// where the left operand's and the output's batches continue their
+    /// rows: `[B, m, k] @ [k, n]` broadcast over the batch is one
+    /// `[B·m, k] @ [k, n]` (a linear layer over a batch of sequences, a
+    /// patch convolution over a batch of images). One taller product packs
+    /// the shared operand once instead of once per product.
+    fn collapsed(self) -> Call {
+        let (p, [(_, _, a_bs), (_, _, b_bs), (_, _, o_bs)]) = (self.product, self.ops);
+        if self.batch <= 1 {
+            return self;
+        }
+        if b_bs != 0 || a_bs != p.m * p.a.0 || o_bs != p.m * p.c.0 {
+            return self;
+        }
+        let mut call = self;
+        call.product.m = p.m * self.batch;
+        call.batch = 1;
+        call
+    }
+
+    /// The BLAS route the rules give this product, if any: a batch as one
+    /// call where a batched routine is registered; single products when BLAS
+    /// is the faster library for their sizes ([`blas::plan`]). Many small
+    /// products (attention heads) stay with the crate, one per thread: a
+    /// BLAS call per head costs more than it computes.
+    pub(crate) fn blas_route(&self) -> Option<BlasRoute> {
+        let (p, batch) = (&self.product, self.batch);
+        let batch_routine = match self.dtype {
+            DType::F32 => blas::batch_available::<f32>(),
+            DType::F64 => blas::batch_available::<f64>(),
+            _ => false,
+        };
+        if batch > 1 && batch <= i64::from(i32::MAX) && batch_routine {
+            if let Some(call) = blas::plan_batch(p) {
+                return Some(BlasRoute::Batch(call));
             }
         }
+        let to_blas = blas::available() && (batch == 1 || p.m * p.n * p.k >= 64 * 64 * 64);
+        to_blas.then(|| blas::plan(p)).flatten().map(BlasRoute::Each)
     }
-    // Many small products (attention heads) go to the gemm crate, one per
-    // thread: a BLAS call per head costs more than it computes.
-    let to_blas = blas::available() && (batch == 1 || m * n * k >= 64 * 64 * 64);
-    if let Some(call) = to_blas.then(|| blas::plan(&product)).flatten() {
-        macro_rules! with_blas {
-            ($t:ty) => {{
-                let size = std::mem::size_of::<$t>() as i64;
-                let at = |(ptr, offset, bs): (usize, i64, i64), bi: i64| element(ptr, offset + bi * bs, size);
-                for bi in 0..batch {
-                    // SAFETY: pointers and strides describe live buffers of
-                    // this call whose layouts the guards checked; `plan`
-                    // checked that BLAS can read them.
-                    unsafe {
-                        blas::run::<$t>(
-                            &product,
-                            call,
-                            at(ops[0], bi) as *const $t,
-                            at(ops[1], bi) as *const $t,
-                            at(ops[2], bi) as *mut $t,
-                            scale as $t,
-                            0.0,
-                        )
-                    };
-                }
-                return Ok(());
-            }};
-        }
-        match po.dtype {
-            DType::F32 => with_blas!(f32),
-            DType::F64 => with_blas!(f64),
+
+    /// Run the product through BLAS along `route`.
+    pub(crate) fn run_blas(&self, route: BlasRoute) {
+        match self.dtype {
+            DType::F32 => self.blas::<f32>(route),
+            DType::F64 => self.blas::<f64>(route),
             _ => {}
         }
     }
-    let big = m * n * k > 64 * 64 * 64;
-    // On the OpenMP team, each thread runs whole products on a block of
-    // rows (or of batches); on rayon, the gemm crate splits each product.
-    let threads = crate::parallel::threads() as i64;
-    let on_team = batch * m * n * k > 64 * 64 * 64 && threads > 1 && crate::parallel::on_openmp();
-    let par = if big && !on_team { Parallelism::Rayon(threads as usize) } else { Parallelism::None };
-    let row_blocks = if on_team && batch < threads { threads.min(m.max(1)) } else { 1 };
-    let rows_per = (m + row_blocks - 1) / row_blocks.max(1);
-    macro_rules! go {
-        ($t:ty) => {{
-            let size = std::mem::size_of::<$t>() as i64;
-            let unit = |u: usize| {
-                let (bi, block) = (u as i64 / row_blocks, u as i64 % row_blocks);
-                let r0 = block * rows_per;
-                let rows = (m - r0).min(rows_per);
-                if rows <= 0 {
-                    return;
-                }
-                for c0 in (0..n).step_by(GEMM_COLS as usize) {
-                    let cols = (n - c0).min(GEMM_COLS);
-                    let oa = (pa.offset + bi * a_bs + r0 * a_rs) * size;
-                    let ob = (pb.offset + bi * b_bs + c0 * b_cs) * size;
-                    let oo = (po.offset + bi * o_bs + r0 * o_rs + c0 * o_cs) * size;
-                    // SAFETY: pointers and strides describe live buffers of this
-                    // call whose layouts the guards checked; units write
-                    // disjoint rows of the output, calls disjoint columns.
-                    unsafe {
-                        gemm::gemm::<$t>(
-                            rows as usize,
-                            cols as usize,
-                            k as usize,
-                            (ptr_o as i64 + oo) as *mut $t,
-                            o_cs as isize,
-                            o_rs as isize,
-                            false,
-                            (ptr_a as i64 + oa) as *const $t,
-                            a_cs as isize,
-                            a_rs as isize,
-                            (ptr_b as i64 + ob) as *const $t,
-                            b_cs as isize,
-                            b_rs as isize,
-                            0.0,
-                            scale as $t,
-                            false,
-                            false,
-                            false,
-                            par,
-                        );
-                    }
-                }
-            };
-            let units = (batch * row_blocks) as usize;
-            if on_team {
-                crate::parallel::for_each(units, &unit);
-            } else {
-                (0..units).for_each(unit);
+
+    fn blas<T: blas::Element + FromScale>(&self, route: BlasRoute) {
+        let size = std::mem::size_of::<T>() as i64;
+        let at = |k: usize, bi: i64| element(self.ops[k].0, self.ops[k].1 + bi * self.ops[k].2, size);
+        let alpha = T::from_scale(self.scale);
+        match route {
+            BlasRoute::Batch(call) => {
+                let a: Vec<*const T> = (0..self.batch).map(|bi| at(0, bi) as *const T).collect();
+                let b: Vec<*const T> = (0..self.batch).map(|bi| at(1, bi) as *const T).collect();
+                let c: Vec<*mut T> = (0..self.batch).map(|bi| at(2, bi) as *mut T).collect();
+                // SAFETY: pointers and strides describe live buffers of this
+                // call whose layouts the guards checked; `plan_batch` checked
+                // that BLAS can read them; the outputs are distinct products
+                // of one buffer the plan allocated for them.
+                unsafe { blas::run_batch::<T>(&self.product, call, &a, &b, &c, alpha) };
             }
-        }};
+            BlasRoute::Each(call) => {
+                for bi in 0..self.batch {
+                    // SAFETY: as above; `plan` checked that BLAS can read them.
+                    unsafe {
+                        blas::run::<T>(
+                            &self.product,
+                            call,
+                            at(0, bi) as *const T,
+                            at(1, bi) as *const T,
+                            at(2, bi) as *mut T,
+                            alpha,
+                            T::from_scale(0.0),
+                        )
+                    };
+                }
+            }
+        }
     }
-    match po.dtype {
-        DType::F32 => go!(f32),
-        DType::F64 => go!(f64),
-        _ => return Err(CodegenError::Internal("gemm dtype")),
+
+    /// Run the product through the `gemm` crate. On the OpenMP team, each
+    /// thread runs whole products on a block of rows (or of batches); on
+    /// rayon, the crate splits each product.
+    pub(crate) fn run_crate(&self) {
+        match self.dtype {
+            DType::F32 => self.crate_gemm::<f32>(),
+            DType::F64 => self.crate_gemm::<f64>(),
+            _ => {}
+        }
     }
-    Ok(())
+
+    fn crate_gemm<T: FromScale + 'static>(&self) {
+        let blas::Product { m, n, k, a: (a_rs, a_cs), b: (b_rs, b_cs), c: (o_rs, o_cs) } = self.product;
+        let [(ptr_a, a_off, a_bs), (ptr_b, b_off, b_bs), (ptr_o, o_off, o_bs)] = self.ops;
+        let big = m * n * k > 64 * 64 * 64;
+        let threads = crate::parallel::threads() as i64;
+        let on_team = self.batch * m * n * k > 64 * 64 * 64 && threads > 1 && crate::parallel::on_openmp();
+        let par = if big && !on_team { Parallelism::Rayon(threads as usize) } else { Parallelism::None };
+        // Each thread packs all of the operand its block does not split: a
+        // block of rows reads all of `b`, a block of columns all of `a`. So
+        // the threads split the longer side: an 8×1024 by 1024×4096 product
+        // split by rows packed `b` (16 MiB) once per thread and took 6.6 ms,
+        // split by columns 3.8 ms (MKL: 1.0 ms, and [`choice`] gives it MKL).
+        let by_cols = n > m;
+        let side = if by_cols { n } else { m };
+        let blocks = if on_team && self.batch < threads { threads.min(side.max(1)) } else { 1 };
+        let per_block = (side + blocks - 1) / blocks.max(1);
+        let size = std::mem::size_of::<T>() as i64;
+        let scale = T::from_scale(self.scale);
+        let unit = |u: usize| {
+            let (bi, block) = (u as i64 / blocks, u as i64 % blocks);
+            let lo = block * per_block;
+            let len = (side - lo).min(per_block);
+            if len <= 0 {
+                return;
+            }
+            let (r0, rows, c_lo, c_hi) = if by_cols { (0, m, lo, lo + len) } else { (lo, len, 0, n) };
+            for c0 in (c_lo..c_hi).step_by(GEMM_COLS as usize) {
+                let cols = (c_hi - c0).min(GEMM_COLS);
+                let oa = element(ptr_a, a_off + bi * a_bs + r0 * a_rs, size);
+                let ob = element(ptr_b, b_off + bi * b_bs + c0 * b_cs, size);
+                let oo = element(ptr_o, o_off + bi * o_bs + r0 * o_rs + c0 * o_cs, size);
+                // SAFETY: pointers and strides describe live buffers of this
+                // call whose layouts the guards checked; units write
+                // disjoint blocks of the output, calls disjoint columns.
+                unsafe {
+                    gemm::gemm::<T>(
+                        rows as usize,
+                        cols as usize,
+                        k as usize,
+                        oo as *mut T,
+                        o_cs as isize,
+                        o_rs as isize,
+                        false,
+                        oa as *const T,
+                        a_cs as isize,
+                        a_rs as isize,
+                        ob as *const T,
+                        b_cs as isize,
+                        b_rs as isize,
+                        T::from_scale(0.0),
+                        scale,
+                        false,
+                        false,
+                        false,
+                        par,
+                    );
+                }
+            }
+        };
+        let units = (self.batch * blocks) as usize;
+        if on_team {
+            crate::parallel::for_each(units, &unit);
+        } else {
+            (0..units).for_each(unit);
+        }
+    }
+}
+
+/// float32 and float64 from the plan's float64 scale.
+pub(crate) trait FromScale: Copy + Send + Sync {
+    fn from_scale(s: f64) -> Self;
+}
+
+impl FromScale for f32 {
+    fn from_scale(s: f64) -> f32 {
+        s as f32
+    }
+}
+
+impl FromScale for f64 {
+    fn from_scale(s: f64) -> f64 {
+        s
+    }
 }
 
 /// The address of the element `index` elements of `size` bytes from `ptr`.
 fn element(ptr: usize, index: i64, size: i64) -> usize {
     (ptr as i64 + index * size) as usize
-}
-
-/// One call of BLAS's batched routine for `batch` products whose operands
-/// `a`, `b` and the output (address, element offset, batch stride) start
-/// at `ops`; false (nothing run) when no batched routine is registered.
-fn blas_batch<T: blas::Element>(
-    product: &blas::Product,
-    call: [(u8, i64); 3],
-    batch: i64,
-    ops: [(usize, i64, i64); 3],
-    alpha: T,
-) -> bool {
-    if !blas::batch_available::<T>() {
-        return false;
-    }
-    let size = std::mem::size_of::<T>() as i64;
-    let at = |k: usize| (0..batch).map(move |bi| element(ops[k].0, ops[k].1 + bi * ops[k].2, size));
-    let a: Vec<*const T> = at(0).map(|p| p as *const T).collect();
-    let b: Vec<*const T> = at(1).map(|p| p as *const T).collect();
-    let c: Vec<*mut T> = at(2).map(|p| p as *mut T).collect();
-    // SAFETY: pointers and strides describe live buffers of this call whose
-    // layouts the guards checked; `plan_batch` checked that BLAS can read
-    // them; the outputs are distinct products of one buffer the plan
-    // allocated for them.
-    unsafe { blas::run_batch::<T>(product, call, &a, &b, &c, alpha) };
-    true
 }

@@ -371,6 +371,22 @@ fn blas_batched() -> bool {
     cpu_device::blas_batched()
 }
 
+/// Whether a product that both BLAS and the `gemm` crate can run goes to the
+/// faster of the two, timed on its shape's first call (the default), or to
+/// BLAS (`RDYN_BLAS=1`).
+#[pyfunction]
+fn measure_gemms(on: bool) {
+    cpu_device::measure_gemms(on)
+}
+
+/// The product shapes timed so far: `(m, n, k, batch, library, blas_us,
+/// crate_us)`, library "blas" or "gemm" (the crate), with the fastest run of
+/// each.
+#[pyfunction]
+fn gemm_choices() -> Vec<(i64, i64, i64, i64, &'static str, f64, f64)> {
+    cpu_device::gemm_choices()
+}
+
 /// Which thread pool runs CPU kernels: "openmp" (ATen's own team) or "rayon".
 #[pyfunction]
 fn thread_pool() -> &'static str {
@@ -419,6 +435,8 @@ fn _rdyn(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(use_openmp, m)?)?;
     m.add_function(wrap_pyfunction!(use_blas, m)?)?;
     m.add_function(wrap_pyfunction!(blas_batched, m)?)?;
+    m.add_function(wrap_pyfunction!(measure_gemms, m)?)?;
+    m.add_function(wrap_pyfunction!(gemm_choices, m)?)?;
     m.add_function(wrap_pyfunction!(wgpu_adapter, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())

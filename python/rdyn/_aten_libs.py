@@ -10,7 +10,12 @@ rdyn on its own rayon pool.
 The wheels also link a tuned BLAS (MKL on x86-64) into ``libtorch_cpu``;
 its Fortran ``sgemm_``/``dgemm_`` (and MKL's ``?gemm_batch_`` for batched
 products) run rdyn's matrix products when the operand layouts allow.
-``RDYN_BLAS=0`` keeps them on the ``gemm`` crate.
+Where both BLAS and the ``gemm`` crate can run a product, the faster of the
+two on this CPU runs it, timed on the first call of each shape
+(``codegen-cpu/src/gemm/choice.rs``; ``rdyn._rdyn.gemm_choices()`` lists the
+shapes and their library). ``RDYN_BLAS=1`` gives BLAS every product its
+rules allow, untimed (reproducible bit for bit across processes);
+``RDYN_BLAS=0`` keeps them all on the crate.
 """
 
 from __future__ import annotations
@@ -60,8 +65,10 @@ def use_aten_openmp() -> bool:
 def use_aten_blas() -> bool:
     """Run matrix products through the BLAS in libtorch_cpu; returns whether
     one was found."""
-    if os.environ.get("RDYN_BLAS", "") == "0":
+    setting = os.environ.get("RDYN_BLAS", "")
+    if setting == "0":
         return False
+    _rdyn.measure_gemms(setting != "1")
     lib = _loaded("libtorch_cpu")
     found = _addresses(lib, ("sgemm_", "dgemm_"))
     # MKL's batched routines run a batch of products (attention heads) in one call.

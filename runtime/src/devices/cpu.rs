@@ -22,6 +22,7 @@ use rdyn_memplan::{resolve_views, BufPlan, MemPlan};
 /// The CPU's threads and BLAS, which the frontend wires to torch's own
 /// (ATen's OpenMP team, its BLAS entry points).
 pub use rdyn_codegen_cpu::blas::{batched as blas_batched, use_blas, BlasEntries};
+pub use rdyn_codegen_cpu::gemm::choice::{measured as gemm_choices, set_measuring as measure_gemms};
 pub use rdyn_codegen_cpu::parallel::{backend as thread_backend, threads, use_openmp, GompEntries};
 
 use crate::device::{extern_call_text, Call, Caps, Device, DevicePlan, Purpose, StepText};
