@@ -4,14 +4,15 @@
 //!
 //! Neither library is the faster one everywhere, and which one wins depends
 //! on the CPU more than on the shape. MKL (the BLAS of torch's x86-64 wheels)
-//! takes its fastest paths on Intel CPUs; on an AMD EPYC (Zen 4, 2 threads,
-//! torch 2.15) the crate ran 15 of 18 corpus-like float32 products 7-27%
-//! faster (392×384 by 384×192, a 2x2 stride-2 convolution: 292 against
-//! 257 µs; 1024×768 by 768×3072: 24.3 against 20.4 ms), and MKL stayed ahead
-//! only on products of few rows (8×1024 by 1024×4096: 1.03 against
-//! 1.73 ms). A size rule tuned on one CPU is wrong on the next, so the first
-//! call times both libraries (alternating, several times each, the
-//! fastest run of each) and the process keeps the faster for that shape. BLAS keeps the
+//! takes its fastest paths on Intel CPUs. On an AMD EPYC (2 threads, torch
+//! 2.15) the crate's AVX-512 kernels ran 15 of 18 corpus-like float32
+//! products about twice as fast as MKL (392×384 by 384×192, a 2x2 stride-2
+//! convolution: 297 against 142 µs; 1024×768 by 768×3072: 24.3 against
+//! 11.9 ms), and MKL stayed ahead on products of few rows (8×1024 by
+//! 1024×4096: 1.0 against 3.8 ms; 64×4096 by 4096×4096: 14 against 19 ms).
+//! A size rule tuned on one CPU is wrong on the next, so the first call
+//! times both libraries (alternating, several times each, the fastest run of
+//! each) and the process keeps the faster for that shape. BLAS keeps the
 //! products where the crate is not faster by [`MARGIN`], so that timer noise
 //! on near ties does not move a shape between runs.
 //!
@@ -35,7 +36,8 @@ use super::{BlasRoute, Call, Library};
 /// [`BUDGET`], up to [`MAX_ROUNDS`]; the fastest run of each counts. A
 /// library's first runs on a shape pay for cold caches and packing buffers
 /// (and, for MKL, waking its threads): a 1024×128 by 128×128 product took
-/// the crate 236 µs on its second run and 152 µs from its fifth on.
+/// the crate's AVX2 kernels 236 µs on their second run and 152 µs from the
+/// fifth on.
 const MIN_ROUNDS: usize = 3;
 const MAX_ROUNDS: usize = 20;
 const BUDGET: Duration = Duration::from_millis(5);
