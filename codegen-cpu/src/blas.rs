@@ -274,9 +274,12 @@ pub(crate) unsafe fn run_batch<T: Element>(
     };
 }
 
-/// float32 and float64, the types BLAS multiplies.
-pub(crate) trait Element: Copy {
+/// float32 and float64, the types BLAS (and the `gemm` crate, for rdyn)
+/// multiplies.
+pub(crate) trait Element: Copy + Send + Sync + 'static {
     const ZERO: Self;
+    /// The plan's float64 scale in this type.
+    fn from_f64(s: f64) -> Self;
     /// The registered routine for this type.
     fn routine(blas: &Blas) -> Gemm<Self>;
     /// The registered batched routine for this type, if any.
@@ -285,6 +288,9 @@ pub(crate) trait Element: Copy {
 
 impl Element for f32 {
     const ZERO: f32 = 0.0;
+    fn from_f64(s: f64) -> f32 {
+        s as f32
+    }
     fn routine(blas: &Blas) -> Gemm<f32> {
         blas.sgemm
     }
@@ -295,6 +301,9 @@ impl Element for f32 {
 
 impl Element for f64 {
     const ZERO: f64 = 0.0;
+    fn from_f64(s: f64) -> f64 {
+        s
+    }
     fn routine(blas: &Blas) -> Gemm<f64> {
         blas.dgemm
     }

@@ -5,8 +5,8 @@
 //! product shape ([`choice`]).
 //!
 //! In the crate, products over 64³ multiply-adds run in parallel: on the OpenMP
-//! team each thread runs whole products on a block of rows (or of batches); on
-//! rayon the crate splits each product itself. Half-precision operands never get
+//! team each thread runs whole products of a batch, or a block of the longer
+//! side (rows or columns) of one; on rayon the crate splits each product itself. Half-precision operands never get
 //! here: lowering converts them to float32 and rounds the product once.
 //!
 //! The crate packs its operands into buffers it allocates itself, and an
@@ -151,10 +151,10 @@ impl Call {
         }
     }
 
-    fn blas<T: blas::Element + FromScale>(&self, route: BlasRoute) {
+    fn blas<T: blas::Element>(&self, route: BlasRoute) {
         let size = std::mem::size_of::<T>() as i64;
         let at = |k: usize, bi: i64| element(self.ops[k].0, self.ops[k].1 + bi * self.ops[k].2, size);
-        let alpha = T::from_scale(self.scale);
+        let alpha = T::from_f64(self.scale);
         match route {
             BlasRoute::Batch(call) => {
                 let a: Vec<*const T> = (0..self.batch).map(|bi| at(0, bi) as *const T).collect();
@@ -177,7 +177,7 @@ impl Call {
                             at(1, bi) as *const T,
                             at(2, bi) as *mut T,
                             alpha,
-                            T::from_scale(0.0),
+                            T::ZERO,
                         )
                     };
                 }
@@ -186,8 +186,8 @@ impl Call {
     }
 
     /// Run the product through the `gemm` crate. On the OpenMP team, each
-    /// thread runs whole products on a block of rows (or of batches); on
-    /// rayon, the crate splits each product.
+    /// thread runs whole products, or a block of the rows or columns of one;
+    /// on rayon, the crate splits each product.
     pub(crate) fn run_crate(&self) {
         match self.dtype {
             DType::F32 => self.crate_gemm::<f32>(),
@@ -196,7 +196,7 @@ impl Call {
         }
     }
 
-    fn crate_gemm<T: FromScale + 'static>(&self) {
+    fn crate_gemm<T: blas::Element>(&self) {
         let blas::Product { m, n, k, a: (a_rs, a_cs), b: (b_rs, b_cs), c: (o_rs, o_cs) } = self.product;
         let [(ptr_a, a_off, a_bs), (ptr_b, b_off, b_bs), (ptr_o, o_off, o_bs)] = self.ops;
         let big = m * n * k > 64 * 64 * 64;
@@ -213,7 +213,7 @@ impl Call {
         let blocks = if on_team && self.batch < threads { threads.min(side.max(1)) } else { 1 };
         let per_block = (side + blocks - 1) / blocks.max(1);
         let size = std::mem::size_of::<T>() as i64;
-        let scale = T::from_scale(self.scale);
+        let scale = T::from_f64(self.scale);
         let unit = |u: usize| {
             let (bi, block) = (u as i64 / blocks, u as i64 % blocks);
             let lo = block * per_block;
@@ -245,7 +245,7 @@ impl Call {
                         ob as *const T,
                         b_cs as isize,
                         b_rs as isize,
-                        T::from_scale(0.0),
+                        T::ZERO,
                         scale,
                         false,
                         false,
@@ -261,23 +261,6 @@ impl Call {
         } else {
             (0..units).for_each(unit);
         }
-    }
-}
-
-/// float32 and float64 from the plan's float64 scale.
-pub(crate) trait FromScale: Copy + Send + Sync {
-    fn from_scale(s: f64) -> Self;
-}
-
-impl FromScale for f32 {
-    fn from_scale(s: f64) -> f32 {
-        s as f32
-    }
-}
-
-impl FromScale for f64 {
-    fn from_scale(s: f64) -> f64 {
-        s
     }
 }
 

@@ -35,7 +35,8 @@
 //!   Ai, erfcx, ndtri, zeta, incomplete gamma, digamma, erfinv, orthogonal
 //!   polynomials), those written once in `rdyn_ir::special` compiled by
 //!   Cranelift (`native.rs`).
-//! - rdyn's own kernels: `gemm.rs` (with `blas.rs`, torch's BLAS),
+//! - rdyn's own kernels: `gemm.rs` (with `blas.rs`, torch's BLAS, and
+//!   `gemm/choice.rs`, which of the two runs each product shape),
 //!   `depthwise.rs` (and its weight gradient, `depthwise_grad.rs`), `scan.rs`,
 //!   `sort.rs`, `search.rs`.
 //! - `parallel.rs`: the thread pool.
