@@ -41,7 +41,8 @@
 //!   (random bits), and `scalar.rs`, the translator of the special
 //!   functions written once in `rdyn_ir::special` (ln Γ, Bessel J/Y/I/K, Airy
 //!   Ai, spherical j0, erfcx, ndtri, zeta, digamma, erfinv, incomplete
-//!   gamma, Hermite, Laguerre, Legendre) to PTX;
+//!   gamma, Chebyshev, Hermite, Laguerre, Legendre; acos from sin and cos)
+//!   to PTX, which `poly.rs` and `ops/unary.rs` call;
 //! - `ops/`: `unary.rs`, `binary.rs`: each scalar op to its emitter;
 //! - `cache.rs` (registers holding loaded elements), `emitter.rs` (index
 //!   arithmetic and a stage's scalar DAG);

@@ -11,6 +11,7 @@ use rdyn_ir::loops::{BinaryOp, Negatives, Program, ScalarId, ScalarOp, UnaryOp};
 use rdyn_ir::random::{FMIX, GOLDEN};
 use rdyn_ir::{Atom, DType, Expr, Kind};
 
+use crate::special;
 use crate::WgslError;
 
 /// The WGSL element type of a dtype on the device.
@@ -115,6 +116,7 @@ fn erfc_abs(z: f32) -> f32 {
     return t * exp(p);
 }
 fn erff(x: f32) -> f32 { return sign(x) * (1.0f - erfc_abs(abs(x))); }
+fn erfcf(x: f32) -> f32 { return select(2.0f - erfc_abs(-x), erfc_abs(x), x >= 0.0f); }
 fn geluf(x: f32) -> f32 {
     let tail = 0.5f * erfc_abs(abs(x) * 0.70710678f);
     return x * select(1.0f - tail, tail, x < 0.0f);
@@ -124,7 +126,19 @@ fn gelugradf(x: f32) -> f32 {
     return select(1.0f - tail, tail, x < 0.0f) + x * exp(-0.5f * x * x) * 0.39894228f;
 }
 fn expm1f(x: f32) -> f32 { return select(exp(x) - 1.0f, x + 0.5f * x * x + x * x * x / 6.0f, abs(x) < 1e-3f); }
-fn log1pf(x: f32) -> f32 { return select(log(1.0f + x), x - 0.5f * x * x + x * x * x / 3.0f, abs(x) < 1e-3f); }
+// ln(1 + x): for |x| < ½ as 2·atanh(s), s = x/(2 + x), |s| ≤ ⅓, by its
+// series to s^17 (the next term is below 1e-9 relative), which keeps
+// relative accuracy for small x whatever the driver reassociates;
+// log(1 + x) beyond.
+fn log1pf(x: f32) -> f32 {
+    let s = x / (2.0f + x);
+    let s2 = s * s;
+    var p = 0.0588235294f;
+    p = fma(p, s2, 0.0666666667f); p = fma(p, s2, 0.0769230769f); p = fma(p, s2, 0.0909090909f);
+    p = fma(p, s2, 0.111111111f); p = fma(p, s2, 0.142857143f); p = fma(p, s2, 0.2f);
+    p = fma(p, s2, 0.333333333f); p = fma(p, s2, 1.0f);
+    return select(log(1.0f + x), 2.0f * s * p, abs(x) < 0.5f);
+}
 fn floordivi(a: i32, b: i32) -> i32 { return fdiv(a, b); }
 fn remi(a: i32, b: i32) -> i32 { return fmodi(a, b); }
 fn truncdivi(a: i32, b: i32) -> i32 { if (b == 0i) { return 0i; } return a / b; }
@@ -167,72 +181,11 @@ fn hash_mix(position: i32, key: i32) -> i32 {{
     )
 }
 
-/// Special functions, included in a module only when its body calls one
-/// (every name starts with `special_`). float32 versions of the CPU
-/// backend's algorithms.
+/// float32 arithmetic the CPU backend defines exactly (fmod, remainder,
+/// floor division, nextafter), included in a module only when its body
+/// calls one (every name starts with `special_`). Special functions are
+/// translated from their definitions instead (`special.rs`).
 pub const SPECIAL: &str = r#"
-fn special_inf() -> f32 { return bitcast<f32>(0x7f800000u); }
-// |sin(pi x)| with x reduced first, so it is exact at integers.
-fn special_abs_sinpi(x: f32) -> f32 {
-    var r = abs(x - 2.0f * floor(x * 0.5f));
-    r = select(r, r - 1.0f, r >= 1.0f);
-    r = min(r, 1.0f - r);
-    return sin(3.14159265358979f * r);
-}
-fn special_lgamma(x0: f32) -> f32 {
-    if (is_nan(x0)) { return x0; }
-    if (is_inf(x0)) { return special_inf(); }
-    var x = x0;
-    if (x <= 0.0f && x == floor(x)) { return special_inf(); }
-    var reflect = false;
-    if (x < 0.5f) { reflect = true; x = 1.0f - x; }
-    // Recurrence up to x >= 8, then Stirling's series.
-    var prod = 1.0f;
-    loop { if (x >= 8.0f) { break; } prod = prod * x; x = x + 1.0f; }
-    let inv = 1.0f / x;
-    let inv2 = inv * inv;
-    let series = inv * (0.0833333333f - inv2 * (0.00277777778f - inv2 * (0.000793650794f - inv2 * 0.000595238095f)));
-    let lg = (x - 0.5f) * log(x) - x + 0.918938533f + series - log(prod);
-    if (reflect) { return log(3.14159265358979f / special_abs_sinpi(x0)) - lg; }
-    return lg;
-}
-fn special_digamma(x0: f32) -> f32 {
-    if (x0 == 0.0f) { return select(-special_inf(), special_inf(), (bitcast<u32>(x0) >> 31u) == 1u); }
-    if (x0 < 0.0f && x0 == floor(x0)) { return nan(); }
-    var x = x0;
-    var result = 0.0f;
-    if (x < 0.0f) {
-        // Reflection: psi(1 - x) - psi(x) = pi cot(pi x), with the period reduced.
-        result = -3.14159265358979f / tan(3.14159265358979f * (x - floor(x)));
-        x = 1.0f - x;
-    }
-    loop { if (x >= 6.0f) { break; } result = result - 1.0f / x; x = x + 1.0f; }
-    let inv = 1.0f / x;
-    let inv2 = inv * inv;
-    return result + log(x) - 0.5f * inv
-        - inv2 * (0.0833333333f - inv2 * (0.00833333333f - inv2 * (0.00396825397f - inv2 * (0.00416666667f - inv2 * 0.00757575758f))));
-}
-// Giles' single-precision approximation.
-fn special_erfinv(x: f32) -> f32 {
-    if (abs(x) > 1.0f || is_nan(x)) { return nan(); }
-    if (abs(x) == 1.0f) { return x * special_inf(); }
-    var w = -log((1.0f - x) * (1.0f + x));
-    var p: f32;
-    if (w < 5.0f) {
-        w = w - 2.5f;
-        p = 2.81022636e-08f;
-        p = 3.43273939e-07f + p * w; p = -3.5233877e-06f + p * w; p = -4.39150654e-06f + p * w;
-        p = 0.00021858087f + p * w; p = -0.00125372503f + p * w; p = -0.00417768164f + p * w;
-        p = 0.246640727f + p * w; p = 1.50140941f + p * w;
-    } else {
-        w = sqrt(w) - 3.0f;
-        p = -0.000200214257f;
-        p = 0.000100950558f + p * w; p = 0.00134934322f + p * w; p = -0.00367342844f + p * w;
-        p = 0.00573950773f + p * w; p = -0.0076224613f + p * w; p = 0.00943887047f + p * w;
-        p = 1.00167406f + p * w; p = 2.83297682f + p * w;
-    }
-    return p * x;
-}
 // fmod, exact: subtract the largest b·2^k that fits, each step exact
 // (Sterbenz); at most ~280 steps.
 fn special_fmod(a: f32, b: f32) -> f32 {
@@ -391,7 +344,7 @@ impl BodyWriter<'_> {
             UnaryOp::Erf => format!("erff({x})"),
             UnaryOp::Gelu => format!("geluf({x})"),
             UnaryOp::GeluGrad => format!("gelugradf({x})"),
-            UnaryOp::Erfc => format!("(1.0f - erff({x}))"),
+            UnaryOp::Erfc => format!("erfcf({x})"),
             UnaryOp::Floor => format!("floor({x})"),
             UnaryOp::Ceil => format!("ceil({x})"),
             UnaryOp::Round => format!("round({x})"),
@@ -403,9 +356,10 @@ impl BodyWriter<'_> {
             UnaryOp::IsNan => format!("b2i(is_nan({x}))"),
             UnaryOp::IsInf => format!("b2i(is_inf({x}))"),
             UnaryOp::Signbit => format!("b2i((bitcast<u32>({x}) >> 31u) == 1u)"),
-            UnaryOp::Erfinv => format!("special_erfinv({x})"),
-            UnaryOp::Lgamma => format!("special_lgamma({x})"),
-            UnaryOp::Digamma => format!("special_digamma({x})"),
+            UnaryOp::Erfinv | UnaryOp::Lgamma | UnaryOp::Digamma => match special::in_f32(op) {
+                Some(sp) => format!("{}({x})", special::name(sp)),
+                None => return Err(WgslError::Internal("special function without a WGSL form")),
+            },
             UnaryOp::BitNot
             | UnaryOp::I0
             | UnaryOp::I0e

@@ -19,6 +19,7 @@ use rdyn_ir::loops::{BufId, Kernel, Program, ReduceOp, Stage};
 use rdyn_ir::{Ctx, DType, Expr, Kind};
 
 use crate::expr::{elem, float_lit, hash_source, index, int_lit, BodyWriter, PRELUDE, SPECIAL};
+use crate::special;
 use crate::WgslError;
 
 pub const WORKGROUP: u32 = 256;
@@ -373,6 +374,11 @@ pub fn kernel_wgsl(program: &Program, kernel: &Kernel, syms: &Ctx, name: String)
     source.push_str(PRELUDE);
     if main.contains("special_") {
         source.push_str(SPECIAL);
+    }
+    for sp in special::ON_DEVICE {
+        if main.contains(&format!("{}(", special::name(sp))) {
+            source.push_str(&special::source(sp)?);
+        }
     }
     if main.contains("hash_mix(") {
         source.push_str(&hash_source());

@@ -5,11 +5,13 @@
 //! the modules; kernels this crate cannot express (float64, symbolic sizes,
 //! functions WGSL lacks) return [`WgslError::Unsupported`] and run on the CPU path
 //! instead. `kernel.rs` holds the templates (pointwise, workgroup-per-row, and a
-//! tiled GEMM); `expr.rs` scalar and index expressions. On the device every
+//! tiled GEMM); `expr.rs` scalar and index expressions; `special.rs` translates the
+//! special functions' one definition (`rdyn_ir::special`) to WGSL. On the device every
 //! element is 32-bit (`f32`, or `i32` for integers and bool).
 
 mod expr;
 mod kernel;
+mod special;
 
 pub use kernel::{gemm_wgsl, kernel_wgsl, Binding, WgslKernel, WORKGROUP};
 

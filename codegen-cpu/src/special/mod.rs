@@ -5,11 +5,13 @@
 //! kernels; the numerics aim at a few ulps wherever the function itself is
 //! well conditioned (in places more accurately than PyTorch's own kernels).
 //!
-//! The functions defined once in `rdyn_ir::special` (Bessel J, Y, I and K, Airy
-//! Ai, spherical j0, Hermite, Laguerre and Legendre polynomials, Hurwitz
-//! zeta, erfcx, ndtri, the incomplete gamma functions), which the CUDA backend translates to PTX, run here as
-//! that definition compiled to machine code by Cranelift ([`native`], on
-//! first use; the evaluator where Cranelift is off); the rest are Rust.
+//! Every function here is its one definition in `rdyn_ir::special` (Bessel
+//! J, Y, I and K, Airy Ai, spherical j0, the Chebyshev, Hermite, Laguerre
+//! and Legendre polynomials, Hurwitz zeta, erfcx, ndtri, ψ, erfinv, ln|Γ|,
+//! the incomplete gamma functions), which the CUDA backend translates to
+//! PTX and WGSL evaluates in float32 where that holds; here it is compiled
+//! to machine code by Cranelift ([`native`], on first use; the evaluator
+//! where Cranelift is off).
 
 use rdyn_ir::special::Special;
 
@@ -143,15 +145,42 @@ pub fn zeta(x: f64, q: f64) -> f64 {
     native::call(Special::Zeta, [x, q])
 }
 
+/// Chebyshev polynomial of the first kind T_n(x).
+pub fn chebyshev_t(x: f64, n: f64) -> f64 {
+    native::call(Special::ChebyshevT, [x, n])
+}
+/// Chebyshev polynomial of the second kind U_n(x).
+pub fn chebyshev_u(x: f64, n: f64) -> f64 {
+    native::call(Special::ChebyshevU, [x, n])
+}
+/// Chebyshev polynomial of the third kind V_n(x).
+pub fn chebyshev_v(x: f64, n: f64) -> f64 {
+    native::call(Special::ChebyshevV, [x, n])
+}
+/// Chebyshev polynomial of the fourth kind W_n(x).
+pub fn chebyshev_w(x: f64, n: f64) -> f64 {
+    native::call(Special::ChebyshevW, [x, n])
+}
+/// Shifted Chebyshev polynomial of the first kind T*_n(x) = T_n(2x − 1).
+pub fn shifted_chebyshev_t(x: f64, n: f64) -> f64 {
+    native::call(Special::ShiftedChebyshevT, [x, n])
+}
+/// Shifted Chebyshev polynomial of the second kind U*_n(x).
+pub fn shifted_chebyshev_u(x: f64, n: f64) -> f64 {
+    native::call(Special::ShiftedChebyshevU, [x, n])
+}
+/// Shifted Chebyshev polynomial of the third kind V*_n(x).
+pub fn shifted_chebyshev_v(x: f64, n: f64) -> f64 {
+    native::call(Special::ShiftedChebyshevV, [x, n])
+}
+/// Shifted Chebyshev polynomial of the fourth kind W*_n(x).
+pub fn shifted_chebyshev_w(x: f64, n: f64) -> f64 {
+    native::call(Special::ShiftedChebyshevW, [x, n])
+}
+
 pub mod native;
 #[cfg(test)]
 mod native_tests;
-mod poly;
-
-pub use poly::{
-    chebyshev_t, chebyshev_u, chebyshev_v, chebyshev_w, shifted_chebyshev_t, shifted_chebyshev_u, shifted_chebyshev_v,
-    shifted_chebyshev_w,
-};
 
 #[cfg(test)]
 mod tests {

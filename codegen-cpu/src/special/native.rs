@@ -55,7 +55,7 @@ pub fn code(which: Special) -> Option<Native> {
 type Routine = extern "C" fn(f64) -> f64;
 
 /// The library routines compiled bodies call, by symbol: the evaluator's.
-const LIBRARY: [(Unary, &str, Routine); 11] = [
+const LIBRARY: [(Unary, &str, Routine); 12] = [
     (Unary::Exp, "rdyn_special_exp", exp),
     (Unary::Log, "rdyn_special_log", log),
     (Unary::Sin, "rdyn_special_sin", sin),
@@ -67,8 +67,12 @@ const LIBRARY: [(Unary, &str, Routine); 11] = [
     (Unary::Expm1, "rdyn_special_expm1", expm1),
     (Unary::Lgamma, "rdyn_special_lgamma", lgamma),
     (Unary::Tgamma, "rdyn_special_tgamma", tgamma),
+    (Unary::Acos, "rdyn_special_acos", acos),
 ];
 
+extern "C" fn acos(x: f64) -> f64 {
+    x.acos()
+}
 extern "C" fn lgamma(x: f64) -> f64 {
     libm::lgamma(x)
 }
@@ -408,7 +412,8 @@ impl<'a, 'b> Translator<'a, 'b> {
             | Unary::Log1p
             | Unary::Expm1
             | Unary::Lgamma
-            | Unary::Tgamma => {
+            | Unary::Tgamma
+            | Unary::Acos => {
                 let callee = self.library.iter().find(|(o, _)| *o == op).map(|(_, f)| *f);
                 match callee {
                     Some(callee) => {

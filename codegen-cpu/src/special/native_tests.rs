@@ -106,6 +106,7 @@ fn language_tour() -> SpecialFn {
         Unary::Expm1,
         Unary::Lgamma,
         Unary::Tgamma,
+        Unary::Acos,
     ] {
         let v = b.unary(op, y);
         b.update(acc, Binary::Sub, acc, v);

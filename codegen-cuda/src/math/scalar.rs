@@ -1,10 +1,11 @@
 //! The one translator from `rdyn_ir::special` bodies to PTX: the special
-//! functions written once there (Bessel I and K, Airy Ai, spherical j0,
-//! zeta, erfcx, ndtri, the incomplete gamma functions) become float64 PTX here, operation for operation as the CPU backend
+//! functions written once there (every `Special`: Bessel, Airy Ai, zeta,
+//! the orthogonal polynomials, ψ, ln|Γ|, erfinv, ndtri, erfcx, the
+//! incomplete gamma functions) become float64 PTX here, operation for operation as the CPU backend
 //! evaluates them. Registers map to `.f64` registers (constants to
 //! immediates), flags to predicates, `if` and `loop` to branches; exp, log,
 //! pow, log1p, expm1, sinh and cosh use the software float64 routines of
-//! `math64.rs`, erfc and lgamma (Γ as its exponential) `lib64.rs`, sin and cos `sincos64.rs`. Arguments and results are float32 registers,
+//! `math64.rs`, erfc and lgamma (Γ as its exponential) `lib64.rs`, sin and cos `sincos64.rs`, acos the body `acos_body` (Newton's method on sin and cos). Arguments and results are float32 registers,
 //! converted to and from float64 around the body.
 
 use rdyn_ir::special::{Binary, Cmp, Flag, Logic, Reg, SpecialFn, Stmt, Unary};
@@ -86,6 +87,7 @@ impl Tr<'_> {
             Unary::Cos => sincos64(f, a).1,
             Unary::Sinh => sinh(f, a),
             Unary::Erfc => crate::math::lib64::erfc64(f, a),
+            Unary::Acos => call_f64(f, rdyn_ir::special::acos_body(), &[a], false),
             Unary::Cosh => {
                 // (e^|a| + 1/e^|a|)/2.
                 let aa = f.op(Class::F64, "abs", &[a]);

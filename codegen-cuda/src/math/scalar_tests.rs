@@ -119,7 +119,11 @@ fn translated_two_argument_functions_match_the_evaluator() {
         let got = run(&kernel(which), &xs, &ns);
         for ((&x, &n), &g) in xs.iter().zip(&ns).zip(&got) {
             let want = which.eval(&[f64::from(x), f64::from(n)]) as f32;
-            assert!(close(g, want), "{which:?}({x:e}, {n:e}) = {g:e} in PTX, {want:e} evaluated");
+            // Chebyshev's trigonometric form takes acos from sin and cos in
+            // PTX and from the library in the evaluator: an ulp of θ, n-fold
+            // in (n + 1)θ, which is all there is at its zeros (U_11(−½) = 0).
+            let zero_noise = (g - want).abs() <= 1e-13 * (1.0 + n.abs().min(1e3));
+            assert!(close(g, want) || zero_noise, "{which:?}({x:e}, {n:e}) = {g:e} in PTX, {want:e} evaluated");
         }
     }
 }

@@ -65,6 +65,7 @@ fn unary(op: Unary, a: f64) -> f64 {
         Unary::Expm1 => a.exp_m1(),
         Unary::Lgamma => libm::lgamma(a),
         Unary::Tgamma => libm::tgamma(a),
+        Unary::Acos => a.acos(),
     }
 }
 

@@ -2,8 +2,8 @@
 //! functions written in it, and its reference evaluator.
 //!
 //! Each special function (Bessel J, Y, I and K, Airy Ai, spherical j0, the
-//! Hermite, Laguerre and Legendre polynomials, Hurwitz zeta, erfcx, ndtri,
-//! digamma, erfinv, the incomplete gamma functions) used to
+//! Chebyshev, Hermite, Laguerre and Legendre polynomials, Hurwitz zeta,
+//! erfcx, ndtri, digamma, erfinv, ln|Γ|, the incomplete gamma functions) used to
 //! be written twice, as float64 Rust for the CPU backend and as a PTX
 //! emitter for CUDA, and the two drifted apart. Here each is a builder
 //! function producing a [`SpecialFn`]: a body of float64 registers
@@ -27,6 +27,7 @@
 mod bessel;
 mod bessel_jy;
 mod builder;
+mod chebyshev;
 mod erf;
 mod eval;
 mod gamma;
@@ -40,6 +41,8 @@ pub use builder::{Builder, Operand};
 pub use eval::eval;
 
 use std::sync::OnceLock;
+
+pub use chebyshev::acos_body;
 
 /// A float64 register.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
@@ -73,6 +76,9 @@ pub enum Unary {
     Lgamma,
     /// Γ(x) (PTX: for x > 0 only).
     Tgamma,
+    /// acos(x) for |x| ≤ 1 (the library's on the CPU; in PTX the body
+    /// [`acos_body`], Newton's method on sin and cos).
+    Acos,
 }
 
 /// Two-operand float64 operations (each rounded once). `Min`/`Max` ignore
@@ -226,10 +232,18 @@ pub enum Special {
     Y0,
     Y1,
     Lgamma,
+    ChebyshevT,
+    ChebyshevU,
+    ChebyshevV,
+    ChebyshevW,
+    ShiftedChebyshevT,
+    ShiftedChebyshevU,
+    ShiftedChebyshevV,
+    ShiftedChebyshevW,
 }
 
 impl Special {
-    pub const ALL: [Special; 26] = [
+    pub const ALL: [Special; 34] = [
         Special::I0,
         Special::I0e,
         Special::I1,
@@ -256,6 +270,14 @@ impl Special {
         Special::Y0,
         Special::Y1,
         Special::Lgamma,
+        Special::ChebyshevT,
+        Special::ChebyshevU,
+        Special::ChebyshevV,
+        Special::ChebyshevW,
+        Special::ShiftedChebyshevT,
+        Special::ShiftedChebyshevU,
+        Special::ShiftedChebyshevV,
+        Special::ShiftedChebyshevW,
     ];
 
     /// The function's body, built on first use.
@@ -266,6 +288,7 @@ impl Special {
 
     fn build(self) -> SpecialFn {
         use bessel as b;
+        use chebyshev as ch;
         match self {
             Special::I0 => b::bessel_i("i0", 0, false),
             Special::I0e => b::bessel_i("i0e", 0, true),
@@ -293,6 +316,14 @@ impl Special {
             Special::Y0 => bessel_jy::bessel_jy("y0", 0, bessel_jy::Kind::Y),
             Special::Y1 => bessel_jy::bessel_jy("y1", 1, bessel_jy::Kind::Y),
             Special::Lgamma => psi::lgamma(),
+            Special::ChebyshevT => ch::chebyshev("chebyshev_t", ch::Kind::T, false, 6.0),
+            Special::ChebyshevU => ch::chebyshev("chebyshev_u", ch::Kind::U, false, 8.0),
+            Special::ChebyshevV => ch::chebyshev("chebyshev_v", ch::Kind::V, false, 8.0),
+            Special::ChebyshevW => ch::chebyshev("chebyshev_w", ch::Kind::W, false, 8.0),
+            Special::ShiftedChebyshevT => ch::chebyshev("shifted_chebyshev_t", ch::Kind::T, true, 6.0),
+            Special::ShiftedChebyshevU => ch::chebyshev("shifted_chebyshev_u", ch::Kind::U, true, 6.0),
+            Special::ShiftedChebyshevV => ch::chebyshev("shifted_chebyshev_v", ch::Kind::V, true, 6.0),
+            Special::ShiftedChebyshevW => ch::chebyshev("shifted_chebyshev_w", ch::Kind::W, true, 4.0),
         }
     }
 

@@ -15,11 +15,11 @@ use super::{Reg, SpecialFn, Unary};
 const I64_RANGE: f64 = 9_223_372_036_854_775_808.0;
 
 /// The most steps of an unbounded recurrence.
-const MAX_STEPS: u32 = u32::MAX;
+pub(super) const MAX_STEPS: u32 = u32::MAX;
 
 /// Returns 0 for a negative degree (as converted), else the truncated
 /// degree (≥ 0, exact).
-fn degree(b: &mut Builder, n: Reg) -> Reg {
+pub(super) fn degree(b: &mut Builder, n: Reg) -> Reg {
     let an = b.abs(n);
     let in_range = b.lt(an, I64_RANGE);
     let out_of_range = b.not(in_range);

@@ -22,6 +22,7 @@ impl Display for Unary {
             Unary::Expm1 => "expm1",
             Unary::Lgamma => "lgamma",
             Unary::Tgamma => "tgamma",
+            Unary::Acos => "acos",
         };
         f.write_str(s)
     }

@@ -29,8 +29,15 @@ pub(super) fn digamma() -> SpecialFn {
     b.return_if(pole, f64::NAN);
     let (x, result) = (b.var(x0), b.var(0.0));
     b.when(negative, |b| {
-        // ψ(1 − x) − ψ(x) = π cot(πx).
-        let px = b.mul(PI, x0);
+        // ψ(1 − x) − ψ(x) = π cot(πx). cot(πx) has period 1: πx is taken
+        // of r = x − ⌊x + ½⌋ (exact, |r| ≤ ½), so that sin and cos see an
+        // argument below π/2 whose rounding is relative to r. Near a pole
+        // r is small and cot(πr) keeps its relative accuracy, where
+        // sin(πx) of a large x (or of x − ⌊x⌋ near 1) would not.
+        let shifted = b.add(x0, 0.5);
+        let nearest = b.unary(Unary::Floor, shifted);
+        let r = b.sub(x0, nearest);
+        let px = b.mul(PI, r);
         let (s, c) = (b.unary(Unary::Sin, px), b.unary(Unary::Cos, px));
         let pc = b.mul(PI, c);
         let cot = b.div(pc, s);

@@ -1,6 +1,7 @@
-//! Chebyshev polynomials (four kinds, plain and shifted) with PyTorch's
-//! degree conversion and special cases. (Hermite, Laguerre and Legendre
-//! are defined once in `rdyn_ir::special`.)
+//! The hand-written Chebyshev polynomials (four kinds, plain and shifted)
+//! as `codegen-cpu/src/special/poly.rs` had them before they were defined
+//! once in `rdyn_ir::special` (a baseline for `hand_written.rs`; the
+//! trigonometric form here uses the library's acos).
 
 /// The degree as PyTorch converts it (C++ float → int64 truncation on x86):
 /// NaN, ±inf and values beyond ±2^63 become i64::MIN, i.e. read as n < 0.
