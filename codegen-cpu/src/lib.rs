@@ -27,14 +27,15 @@
 //!   `indirect.rs` the row ids of compiled gathers and scatters; `spare.rs` tiles
 //!   kept per thread between kernels).
 //! - `jit/`: Cranelift machine code for float32 and bool stages (`analysis.rs`
-//!   what compiles, `lower.rs` the function, `memory.rs` loads and stores,
-//!   `phases.rs` transcendentals between loops, `long.rs` int64 comparisons,
-//!   `emit.rs` lane arithmetic).
+//!   what compiles, `lower.rs` the function and its invariants, `lanes.rs`
+//!   its loops, `memory.rs` loads and stores, `phases.rs` transcendentals
+//!   between loops, `long.rs` int64 comparisons, `emit.rs` lane arithmetic,
+//!   `target.rs` the host ISA, which `special/native.rs` shares).
 //! - `ops.rs` and `fastmath.rs`: the op tables and branch-free float32
 //!   transcendentals; `special/`: float64 special functions (Bessel I/K/J/Y, Airy
-//!   Ai, erfcx, ndtri, zeta, incomplete gamma, digamma, erfinv, orthogonal
-//!   polynomials), those written once in `rdyn_ir::special` compiled by
-//!   Cranelift (`native.rs`).
+//!   Ai, erfcx, ndtri, zeta, incomplete gamma, digamma, erfinv, ln|Γ|,
+//!   orthogonal polynomials), each its one definition in `rdyn_ir::special`
+//!   compiled by Cranelift (`native.rs`).
 //! - rdyn's own kernels: `gemm.rs` (with `blas.rs`, torch's BLAS, and
 //!   `gemm/choice.rs`, which of the two runs each product shape),
 //!   `depthwise.rs` (and its weight gradient, `depthwise_grad.rs`), `scan.rs`,

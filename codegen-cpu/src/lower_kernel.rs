@@ -127,6 +127,9 @@ impl RegAlloc {
     }
 }
 
+/// Per stage: its inner and reduction sizes, and its index expressions.
+type Shape = (Vec<i64>, Vec<i64>, Vec<Expr>);
+
 pub(crate) fn kernel_plan(
     program: &Program,
     buffers: &[crate::plan::BufPlan],
@@ -136,8 +139,7 @@ pub(crate) fn kernel_plan(
 ) -> Result<KernelPlan, CodegenError> {
     let outer: Vec<i64> = kernel.outer.iter().map(|e| concrete(e, syms)).collect::<Result<_, _>>()?;
     let m0 = outer.len();
-    // Per stage: its inner and reduction sizes, and its index expressions.
-    let mut shapes: Vec<(Vec<i64>, Vec<i64>, Vec<Expr>)> = Vec::new();
+    let mut shapes: Vec<Shape> = Vec::new();
     for stage in &kernel.stages {
         let ranges: Vec<i64> = stage.ranges.iter().map(|e| concrete(e, syms)).collect::<Result<_, _>>()?;
         let red: Vec<i64> = match &stage.reduce {
@@ -170,10 +172,44 @@ pub(crate) fn kernel_plan(
             *e = split.apply(e, syms, &tail);
         }
     }
-    // Then a pointwise stage's inner dimensions, as its own indices divide
-    // them (an interleave's `i // 2` and `i % 2`: evaluated lane by lane,
-    // such an index costs more than the rest of the stage), remainders in
-    // front so the tile stays wide; then each stage's reduction dimensions.
+    let (inner_splits, red_splits) = own_splits(&mut shapes, kernel, &split, serial, compiled, syms);
+    let all_exprs: Vec<Expr> = shapes.iter().flat_map(|(_, _, e)| e.iter().cloned()).collect();
+    let outer = split.sizes.clone();
+    let mut groups =
+        if serial { (0..outer.len()).map(|k| vec![k]).collect() } else { collapse_groups(&outer, 0, &all_exprs) };
+    let pointwise = shapes.iter().all(|(inner, red, _)| !inner.iter().chain(red).any(|&n| n > 1));
+    if !serial && pointwise {
+        widest_tile_last(&mut groups, &outer, &all_exprs, compiled);
+    }
+    let new_outer: Vec<i64> = groups.iter().map(|g| g.iter().map(|k| outer[*k]).product()).collect();
+    let layout = Layout { split: &split, groups: &groups, m: outer.len(), new_outer: &new_outer, serial };
+    let mut stages = Vec::new();
+    for (((stage, shape), inner_split), red_split) in kernel.stages.iter().zip(shapes).zip(inner_splits).zip(red_splits)
+    {
+        let splits = (&inner_split, &red_split);
+        stages.push(plan_stage(program, buffers, stage, shape, splits, &layout, syms)?);
+    }
+    Ok(finish_kernel(program, buffers, kernel, name, new_outer, stages, serial))
+}
+
+/// Then a pointwise stage's inner dimensions, as its own indices divide
+/// them (an interleave's `i // 2` and `i % 2`: evaluated lane by lane,
+/// such an index costs more than the rest of the stage), remainders in
+/// front so the tile stays wide; then each stage's reduction dimensions.
+/// A compiled stage's reduction whose points may be combined in any order
+/// (not an arg-reduction, which keeps the first of equal values) splits
+/// its last dimension for any divisor, the narrow remainder moved to the
+/// front so the lanes walk the quotient: the gradient of a patch
+/// convolution read back through `(w // 2, w % 2)` by a LayerNorm's weight
+/// gradient was interpreted (5.6 ms; 0.2 ms compiled).
+fn own_splits(
+    shapes: &mut [Shape],
+    kernel: &Kernel,
+    split: &Split,
+    serial: bool,
+    compiled: bool,
+    syms: &Ctx,
+) -> (Vec<Split>, Vec<Split>) {
     let inner_splits: Vec<Split> = shapes
         .iter_mut()
         .zip(&kernel.stages)
@@ -185,12 +221,6 @@ pub(crate) fn kernel_plan(
             inner_split
         })
         .collect();
-    // A compiled stage's reduction whose points may be combined in any order
-    // (not an arg-reduction, which keeps the first of equal values) splits
-    // its last dimension for any divisor, the narrow remainder moved to the
-    // front so the lanes walk the quotient: the gradient of a patch
-    // convolution read back through `(w // 2, w % 2)` by a LayerNorm's weight
-    // gradient was interpreted (5.6 ms; 0.2 ms compiled).
     let red_splits: Vec<Split> = shapes
         .iter_mut()
         .zip(&inner_splits)
@@ -210,73 +240,98 @@ pub(crate) fn kernel_plan(
             red_split
         })
         .collect();
-    let all_exprs: Vec<Expr> = shapes.iter().flat_map(|(_, _, e)| e.iter().cloned()).collect();
-    let outer = split.sizes.clone();
-    let m = outer.len();
-    let mut groups = if serial { (0..m).map(|k| vec![k]).collect() } else { collapse_groups(&outer, 0, &all_exprs) };
-    let pointwise = shapes.iter().all(|(inner, red, _)| !inner.iter().chain(red).any(|&n| n > 1));
-    if !serial && pointwise {
-        widest_tile_last(&mut groups, &outer, &all_exprs, compiled);
-    }
-    let new_outer: Vec<i64> = groups.iter().map(|g| g.iter().map(|k| outer[*k]).product()).collect();
+    (inner_splits, red_splits)
+}
+
+/// The kernel's outer loops after splitting and collapsing: the split,
+/// which split dims each collapsed dim joins, and the collapsed sizes.
+struct Layout<'l> {
+    split: &'l Split,
+    groups: &'l [Vec<usize>],
+    /// Split outer dims (before collapsing).
+    m: usize,
+    new_outer: &'l [i64],
+    serial: bool,
+}
+
+/// One stage's plan over the kernel's collapsed loops: its own dims split
+/// (`splits`: inner, reduction) and collapsed by its own indices.
+fn plan_stage(
+    program: &Program,
+    buffers: &[crate::plan::BufPlan],
+    stage: &Stage,
+    (inner, red, own): Shape,
+    (inner_split, red_split): (&Split, &Split),
+    layout: &Layout,
+    syms: &Ctx,
+) -> Result<StagePlan, CodegenError> {
+    let (m, serial, new_outer) = (layout.m, layout.serial, layout.new_outer);
     let m_new = new_outer.len();
-    let mut stages = Vec::new();
-    for (((stage, (inner, red, own)), inner_split), red_split) in
-        kernel.stages.iter().zip(shapes).zip(inner_splits).zip(red_splits)
-    {
-        // The outer split reads the original ranges; the rest, the split ones.
-        let tail: Vec<i64> = inner.iter().chain(red.iter()).copied().collect();
-        let orig_red = red;
-        let inner = inner_split.sizes.clone();
-        let red = red_split.sizes.clone();
-        let total_vars = m + inner.len() + red.len();
-        // The stage's own dims collapse by its own indices.
-        let single = |n: usize| (0..n).map(|k| vec![k]).collect::<Vec<_>>();
-        let inner_groups = if serial { single(inner.len()) } else { collapse_groups(&inner, m, &own) };
-        let red_groups = if serial { single(red.len()) } else { collapse_groups(&red, m + inner.len(), &own) };
-        let product = |groups: &[Vec<usize>], sizes: &[i64]| -> Vec<i64> {
-            groups.iter().map(|g| g.iter().map(|k| sizes[*k]).product()).collect()
-        };
-        let new_inner = product(&inner_groups, &inner);
-        let new_red = product(&red_groups, &red);
-        // Old variable → expression over the collapsed variables: the last
-        // dim of a group becomes the group's variable, the others vanish
-        // (their contribution is the same variable scaled, by construction).
-        let mut remap = vec![Expr::zero(); total_vars];
-        let segments = [
-            (&groups, 0usize, 0usize),
-            (&inner_groups, m, m_new),
-            (&red_groups, m + inner.len(), m_new + new_inner.len()),
-        ];
-        for (seg_groups, old_first, new_first) in segments {
-            for (g, group) in seg_groups.iter().enumerate() {
-                if let Some(last) = group.last() {
-                    remap[old_first + *last] = Expr::v((new_first + g) as u32);
-                }
+    // The outer split reads the original ranges; the rest, the split ones.
+    let tail: Vec<i64> = inner.iter().chain(red.iter()).copied().collect();
+    let orig_red = red;
+    let inner = inner_split.sizes.clone();
+    let red = red_split.sizes.clone();
+    let total_vars = m + inner.len() + red.len();
+    // The stage's own dims collapse by its own indices.
+    let single = |n: usize| (0..n).map(|k| vec![k]).collect::<Vec<_>>();
+    let inner_groups = if serial { single(inner.len()) } else { collapse_groups(&inner, m, &own) };
+    let red_groups = if serial { single(red.len()) } else { collapse_groups(&red, m + inner.len(), &own) };
+    let product = |groups: &[Vec<usize>], sizes: &[i64]| -> Vec<i64> {
+        groups.iter().map(|g| g.iter().map(|k| sizes[*k]).product()).collect()
+    };
+    let new_inner = product(&inner_groups, &inner);
+    let new_red = product(&red_groups, &red);
+    // Old variable → expression over the collapsed variables: the last
+    // dim of a group becomes the group's variable, the others vanish
+    // (their contribution is the same variable scaled, by construction).
+    let mut remap = vec![Expr::zero(); total_vars];
+    let segments = [
+        (layout.groups, 0usize, 0usize),
+        (&inner_groups[..], m, m_new),
+        (&red_groups[..], m + inner.len(), m_new + new_inner.len()),
+    ];
+    for (seg_groups, old_first, new_first) in segments {
+        for (g, group) in seg_groups.iter().enumerate() {
+            if let Some(last) = group.last() {
+                remap[old_first + *last] = Expr::v((new_first + g) as u32);
             }
         }
-        let inner = new_inner;
-        let reduce = stage.reduce.as_ref().map(|r| (r.op, new_red.clone()));
-        let mut extents = new_outer.clone();
-        extents.extend(inner.iter().copied());
-        if let Some((_, r)) = &reduce {
-            extents.extend(r.iter().copied());
-        }
-        let mut ctx = Ctx::with_extents(&extents);
-        ctx.sym_values = syms.sym_values.clone();
-        let index = |e: &Expr| {
-            let e = split.apply(&e.simplify(syms), syms, &tail);
-            let e = red_split.apply(&inner_split.apply(&e, syms, &orig_red), syms, &[]);
-            IndexFn::new(&e.substitute_vars(&remap, &ctx))
-        };
-        let (stage, accumulate) = match scatter_combine(program, stage) {
-            Some((op, rest)) => (Stage { value: rest, ..stage.clone() }, Some(op)),
-            None => (stage.clone(), None),
-        };
-        let mut plan = compile_stage(program, buffers, &extents, &stage, inner, reduce, &index, syms)?;
-        plan.accumulate = accumulate;
-        stages.push(plan);
     }
+    let inner = new_inner;
+    let reduce = stage.reduce.as_ref().map(|r| (r.op, new_red.clone()));
+    let mut extents = new_outer.to_vec();
+    extents.extend(inner.iter().copied());
+    if let Some((_, r)) = &reduce {
+        extents.extend(r.iter().copied());
+    }
+    let mut ctx = Ctx::with_extents(&extents);
+    ctx.sym_values = syms.sym_values.clone();
+    let index = |e: &Expr| {
+        let e = layout.split.apply(&e.simplify(syms), syms, &tail);
+        let e = red_split.apply(&inner_split.apply(&e, syms, &orig_red), syms, &[]);
+        IndexFn::new(&e.substitute_vars(&remap, &ctx))
+    };
+    let (stage, accumulate) = match scatter_combine(program, stage) {
+        Some((op, rest)) => (Stage { value: rest, ..stage.clone() }, Some(op)),
+        None => (stage.clone(), None),
+    };
+    let mut plan = compile_stage(program, buffers, &extents, &stage, inner, reduce, &index, syms)?;
+    plan.accumulate = accumulate;
+    Ok(plan)
+}
+
+/// Mode, columns, tile width, transposes and uniform instructions of the
+/// kernel whose stages are planned.
+fn finish_kernel(
+    program: &Program,
+    buffers: &[crate::plan::BufPlan],
+    kernel: &Kernel,
+    name: String,
+    new_outer: Vec<i64>,
+    stages: Vec<StagePlan>,
+    serial: bool,
+) -> KernelPlan {
     let mode = choose_mode(&new_outer, &stages);
     let columns = if serial { None } else { column_tile(&new_outer, mode, &stages) };
     // A serial kernel runs point by point, unless its one stage cannot see
@@ -305,7 +360,7 @@ pub(crate) fn kernel_plan(
             }
         }
     }
-    Ok(kernel)
+    kernel
 }
 
 /// The fewest lanes an interpreted tile should have: the interpreter pays
@@ -510,6 +565,62 @@ fn reads_storage_of(program: &Program, value: ScalarId, buf: rdyn_ir::loops::Buf
     program.scalars.loaded_buffers(&[value]).iter().any(|b| program.storage_of(*b) == own)
 }
 
+/// The instruction of one scalar node, its operands in registers (`reg`),
+/// its indices as `index` maps them.
+#[allow(clippy::too_many_arguments)]
+fn inst_op(
+    program: &Program,
+    buffers: &[crate::plan::BufPlan],
+    extents: &[i64],
+    op: &ScalarOp,
+    dtype: DType,
+    index: &dyn Fn(&Expr) -> IndexFn,
+    syms: &Ctx,
+    reg: &dyn Fn(&ScalarId) -> Result<Reg, CodegenError>,
+) -> Result<InstOp, CodegenError> {
+    let scalars = &program.scalars;
+    Ok(match op {
+        ScalarOp::Load { buf, index: idx, indirect, mask } => InstOp::Load {
+            buf: *buf,
+            dtype: program.buffer(*buf).dtype,
+            index: index(idx),
+            // A mask only guards reads that could leave the buffer.
+            mask: if indirect.is_empty() && in_bounds(&index(idx), extents, buffers[buf.0 as usize].extent_elems()) {
+                None
+            } else {
+                mask.map(|m| reg(&m)).transpose()?
+            },
+            indirect: indirect
+                .iter()
+                .map(|(s, stride)| {
+                    let st = stride
+                        .simplify(syms)
+                        .as_const()
+                        .ok_or_else(|| CodegenError::Symbolic(format!("stride {stride}")))?;
+                    Ok((reg(s)?, st))
+                })
+                .collect::<Result<_, CodegenError>>()?,
+        },
+        ScalarOp::Const { bits } => {
+            if dtype.is_float() {
+                InstOp::ConstF(f64::from_bits(*bits))
+            } else {
+                InstOp::ConstI(*bits as i64)
+            }
+        }
+        ScalarOp::Index(e) => InstOp::Index(index(e)),
+        ScalarOp::Unary(op, x) => InstOp::Unary(*op, reg(x)?),
+        ScalarOp::Binary(op, a, b) => InstOp::Binary(*op, reg(a)?, reg(b)?),
+        ScalarOp::Where(c, a, b) => InstOp::Where(reg(c)?, reg(a)?, reg(b)?),
+        ScalarOp::Cast(x) => InstOp::Cast { src: reg(x)?, from: scalars.dtype(*x).kind(), to: dtype },
+        ScalarOp::Bounded(x, size, negatives) => InstOp::Bounded {
+            src: reg(x)?,
+            negatives: *negatives,
+            size: size.simplify(syms).as_const().ok_or_else(|| CodegenError::Symbolic(format!("size {size}")))?,
+        },
+    })
+}
+
 #[allow(clippy::too_many_arguments)]
 fn compile_stage(
     program: &Program,
@@ -555,47 +666,7 @@ fn compile_stage(
         }
         let reg = |s: &ScalarId| reg_of.get(s).copied().ok_or(CodegenError::Internal("operand without register"));
         let op_kind = operand_kind(program, *id);
-        let op = match &node.op {
-            ScalarOp::Load { buf, index: idx, indirect, mask } => InstOp::Load {
-                buf: *buf,
-                dtype: program.buffer(*buf).dtype,
-                index: index(idx),
-                // A mask only guards reads that could leave the buffer.
-                mask: if indirect.is_empty() && in_bounds(&index(idx), extents, buffers[buf.0 as usize].extent_elems())
-                {
-                    None
-                } else {
-                    mask.map(|m| reg(&m)).transpose()?
-                },
-                indirect: indirect
-                    .iter()
-                    .map(|(s, stride)| {
-                        let st = stride
-                            .simplify(syms)
-                            .as_const()
-                            .ok_or_else(|| CodegenError::Symbolic(format!("stride {stride}")))?;
-                        Ok((reg(s)?, st))
-                    })
-                    .collect::<Result<_, CodegenError>>()?,
-            },
-            ScalarOp::Const { bits } => {
-                if node.dtype.is_float() {
-                    InstOp::ConstF(f64::from_bits(*bits))
-                } else {
-                    InstOp::ConstI(*bits as i64)
-                }
-            }
-            ScalarOp::Index(e) => InstOp::Index(index(e)),
-            ScalarOp::Unary(op, x) => InstOp::Unary(*op, reg(x)?),
-            ScalarOp::Binary(op, a, b) => InstOp::Binary(*op, reg(a)?, reg(b)?),
-            ScalarOp::Where(c, a, b) => InstOp::Where(reg(c)?, reg(a)?, reg(b)?),
-            ScalarOp::Cast(x) => InstOp::Cast { src: reg(x)?, from: scalars.dtype(*x).kind(), to: node.dtype },
-            ScalarOp::Bounded(x, size, negatives) => InstOp::Bounded {
-                src: reg(x)?,
-                negatives: *negatives,
-                size: size.simplify(syms).as_const().ok_or_else(|| CodegenError::Symbolic(format!("size {size}")))?,
-            },
-        };
+        let op = inst_op(program, buffers, extents, &node.op, node.dtype, index, syms, &reg)?;
         let operands = scalars.operands(*id);
         let cross_kind = op_kind != kind && matches!(op, InstOp::Unary(..) | InstOp::Binary(..));
         // Free operands whose last use is here before picking the result

@@ -18,7 +18,8 @@ use std::fmt::Write;
 use rdyn_ir::loops::{BufId, Kernel, Program, ReduceOp, Stage};
 use rdyn_ir::{Ctx, DType, Expr, Kind};
 
-use crate::expr::{elem, float_lit, hash_source, index, int_lit, BodyWriter, PRELUDE, SPECIAL};
+use crate::expr::{elem, hash_source, index, BodyWriter, PRELUDE, SPECIAL};
+use crate::lit::{float_lit, int_lit};
 use crate::special;
 use crate::WgslError;
 

@@ -11,6 +11,7 @@
 
 mod expr;
 mod kernel;
+mod lit;
 mod special;
 
 pub use kernel::{gemm_wgsl, kernel_wgsl, Binding, WgslKernel, WORKGROUP};
@@ -38,4 +39,31 @@ pub fn validate(kernel: &WgslKernel) -> Result<naga::Module, WgslError> {
         naga::valid::Validator::new(naga::valid::ValidationFlags::all(), naga::valid::Capabilities::empty());
     validator.validate(&module).map_err(|e| invalid(format!("{e:?}")))?;
     Ok(module)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::panic)]
+    use rdyn_ir::loops::UnaryOp;
+    use rdyn_ir::special::Special;
+
+    use crate::special::{in_f32, name, source};
+
+    /// Every function the device evaluates translates to a module naga
+    /// accepts (with the prelude it relies on).
+    #[test]
+    fn translated_bodies_validate() {
+        for op in [UnaryOp::Digamma, UnaryOp::Erfinv, UnaryOp::Lgamma] {
+            let sp = in_f32(op).unwrap();
+            let src = format!("{}{}", crate::expr::PRELUDE, source(sp).unwrap());
+            let module =
+                naga::front::wgsl::parse_str(&src).unwrap_or_else(|e| panic!("{}\n{src}", e.emit_to_string(&src)));
+            let mut v =
+                naga::valid::Validator::new(naga::valid::ValidationFlags::all(), naga::valid::Capabilities::empty());
+            v.validate(&module).unwrap_or_else(|e| panic!("{e:?}\n{src}"));
+            assert!(src.contains(&format!("fn {}(a0: f32) -> f32 {{", name(sp))), "{src}");
+        }
+        assert!(source(Special::Lgamma).unwrap().contains("fn lgammaf_pos("));
+        assert!(!source(Special::Digamma).unwrap().contains("fn lgammaf_pos("));
+    }
 }

@@ -22,7 +22,7 @@ use std::fmt::Write;
 use rdyn_ir::loops::UnaryOp;
 use rdyn_ir::special::{Binary, Cmp, Logic, Reg, Special, SpecialFn, Stmt, Unary};
 
-use crate::expr::float_lit;
+use crate::lit::float_lit;
 use crate::WgslError;
 
 /// The special functions the device evaluates from their definitions
@@ -234,29 +234,5 @@ fn binary(op: Binary, a: &str, b: &str) -> String {
         Binary::Min => format!("select({b}, {a}, {a} <= {b} || is_nan({b}))"),
         Binary::Max => format!("select({b}, {a}, {a} >= {b} || is_nan({b}))"),
         Binary::Pow => format!("powf({a}, {b})"),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    #![allow(clippy::unwrap_used, clippy::panic)]
-    use super::*;
-
-    /// Every function the device evaluates translates to a module naga
-    /// accepts (with the prelude it relies on).
-    #[test]
-    fn translated_bodies_validate() {
-        for op in [UnaryOp::Digamma, UnaryOp::Erfinv, UnaryOp::Lgamma] {
-            let sp = in_f32(op).unwrap();
-            let src = format!("{}{}", crate::expr::PRELUDE, source(sp).unwrap());
-            let module =
-                naga::front::wgsl::parse_str(&src).unwrap_or_else(|e| panic!("{}\n{src}", e.emit_to_string(&src)));
-            let mut v =
-                naga::valid::Validator::new(naga::valid::ValidationFlags::all(), naga::valid::Capabilities::empty());
-            v.validate(&module).unwrap_or_else(|e| panic!("{e:?}\n{src}"));
-            assert!(src.contains(&format!("fn {}(a0: f32) -> f32 {{", name(sp))), "{src}");
-        }
-        assert!(source(Special::Lgamma).unwrap().contains("fn lgammaf_pos("));
-        assert!(!source(Special::Digamma).unwrap().contains("fn lgammaf_pos("));
     }
 }

@@ -155,10 +155,6 @@ fn analyse(stage: &StagePlan, tile_var: Option<usize>, extents: &[i64], how: Try
         if cls.contains(&Class::Row) {
             return None;
         }
-        let all_float = cls.iter().all(|c| *c == Class::Float);
-        let all_mask = cls.iter().all(|c| *c == Class::Mask);
-        let float_inst = inst.kind == Kind::F32 && inst.narrow.is_none();
-        let mask_inst = inst.kind == Kind::I64 && matches!(inst.narrow, None | Some(DType::Bool));
         let is_pre = |r: &Reg| matches!(current[*r as usize], Some(Def::Inst(j)) if a.class[j] == Class::Pre);
         let long = long_load(&inst.op) && (compared(stage, i) || how == Try::LongArith);
         if a.invariant[i] && inst.kind == Kind::I64 && !long && pre_inst(stage, &inst.op, &is_pre, pre_index) {
@@ -168,156 +164,8 @@ fn analyse(stage: &StagePlan, tile_var: Option<usize>, extents: &[i64], how: Try
             current[inst.dst as usize] = Some(Def::Inst(i));
             continue;
         }
-        let mut range = None;
-        let mut ops_extra = Vec::new();
-        let int_result = (inst.kind == Kind::I64 && inst.narrow.is_none())
-            .then(|| {
-                let ranges: Vec<Option<Range>> = ops.iter().map(|d| int::operand_range(stage, &a, *d)).collect();
-                // A select's condition is a mask, not a number.
-                let cond_ok = !matches!(inst.op, InstOp::Where(..)) || cls.first() == Some(&Class::Mask);
-                let ranges: Vec<Option<Range>> = match inst.op {
-                    InstOp::Where(..) => [None].into_iter().chain(ranges.into_iter().skip(1)).collect(),
-                    _ => ranges,
-                };
-                cond_ok.then(|| int::result_range(stage, &inst.op, &ranges)).flatten()
-            })
-            .flatten();
-        let class = match &inst.op {
-            InstOp::Load { index, indirect, mask, dtype, .. } => {
-                // A masked load: float32, its mask a compiled one.
-                // A lane-varying row id: an integer load no comparison reads.
-                let row = gather::row_dtype(*dtype)
-                    && indirect.is_empty()
-                    && !long
-                    && !a.invariant[i]
-                    && inst.kind == Kind::I64
-                    && inst.narrow.is_none();
-                let parts = gather_parts(stage, &a, &current, indirect, &is_pre)?;
-                let gathered_ok = parts.is_empty() || matches!(dtype, DType::F32 | DType::BF16);
-                // A masked load: its mask a compiled one; float32 at an
-                // address the executor computes, or lane by lane as a row id
-                // or a gather (a `cat` of embedding lookups).
-                let masked_ok = mask.is_none()
-                    || (cls == [Class::Mask]
-                        && (row || (*dtype == DType::F32 && (indirect.is_empty() || !parts.is_empty()))));
-                if !masked_ok
-                    || !gathered_ok
-                    || !(matches!(dtype, DType::F32 | DType::BF16 | DType::Bool) || long || row)
-                {
-                    return None;
-                }
-                // A computed row id is an operand (after the mask, if any):
-                // its value must reach the gather's phase.
-                ops_extra = parts
-                    .iter()
-                    .filter_map(|p| match p.row {
-                        RowSource::Value(k) => Some(Def::Inst(k)),
-                        RowSource::Load(_) => None,
-                    })
-                    .collect();
-                a.gathers[i] = parts;
-                let step = match tile_var {
-                    Some(v) => index.step(v as u32)?,
-                    None => 0,
-                };
-                // Group offsets within an iteration are 32-bit immediates.
-                if step.checked_mul(16 * dtype.itemsize() as i64).is_none_or(|b| b.abs() > i64::from(i32::MAX)) {
-                    return None;
-                }
-                a.step[i] = step;
-                if long {
-                    Class::Long
-                } else if row {
-                    Class::Row
-                } else if inst.kind == Kind::F32 {
-                    Class::Float
-                } else {
-                    Class::Mask
-                }
-            }
-            InstOp::Index(index) if inst.kind == Kind::I64 && inst.narrow.is_none() => {
-                let step = match tile_var {
-                    Some(v) => index.step(v as u32)?,
-                    None => 0,
-                };
-                if !fits_i32(index, extents) {
-                    return None;
-                }
-                a.step[i] = step;
-                range = int::index_range(index, extents);
-                Class::Int
-            }
-            InstOp::Binary(op, x, y)
-                if mask_inst
-                    && int_cc(*op).is_some()
-                    && [x, y].iter().all(|r| int_operand(stage, &a, current[**r as usize])) =>
-            {
-                Class::Mask
-            }
-            InstOp::Bounded { src, .. }
-                if inst.kind == Kind::I64
-                    && inst.narrow.is_none()
-                    && matches!(current[*src as usize], Some(Def::Inst(j))
-                        if a.class[j] == Class::Row && gather::bounded_row(stage, i, j).is_some()) =>
-            {
-                Class::Row
-            }
-            // A row id computed by compiled integer instructions (T5's
-            // buckets: a loaded id clamped, or a position difference).
-            InstOp::Bounded { src, .. }
-                if inst.kind == Kind::I64
-                    && inst.narrow.is_none()
-                    && matches!(current[*src as usize], Some(Def::Inst(j)) if computed_row(&a, j)) =>
-            {
-                Class::Row
-            }
-            // Integer arithmetic on index lanes, while it stays in 32 bits.
-            InstOp::Binary(..) | InstOp::Unary(..) | InstOp::Where(..) if int_result.is_some() => {
-                range = int_result;
-                Class::Int
-            }
-            // int64 arithmetic with a loaded int64 side.
-            _ if inst.kind == Kind::I64
-                && inst.narrow.is_none()
-                && cls.contains(&Class::Long)
-                && long_arith(stage, &a, &inst.op, &ops) =>
-            {
-                Class::Long
-            }
-            // A mask as the integer 0 or 1.
-            InstOp::Cast { from: Kind::I64, to: DType::I64, .. } if inst.kind == Kind::I64 && cls == [Class::Mask] => {
-                range = Some((0, 1));
-                Class::Int
-            }
-            InstOp::ConstF(_) if float_inst => Class::Float,
-            InstOp::ConstI(_) if mask_inst => Class::Mask,
-            InstOp::Unary(UnaryOp::Not, _) if mask_inst && all_mask => Class::Mask,
-            InstOp::Unary(..) if float_inst && all_float => Class::Float,
-            InstOp::Binary(BinaryOp::And | BinaryOp::Or | BinaryOp::Xor, ..) if mask_inst && all_mask => Class::Mask,
-            InstOp::Binary(..) if float_inst && all_float => Class::Float,
-            InstOp::Where(..) if float_inst && cls == [Class::Mask, Class::Float, Class::Float] => Class::Float,
-            InstOp::Cast { from: Kind::F32, to: DType::F32 | DType::BF16, .. } if float_inst && all_float => {
-                Class::Float
-            }
-            InstOp::Cast { from: Kind::I64, to: DType::F32, .. } if float_inst && all_mask => Class::Float,
-            // Random bits: the hash of 32-bit integer lanes (positions, and
-            // a key read as a float), converted exactly to float32.
-            InstOp::Binary(BinaryOp::HashMix, ..) if mask_inst && cls == [Class::Int, Class::Int] => Class::Int,
-            // A float truncated to int64 (saturating, NaN to 0), for int64
-            // arithmetic after it (T5's log-scaled position buckets).
-            InstOp::Cast { from: Kind::F32, to: DType::I64, .. }
-                if how == Try::LongArith && inst.kind == Kind::I64 && inst.narrow.is_none() && all_float =>
-            {
-                Class::Long
-            }
-            InstOp::Cast { from: Kind::F32, to: DType::I64, .. } if mask_inst && all_float => Class::Int,
-            InstOp::Cast { from: Kind::I64, to: DType::F32, .. } if float_inst && cls == [Class::Int] => Class::Float,
-            // An int64 converted to float32 (a count dividing a sum).
-            InstOp::Cast { from: Kind::I64, to: DType::F32, .. } if float_inst && cls == [Class::Long] => Class::Float,
-            InstOp::Cast { from: Kind::F32, to: DType::Bool, .. } if mask_inst && all_float => Class::Mask,
-            InstOp::Cast { from: Kind::I64, to: DType::Bool, .. } if mask_inst && all_mask => Class::Mask,
-            _ => return None,
-        };
+        let one = One { i, ops: &ops, cls: &cls, long, tile_var, extents, how };
+        let (class, range, ops_extra) = classify(stage, &mut a, &current, &one)?;
         if class == Class::Float && !inline_op(stage, &inst.op) {
             // A float transcendental runs through the interpreter's routine.
             let InstOp::Unary(op, _) = &inst.op else { return None };
@@ -329,25 +177,204 @@ fn analyse(stage: &StagePlan, tile_var: Option<usize>, extents: &[i64], how: Try
         current[inst.dst as usize] = Some(Def::Inst(i));
     }
     a.value = current[stage.value as usize]?;
-    // A float converted to 32-bit lanes saturates where the interpreter's
-    // int64 would not: only a hash (which reads the low 32 bits of keys
-    // that fit) may read one.
+    let value_class = class_of(&a, a.value);
+    value_fits(stage, &a, value_class).then_some(a)
+}
+
+/// Whether the stage's value can leave compiled code: a float, a mask
+/// computed by the stage (a bool stage; an integer constant's value stays
+/// the interpreter's, its fill needs no loop) or an integer (a pool's
+/// argmax index, stored as int64). A float converted to 32-bit lanes
+/// saturates where the interpreter's int64 would not: only a hash (which
+/// reads the low 32 bits of keys that fit) may read one.
+fn value_fits(stage: &StagePlan, a: &Analysis, value_class: Option<Class>) -> bool {
     let float_to_int = |d: &Def| match d {
         Def::Inst(i) => matches!(stage.insts[*i].op, InstOp::Cast { from: Kind::F32, .. }) && a.class[*i] == Class::Int,
         Def::Const(_) => false,
     };
     let hashes = |k: usize| matches!(stage.insts[k].op, InstOp::Binary(BinaryOp::HashMix, ..));
-    if (0..n).any(|k| !hashes(k) && a.operands[k].iter().any(float_to_int)) || float_to_int(&a.value) {
+    if (0..stage.insts.len()).any(|k| !hashes(k) && a.operands[k].iter().any(float_to_int)) || float_to_int(&a.value) {
+        return false;
+    }
+    let float = stage.value_kind == Kind::F32 && value_class == Some(Class::Float);
+    let mask = stage.value_kind == Kind::I64 && matches!(a.value, Def::Inst(_)) && value_class == Some(Class::Mask);
+    let int = stage.value_kind == Kind::I64 && a.value_is_int();
+    float || mask || int
+}
+
+/// One instruction as [`classify`] sees it: its operands' definitions and
+/// classes, and whether it is an int64 load kept as [`Class::Long`].
+struct One<'o> {
+    i: usize,
+    ops: &'o [Def],
+    cls: &'o [Class],
+    long: bool,
+    tile_var: Option<usize>,
+    extents: &'o [i64],
+    how: Try,
+}
+
+/// Instruction `one.i`'s class, its integer range, and operands it reads
+/// beyond its registers (a gather's computed row ids); `None` when no
+/// compiled form exists.
+fn classify(
+    stage: &StagePlan,
+    a: &mut Analysis,
+    current: &[Option<Def>],
+    one: &One,
+) -> Option<(Class, Option<Range>, Vec<Def>)> {
+    let (i, cls) = (one.i, one.cls);
+    let inst = &stage.insts[i];
+    let all_float = cls.iter().all(|c| *c == Class::Float);
+    let all_mask = cls.iter().all(|c| *c == Class::Mask);
+    let float_inst = inst.kind == Kind::F32 && inst.narrow.is_none();
+    let mask_inst = inst.kind == Kind::I64 && matches!(inst.narrow, None | Some(DType::Bool));
+    let plain_i64 = inst.kind == Kind::I64 && inst.narrow.is_none();
+    let int_result = plain_i64.then(|| int_result(stage, a, &inst.op, one.ops, cls)).flatten();
+    let class = match &inst.op {
+        InstOp::Load { .. } => return classify_load(stage, a, current, one),
+        InstOp::Index(index) if plain_i64 => {
+            let step = match one.tile_var {
+                Some(v) => index.step(v as u32)?,
+                None => 0,
+            };
+            if !fits_i32(index, one.extents) {
+                return None;
+            }
+            a.step[i] = step;
+            return Some((Class::Int, int::index_range(index, one.extents), Vec::new()));
+        }
+        InstOp::Binary(op, x, y)
+            if mask_inst
+                && int_cc(*op).is_some()
+                && [x, y].iter().all(|r| int_operand(stage, a, current[**r as usize])) =>
+        {
+            Class::Mask
+        }
+        InstOp::Bounded { src, .. }
+            if plain_i64
+                && matches!(current[*src as usize], Some(Def::Inst(j))
+                    if a.class[j] == Class::Row && gather::bounded_row(stage, i, j).is_some()) =>
+        {
+            Class::Row
+        }
+        // A row id computed by compiled integer instructions (T5's
+        // buckets: a loaded id clamped, or a position difference).
+        InstOp::Bounded { src, .. }
+            if plain_i64 && matches!(current[*src as usize], Some(Def::Inst(j)) if computed_row(a, j)) =>
+        {
+            Class::Row
+        }
+        // Integer arithmetic on index lanes, while it stays in 32 bits.
+        InstOp::Binary(..) | InstOp::Unary(..) | InstOp::Where(..) if int_result.is_some() => {
+            return Some((Class::Int, int_result, Vec::new()));
+        }
+        // int64 arithmetic with a loaded int64 side.
+        _ if plain_i64 && cls.contains(&Class::Long) && long_arith(stage, a, &inst.op, one.ops) => Class::Long,
+        // A mask as the integer 0 or 1.
+        InstOp::Cast { from: Kind::I64, to: DType::I64, .. } if inst.kind == Kind::I64 && cls == [Class::Mask] => {
+            return Some((Class::Int, Some((0, 1)), Vec::new()));
+        }
+        InstOp::ConstF(_) if float_inst => Class::Float,
+        InstOp::ConstI(_) if mask_inst => Class::Mask,
+        InstOp::Unary(UnaryOp::Not, _) if mask_inst && all_mask => Class::Mask,
+        InstOp::Unary(..) if float_inst && all_float => Class::Float,
+        InstOp::Binary(BinaryOp::And | BinaryOp::Or | BinaryOp::Xor, ..) if mask_inst && all_mask => Class::Mask,
+        InstOp::Binary(..) if float_inst && all_float => Class::Float,
+        InstOp::Where(..) if float_inst && cls == [Class::Mask, Class::Float, Class::Float] => Class::Float,
+        InstOp::Cast { from: Kind::F32, to: DType::F32 | DType::BF16, .. } if float_inst && all_float => Class::Float,
+        InstOp::Cast { from: Kind::I64, to: DType::F32, .. } if float_inst && all_mask => Class::Float,
+        // Random bits: the hash of 32-bit integer lanes (positions, and
+        // a key read as a float), converted exactly to float32.
+        InstOp::Binary(BinaryOp::HashMix, ..) if mask_inst && cls == [Class::Int, Class::Int] => Class::Int,
+        // A float truncated to int64 (saturating, NaN to 0), for int64
+        // arithmetic after it (T5's log-scaled position buckets).
+        InstOp::Cast { from: Kind::F32, to: DType::I64, .. } if one.how == Try::LongArith && plain_i64 && all_float => {
+            Class::Long
+        }
+        InstOp::Cast { from: Kind::F32, to: DType::I64, .. } if mask_inst && all_float => Class::Int,
+        InstOp::Cast { from: Kind::I64, to: DType::F32, .. } if float_inst && cls == [Class::Int] => Class::Float,
+        // An int64 converted to float32 (a count dividing a sum).
+        InstOp::Cast { from: Kind::I64, to: DType::F32, .. } if float_inst && cls == [Class::Long] => Class::Float,
+        InstOp::Cast { from: Kind::F32, to: DType::Bool, .. } if mask_inst && all_float => Class::Mask,
+        InstOp::Cast { from: Kind::I64, to: DType::Bool, .. } if mask_inst && all_mask => Class::Mask,
+        _ => return None,
+    };
+    Some((class, None, Vec::new()))
+}
+
+/// The range of an integer instruction's result over the kernel's
+/// ranges, from its operands' (a select's condition is a mask, not a
+/// number).
+fn int_result(stage: &StagePlan, a: &Analysis, op: &InstOp, ops: &[Def], cls: &[Class]) -> Option<Range> {
+    let ranges: Vec<Option<Range>> = ops.iter().map(|d| int::operand_range(stage, a, *d)).collect();
+    let cond_ok = !matches!(op, InstOp::Where(..)) || cls.first() == Some(&Class::Mask);
+    let ranges: Vec<Option<Range>> = match op {
+        InstOp::Where(..) => [None].into_iter().chain(ranges.into_iter().skip(1)).collect(),
+        _ => ranges,
+    };
+    cond_ok.then(|| int::result_range(stage, op, &ranges)).flatten()
+}
+
+/// A load's class: float32/bfloat16/bool lanes, an int64 kept whole
+/// ([`Class::Long`]) or a lane-varying row id ([`Class::Row`]); its step
+/// along the tile and gathered parts are recorded in `a`.
+fn classify_load(
+    stage: &StagePlan,
+    a: &mut Analysis,
+    current: &[Option<Def>],
+    one: &One,
+) -> Option<(Class, Option<Range>, Vec<Def>)> {
+    let (i, cls, long) = (one.i, one.cls, one.long);
+    let inst = &stage.insts[i];
+    let InstOp::Load { index, indirect, mask, dtype, .. } = &inst.op else { return None };
+    let is_pre = |r: &Reg| matches!(current[*r as usize], Some(Def::Inst(j)) if a.class[j] == Class::Pre);
+    // A lane-varying row id: an integer load no comparison reads.
+    let row = gather::row_dtype(*dtype)
+        && indirect.is_empty()
+        && !long
+        && !a.invariant[i]
+        && inst.kind == Kind::I64
+        && inst.narrow.is_none();
+    let parts = gather_parts(stage, a, current, indirect, &is_pre)?;
+    let gathered_ok = parts.is_empty() || matches!(dtype, DType::F32 | DType::BF16);
+    // A masked load: its mask a compiled one; float32 at an
+    // address the executor computes, or lane by lane as a row id
+    // or a gather (a `cat` of embedding lookups).
+    let masked_ok = mask.is_none()
+        || (cls == [Class::Mask] && (row || (*dtype == DType::F32 && (indirect.is_empty() || !parts.is_empty()))));
+    if !masked_ok || !gathered_ok || !(matches!(dtype, DType::F32 | DType::BF16 | DType::Bool) || long || row) {
         return None;
     }
-    let float = stage.value_kind == Kind::F32 && class_of(&a, a.value) == Some(Class::Float);
-    // A mask computed by the stage (a bool stage); an integer constant's
-    // value stays the interpreter's (its fill needs no loop).
-    let mask =
-        stage.value_kind == Kind::I64 && matches!(a.value, Def::Inst(_)) && class_of(&a, a.value) == Some(Class::Mask);
-    // An integer value (a pool's argmax index), stored as int64.
-    let int = stage.value_kind == Kind::I64 && a.value_is_int();
-    (float || mask || int).then_some(a)
+    // A computed row id is an operand (after the mask, if any):
+    // its value must reach the gather's phase.
+    let extra = parts
+        .iter()
+        .filter_map(|p| match p.row {
+            RowSource::Value(k) => Some(Def::Inst(k)),
+            RowSource::Load(_) => None,
+        })
+        .collect();
+    a.gathers[i] = parts;
+    let step = match one.tile_var {
+        Some(v) => index.step(v as u32)?,
+        None => 0,
+    };
+    // Group offsets within an iteration are 32-bit immediates.
+    if step.checked_mul(16 * dtype.itemsize() as i64).is_none_or(|b| b.abs() > i64::from(i32::MAX)) {
+        return None;
+    }
+    a.step[i] = step;
+    let class = if long {
+        Class::Long
+    } else if row {
+        Class::Row
+    } else if inst.kind == Kind::F32 {
+        Class::Float
+    } else {
+        Class::Mask
+    };
+    Some((class, None, extra))
 }
 
 /// A load's lane-varying indirect parts: each must be a checked row id

@@ -87,11 +87,13 @@ mod emit;
 mod gather;
 mod inst;
 mod int;
+mod lanes;
 mod long;
 mod lower;
 mod memory;
 mod phases;
 pub(crate) mod stage;
+pub(crate) mod target;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
@@ -105,10 +107,8 @@ mod tests_reduce;
 #[cfg(test)]
 mod tests_rows;
 
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 
-use cranelift_codegen::isa::OwnedTargetIsa;
-use cranelift_codegen::settings::{self, Configurable};
 use cranelift_jit::{JITBuilder, JITModule};
 use rdyn_ir::loops::{BufId, ReduceOp, UnaryOp};
 use rdyn_ir::ops::Jit;
@@ -118,30 +118,11 @@ use analysis::Supported;
 use lower::RowSteps;
 use stage::{Code, JitLoad, JitStage, Output, Rows, StageFn};
 
+pub use target::enabled;
+pub(crate) use target::isa;
+
 use crate::plan::{storage_root, BufPlan, CpuStep, IndexFn, InstOp, KernelPlan, StagePlan, TileMode};
 use crate::tile::TILE;
-
-/// Whether stages are compiled (`RDYN_JIT=0` turns it off).
-pub fn enabled() -> bool {
-    static ON: OnceLock<bool> = OnceLock::new();
-    *ON.get_or_init(|| std::env::var("RDYN_JIT").map_or(true, |v| v != "0") && isa().is_some())
-}
-
-pub(crate) fn isa() -> Option<&'static OwnedTargetIsa> {
-    static ISA: OnceLock<Option<OwnedTargetIsa>> = OnceLock::new();
-    ISA.get_or_init(|| {
-        let mut flags = settings::builder();
-        flags.set("opt_level", "speed").ok()?;
-        let builder = cranelift_native::builder().ok()?;
-        // The 4-lane loops need SSE4.1 (round, blend) on x86-64.
-        #[cfg(target_arch = "x86_64")]
-        if !std::arch::is_x86_feature_detected!("sse4.1") {
-            return None;
-        }
-        builder.finish(settings::Flags::new(flags)).ok()
-    })
-    .as_ref()
-}
 
 /// The routine compiled stages call for a transcendental over a tile.
 pub(crate) const UNARY_TILE: &str = "rdyn_unary_tile";

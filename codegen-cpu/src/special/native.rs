@@ -117,10 +117,10 @@ extern "C" fn pow(a: f64, b: f64) -> f64 {
 /// One body as machine code. The module is leaked: the code lives as long
 /// as the process, like the `OnceLock` that holds its address.
 pub(super) fn compile(f: &SpecialFn) -> Result<Native, String> {
-    if !crate::jit::enabled() {
+    if !crate::jit::target::enabled() {
         return Err("Cranelift is off".into());
     }
-    let isa = crate::jit::isa().ok_or("no Cranelift target")?;
+    let isa = crate::jit::target::isa().ok_or("no Cranelift target")?;
     let arity = f.params.len();
     if !(1..=2).contains(&arity) {
         return Err(format!("{} has {arity} parameters", f.name));

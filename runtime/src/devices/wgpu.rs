@@ -321,6 +321,63 @@ struct Residency<'a> {
 }
 
 impl Residency<'_> {
+    /// Records one shader's dispatch: its bindings' inputs uploaded where
+    /// only the host copy is valid, its outputs then valid on the device.
+    fn dispatch(
+        &mut self,
+        kernel: &WgslKernel,
+        pipeline: Option<&wgpu::ComputePipeline>,
+        error_flag: Option<&wgpu::Buffer>,
+        ptrs: &[usize],
+    ) -> Result<(), RuntimeError> {
+        let gpu = self.gpu;
+        let pipeline = pipeline.ok_or(RuntimeError::Kernel("wgpu plan built without a device".into()))?;
+        for binding in &kernel.bindings {
+            let r = binding.buf.0 as usize;
+            if !self.device_valid[r] && self.host_valid[r] {
+                self.upload(r, ptrs)?;
+            }
+        }
+        let entries: Vec<(u32, Arc<wgpu::Buffer>)> = kernel
+            .bindings
+            .iter()
+            .enumerate()
+            .map(|(k, binding)| (k as u32, self.buffer(binding.buf.0 as usize)))
+            .collect();
+        let layout = pipeline.get_bind_group_layout(0);
+        let mut group_entries: Vec<wgpu::BindGroupEntry> = entries
+            .iter()
+            .map(|(k, b)| wgpu::BindGroupEntry { binding: *k, resource: b.as_entire_binding() })
+            .collect();
+        if let (true, Some(flag)) = (kernel.error_flag, error_flag) {
+            group_entries
+                .push(wgpu::BindGroupEntry { binding: entries.len() as u32, resource: flag.as_entire_binding() });
+        }
+        let group = gpu.device.create_bind_group(&wgpu::BindGroupDescriptor {
+            label: None,
+            layout: &layout,
+            entries: &group_entries,
+        });
+        let grid = kernel.grid.unwrap_or_else(|| {
+            let x = kernel.workgroups.clamp(1, 65535);
+            [x, kernel.workgroups.div_ceil(x).max(1), 1]
+        });
+        let encoder = self.encoder.get_or_insert_with(|| gpu.device.create_command_encoder(&Default::default()));
+        {
+            let mut pass = encoder
+                .begin_compute_pass(&wgpu::ComputePassDescriptor { label: Some(&kernel.name), timestamp_writes: None });
+            pass.set_pipeline(pipeline);
+            pass.set_bind_group(0, &group, &[]);
+            pass.dispatch_workgroups(grid[0], grid[1], grid[2]);
+        }
+        for binding in kernel.bindings.iter().filter(|b| !b.read_only) {
+            let r = binding.buf.0 as usize;
+            self.device_valid[r] = true;
+            self.host_valid[r] = false;
+        }
+        Ok(())
+    }
+
     fn buffer(&mut self, r: usize) -> Arc<wgpu::Buffer> {
         let bufs = self.bufs;
         let gpu = self.gpu;
@@ -441,55 +498,7 @@ fn execute_wgpu(
     for step in &plan.steps {
         match step {
             GpuStep::Shader { kernel, pipeline } => {
-                let pipeline =
-                    pipeline.as_ref().ok_or(RuntimeError::Kernel("wgpu plan built without a device".into()))?;
-                for binding in &kernel.bindings {
-                    let r = binding.buf.0 as usize;
-                    if !res.device_valid[r] && res.host_valid[r] {
-                        res.upload(r, ptrs)?;
-                    }
-                }
-                let mut entries: Vec<(u32, Arc<wgpu::Buffer>)> = Vec::new();
-                for (k, binding) in kernel.bindings.iter().enumerate() {
-                    entries.push((k as u32, res.buffer(binding.buf.0 as usize)));
-                }
-                let layout = pipeline.get_bind_group_layout(0);
-                let mut group_entries: Vec<wgpu::BindGroupEntry> = entries
-                    .iter()
-                    .map(|(k, b)| wgpu::BindGroupEntry { binding: *k, resource: b.as_entire_binding() })
-                    .collect();
-                if kernel.error_flag {
-                    if let Some(flag) = &error_flag {
-                        group_entries.push(wgpu::BindGroupEntry {
-                            binding: entries.len() as u32,
-                            resource: flag.as_entire_binding(),
-                        });
-                    }
-                }
-                let group = gpu.device.create_bind_group(&wgpu::BindGroupDescriptor {
-                    label: None,
-                    layout: &layout,
-                    entries: &group_entries,
-                });
-                let grid = kernel.grid.unwrap_or_else(|| {
-                    let x = kernel.workgroups.clamp(1, 65535);
-                    [x, kernel.workgroups.div_ceil(x).max(1), 1]
-                });
-                let encoder = res.encoder.get_or_insert_with(|| gpu.device.create_command_encoder(&Default::default()));
-                {
-                    let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
-                        label: Some(&kernel.name),
-                        timestamp_writes: None,
-                    });
-                    pass.set_pipeline(pipeline);
-                    pass.set_bind_group(0, &group, &[]);
-                    pass.dispatch_workgroups(grid[0], grid[1], grid[2]);
-                }
-                for binding in kernel.bindings.iter().filter(|b| !b.read_only) {
-                    let r = binding.buf.0 as usize;
-                    res.device_valid[r] = true;
-                    res.host_valid[r] = false;
-                }
+                res.dispatch(kernel, pipeline.as_deref(), error_flag.as_ref(), ptrs)?
             }
             GpuStep::Cpu { step, reads, writes } => {
                 for r in reads.iter().chain(writes) {
