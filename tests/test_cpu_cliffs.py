@@ -385,3 +385,77 @@ def test_a_reduction_over_a_divided_dim_compiles() -> None:
     assert stats["cpu_stages_interpreted"] == 0, stats
     sources = "".join(k.source for k in cpu_kernels(fn, cols.float(), y.float()))
     assert "//" not in sources and "%" not in sources, sources
+
+
+COLUMN_REDUCTIONS = {
+    "sum": lambda x: x.sum(0),
+    "mean_of_product": lambda x: (x * x.flip(1)).mean(0),
+    "amax": lambda x: x.amax(0),
+    "amin_keepdim": lambda x: x.amin(0, keepdim=True),
+    "prod": lambda x: (1 + x / 4096).prod(0),
+    "two_sums": lambda x: (x.sum(0), (x * 2 + 1).sum(0)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(COLUMN_REDUCTIONS))
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_narrow_column_reductions_split_into_row_blocks(name: str, dtype: torch.dtype) -> None:
+    """A reduction over the leading dim of a narrow layout (`[2048, 256]`)
+    runs as partials over 16 blocks of 128 rows, each streaming whole rows,
+    then a kernel combining the blocks (`passes/split_reduce.rs`); NaN in
+    one block still wins a max or min."""
+    fn = COLUMN_REDUCTIONS[name]
+    x = torch.randn(2048, 256, dtype=torch.float64)
+    x[1500, 7] = float("nan")
+    args = [x.to(dtype)]
+    torch._dynamo.reset()
+    rdyn.reset_stats()
+    got = torch.compile(fn, backend="rdyn")(*args)
+    assert rdyn.stats()["nodes_fallback"] == 0
+    assert_same(got, fn(*args), fn(x))
+    sources = [k.source for k in cpu_kernels(fn, *args)]
+    assert any("outer [16, 256]" in s and "over [128]" in s for s in sources), sources
+    assert any("over [16]" in s for s in sources), sources
+
+
+def test_column_reduction_split_keeps_what_it_cannot_split_whole() -> None:
+    """Wide rows (whole cache lines per tile already), a prime number of
+    rows, and a reduction reading what its kernel writes stay one kernel."""
+    for fn, x in [
+        (lambda a: a.sum(0), torch.randn(256, 2048)),
+        (lambda a: a.sum(0), torch.randn(2039, 256)),
+        (lambda a: a.argmax(0), torch.randn(2048, 256)),
+    ]:
+        _check(fn, x.double())
+        sources = [k.source for k in cpu_kernels(fn, x)]
+        assert not any("outer [16, " in s for s in sources), sources
+
+
+def test_layer_norm_weight_gradients_split_into_row_blocks() -> None:
+    """A LayerNorm's weight and bias gradients over a `[16, 128, 256]`
+    activation (column sums over two reduction dims, split by the batch)
+    through the split, against float64 eager."""
+    torch.manual_seed(0)
+    ln = torch.nn.LayerNorm(256).double()
+    with torch.no_grad():
+        ln.weight.normal_()
+        ln.bias.normal_()
+    x = torch.randn(16, 128, 256, dtype=torch.float64)
+    g = torch.randn(16, 128, 256, dtype=torch.float64)
+
+    def grads(module, inp):
+        module.zero_grad()
+        (module(inp) * g.to(inp.dtype)).sum().backward()
+        return module.weight.grad.clone(), module.bias.grad.clone()
+
+    want64 = grads(ln, x)
+    ln32 = torch.nn.LayerNorm(256)
+    ln32.load_state_dict({k: v.float() for k, v in ln.state_dict().items()})
+    want32 = grads(ln32, x.float())
+    torch._dynamo.reset()
+    rdyn.reset_stats()
+    got = grads(torch.compile(ln32, backend="rdyn"), x.float())
+    assert rdyn.stats()["nodes_fallback"] == 0
+    assert_same(list(got), list(want32), list(want64))
+    report = str(rdyn.explain(ln32, x.float().requires_grad_()))
+    assert "outer [16, 256]" in report and "over [16]" in report, report

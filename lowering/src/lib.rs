@@ -79,6 +79,8 @@
 //! stages may be split piecewise; otherwise (GPU devices) scans are prefix
 //! reductions, sorts rank (`rules/sort.rs`) and searches unroll.
 //! `piecewise_min`: the fewest elements per piece (`RDYN_PIECEWISE_MIN`).
+//! `split_reduce`: narrow column reductions run as partials over blocks of
+//! rows and a combine (`RDYN_SPLIT_REDUCE=0` keeps them whole).
 //! `opmath_scalars`: how a Python float meets a half-precision tensor
 //! (`rules/binary.rs`).
 //!

@@ -34,6 +34,9 @@ pub struct LowerOptions {
     /// (`passes/piecewise.rs`, [`crate::PIECEWISE_MIN_ELEMENTS`] by default); 0
     /// leaves such stages whole.
     pub piecewise_min: i64,
+    /// With `cpu_kernels`: narrow column reductions run as partials over
+    /// blocks of rows and a combine (`passes/split_reduce.rs`).
+    pub split_reduce: bool,
     /// Binary ops read a Python float operand of a float16/bfloat16 tensor
     /// in float32, as ATen's CUDA kernels do. Otherwise (the CPU's
     /// convention, which wgpu's CPU tensors follow) the float is first

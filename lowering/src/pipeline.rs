@@ -25,6 +25,8 @@ pub(crate) fn passes(options: &LowerOptions) -> impl Iterator<Item = Pass> {
         Some(Pass::Schedule),
         Some(Pass::Forward),
         Some(Pass::Reuse),
+        // On the CPU, narrow column reductions stream whole rows by blocks.
+        (options.cpu_kernels && options.split_reduce).then_some(Pass::SplitReduce),
     ]
     .into_iter()
     .flatten()
@@ -55,12 +57,17 @@ mod tests {
     use super::*;
 
     #[test]
-    fn piecewise_runs_on_the_cpu_only() {
+    fn piecewise_and_split_reduce_run_on_the_cpu_only() {
         let names = |options: LowerOptions| passes(&options).map(Pass::name).collect::<Vec<_>>().join(", ");
         assert_eq!(names(LowerOptions::default()), "cse, permuted, dce, schedule, forward, reuse");
-        let cpu = LowerOptions { cpu_kernels: true, piecewise_min: 64, ..LowerOptions::default() };
-        assert_eq!(names(cpu), "cse, permuted, dce, piecewise, schedule, forward, reuse");
+        let cpu = LowerOptions { cpu_kernels: true, piecewise_min: 64, split_reduce: true, ..LowerOptions::default() };
+        assert_eq!(names(cpu), "cse, permuted, dce, piecewise, schedule, forward, reuse, split_reduce");
         assert_eq!(passes(&cpu).nth(3), Some(Pass::Piecewise(64)));
-        assert_eq!(names(LowerOptions { piecewise_min: 0, ..cpu }), names(LowerOptions::default()));
+        let no_pieces = "cse, permuted, dce, schedule, forward, reuse, split_reduce";
+        assert_eq!(names(LowerOptions { piecewise_min: 0, ..cpu }), no_pieces);
+        assert_eq!(
+            names(LowerOptions { split_reduce: false, ..cpu }),
+            "cse, permuted, dce, piecewise, schedule, forward, reuse"
+        );
     }
 }

@@ -56,9 +56,17 @@ impl Caps {
             cublas: self.gemm_steps,
             cpu_kernels: self.cpu_kernels,
             piecewise_min,
+            split_reduce: self.cpu_kernels && split_reduce(),
             opmath_scalars: self.opmath_scalars,
         }
     }
+}
+
+/// Whether narrow column reductions split into blocks of rows on the CPU
+/// (`RDYN_SPLIT_REDUCE=0` keeps them whole; read at each compile, so a
+/// benchmark can compare both in one process).
+fn split_reduce() -> bool {
+    std::env::var("RDYN_SPLIT_REDUCE").map_or(true, |v| v != "0")
 }
 
 /// Why a program is planned.

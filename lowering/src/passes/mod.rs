@@ -18,6 +18,7 @@ mod permuted;
 mod piecewise;
 mod reuse;
 mod schedule;
+mod split_reduce;
 
 pub use piecewise::PIECEWISE_MIN_ELEMENTS;
 
@@ -46,12 +47,14 @@ pub enum Pass {
     Forward,
     /// `reuse.rs`: a stored value read back by its kernel.
     Reuse,
+    /// `split_reduce.rs`: column reductions as block partials and a combine.
+    SplitReduce,
 }
 
 /// Why a pass failed.
 #[derive(Debug, thiserror::Error, PartialEq)]
 pub enum PassError {
-    #[error("unknown pass `{0}` (known: print, verify, simplify, cse, permuted, dce, piecewise[=N], schedule, forward, reuse)")]
+    #[error("unknown pass `{0}` (known: print, verify, simplify, cse, permuted, dce, piecewise[=N], schedule, forward, reuse, split_reduce)")]
     Unknown(String),
     /// `verify` rejects the program as it was given: every other pass
     /// verifies its own result.
@@ -79,6 +82,7 @@ impl Pass {
             "schedule" => Pass::Schedule,
             "forward" => Pass::Forward,
             "reuse" => Pass::Reuse,
+            "split_reduce" => Pass::SplitReduce,
             other => match other.strip_prefix("piecewise=").and_then(|n| n.parse().ok()) {
                 Some(min) => Pass::Piecewise(min),
                 None => return Err(PassError::Unknown(other.to_string())),
@@ -98,6 +102,7 @@ impl Pass {
             Pass::Schedule => "schedule",
             Pass::Forward => "forward",
             Pass::Reuse => "reuse",
+            Pass::SplitReduce => "split_reduce",
         }
     }
 
@@ -126,6 +131,7 @@ impl Pass {
             Pass::Schedule => schedule::run(program),
             Pass::Forward => forward::run(program),
             Pass::Reuse => reuse::run(program),
+            Pass::SplitReduce => split_reduce::run(program),
         }
     }
 }

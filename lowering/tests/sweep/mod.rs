@@ -56,17 +56,35 @@ pub struct Config {
 pub const CONFIGS: [Config; 3] = [
     Config {
         name: "default",
-        options: LowerOptions { cublas: false, cpu_kernels: false, piecewise_min: 0, opmath_scalars: false },
+        options: LowerOptions {
+            cublas: false,
+            cpu_kernels: false,
+            piecewise_min: 0,
+            split_reduce: false,
+            opmath_scalars: false,
+        },
         cuda: false,
     },
     Config {
         name: "cpu",
-        options: LowerOptions { cublas: false, cpu_kernels: true, piecewise_min: 1, opmath_scalars: false },
+        options: LowerOptions {
+            cublas: false,
+            cpu_kernels: true,
+            piecewise_min: 1,
+            split_reduce: true,
+            opmath_scalars: false,
+        },
         cuda: false,
     },
     Config {
         name: "cuda",
-        options: LowerOptions { cublas: true, cpu_kernels: false, piecewise_min: 0, opmath_scalars: true },
+        options: LowerOptions {
+            cublas: true,
+            cpu_kernels: false,
+            piecewise_min: 0,
+            split_reduce: false,
+            opmath_scalars: true,
+        },
         cuda: true,
     },
 ];

@@ -1,0 +1,318 @@
+//! Split reductions over rows: a kernel of column reductions becomes one
+//! kernel of partial reductions over blocks of rows and one that combines
+//! the blocks' partials.
+//!
+//! A reduction over a leading dim (`x.sum(0)`, a bias or LayerNorm weight
+//! gradient) of a `[R, C]` layout runs tiled along its C columns, each tile
+//! streaming all R rows. With few columns the tiles are narrow (64 lanes
+//! for C = 256, so that two threads get two tiles each), and a tile reads
+//! 256 bytes of each 1 KB row: from memory, a `[2048, 256]` column sum took
+//! 137 µs where eager's took 53. Split into B blocks of rows, every block's
+//! tile spans the whole row, each block streams its rows' contiguous
+//! memory, and the blocks are the parallel work; the `[B, C]` partials
+//! are combined by a second, small kernel in block order. The result does
+//! not depend on the thread count (the blocks are fixed by R).
+//!
+//! Only plain column reductions split:
+//! - one outer dim C, after dims of size 1, and reduction dims of constant
+//!   sizes, split along the first with a divisor from 4 to 16 (the rows of
+//!   a `[16, 128, 256]` activation split by its batch);
+//! - an associative op (sum, prod, max, min) whose value and output share
+//!   a float dtype, and no scatter;
+//! - no reduction reading what the kernel writes (pointwise stages after
+//!   the reductions, a mean's division, move to the combining kernel);
+//! - loads affine in every reduction variable, some walking the columns
+//!   contiguously and none walking a matrix along its rows (a per-row
+//!   statistic may).
+//!
+//! Wide layouts (C > [`MAX_COLUMNS`]) already tile whole cache lines across
+//! enough columns and are left as they are.
+
+use std::collections::HashSet;
+
+use rdyn_ir::loops::{contiguous_strides, BufRole, Buffer, Kernel, Program, Reduce, ReduceOp, ScalarOp, Stage, Step};
+use rdyn_ir::{Ctx, Expr, Var};
+
+/// Columns at most: at 1024 float32 columns (4 KB rows) the planner's
+/// column tiles give two threads two tiles of 256 lanes, a whole KB of
+/// each row per tile, and splitting stops paying for its second kernel.
+pub const MAX_COLUMNS: i64 = 1024;
+
+/// The fewest points (R·C) worth a second kernel: below, the reduction is
+/// a few µs and runs on one thread anyway.
+const MIN_POINTS: i64 = 1 << 15;
+
+/// At most this many blocks, each of at least [`MIN_BLOCK_ROWS`] rows: 16
+/// blocks keep two to eight threads busy with a few blocks each, and the
+/// combining kernel reads 16 partials per column.
+const MAX_BLOCKS: i64 = 16;
+const MIN_BLOCK_ROWS: i64 = 32;
+
+/// Run the pass over `program` (last: it works on scheduled kernels, and
+/// on constant sizes only; a shape-generic program keeps its kernels).
+pub fn run(program: &mut Program) {
+    let mut steps = Vec::with_capacity(program.steps.len());
+    for step in std::mem::take(&mut program.steps) {
+        match step {
+            Step::Kernel(kernel) => match split(program, &kernel) {
+                Some((partial, combine)) => {
+                    steps.push(Step::Kernel(partial));
+                    steps.push(Step::Kernel(combine));
+                }
+                None => steps.push(Step::Kernel(kernel)),
+            },
+            other => steps.push(other),
+        }
+    }
+    program.steps = steps;
+}
+
+/// How the rows split: into `blocks` blocks along reduction dim `dim`
+/// (whose other dims each block covers whole).
+struct Rows {
+    sizes: Vec<i64>,
+    dim: usize,
+    blocks: i64,
+}
+
+impl Rows {
+    /// The first reduction dim with a divisor in 4..=[`MAX_BLOCKS`] that
+    /// leaves blocks of [`MIN_BLOCK_ROWS`] rows or more (the largest one).
+    fn choose(sizes: Vec<i64>) -> Option<Rows> {
+        let total: i64 = sizes.iter().product();
+        (0..sizes.len()).find_map(|dim| {
+            let n = sizes[dim];
+            let blocks = (4..=MAX_BLOCKS).rev().find(|b| n % b == 0 && total / b >= MIN_BLOCK_ROWS)?;
+            Some(Rows { sizes: sizes.clone(), dim, blocks })
+        })
+    }
+
+    /// The partial stage's reduction ranges: `dim` divided by the blocks.
+    fn block_ranges(&self) -> Vec<i64> {
+        let mut r = self.sizes.clone();
+        r[self.dim] /= self.blocks;
+        r
+    }
+
+    /// The original reduction variables over the partial kernel's
+    /// (block, column, reduction variables...).
+    fn vars(&self) -> Vec<Expr> {
+        let per_block = self.sizes[self.dim] / self.blocks;
+        (0..self.sizes.len())
+            .map(|j| {
+                let own = Expr::v(2 + j as u32);
+                if j == self.dim {
+                    Expr::v(0).scale(per_block).add(&own)
+                } else {
+                    own
+                }
+            })
+            .collect()
+    }
+}
+
+/// `kernel` as a partial kernel and a combining one, if it is a plain
+/// column reduction worth splitting.
+fn split(program: &mut Program, kernel: &Kernel) -> Option<(Kernel, Kernel)> {
+    // Leading dims of size 1 (a `keepdim` result) are fixed at 0.
+    let (c_expr, ones) = kernel.outer.split_last()?;
+    if !ones.iter().all(|e| e.is_const(1)) {
+        return None;
+    }
+    let k = ones.len();
+    let columns = c_expr.as_const()?;
+    let first = kernel.stages.iter().find(|s| s.reduce.is_some())?;
+    let ranges = &first.reduce.as_ref()?.ranges;
+    let sizes: Vec<i64> = ranges.iter().map(Expr::as_const).collect::<Option<_>>()?;
+    let rows: i64 = sizes.iter().product();
+    if columns > MAX_COLUMNS || columns * rows < MIN_POINTS {
+        return None;
+    }
+    let split_rows = Rows::choose(sizes)?;
+    let written: HashSet<_> = kernel.stages.iter().map(|s| program.storage_of(s.out)).collect();
+    // Pointwise stages over the columns (a mean's division) run after the
+    // combine, in the combining kernel.
+    let pointwise = |s: &Stage| s.reduce.is_none() && s.store_indirect.is_empty() && s.ranges == kernel.outer;
+    let (reductions, after): (Vec<&Stage>, Vec<&Stage>) = kernel.stages.iter().partition(|s| s.reduce.is_some());
+    if !reductions.iter().all(|s| splittable(program, s, (k, columns), ranges, &written))
+        || !after.iter().all(|s| pointwise(s))
+        || pointwise_first(kernel)
+    {
+        return None;
+    }
+    let b = split_rows.blocks;
+    let block_ranges = split_rows.block_ranges();
+    // Partial kernel: variables (block, column, reduction variables...).
+    let mut extents = vec![b, columns];
+    extents.extend(&block_ranges);
+    let ctx = Ctx::with_extents(&extents);
+    let mut vars = vec![Expr::zero(); k];
+    vars.push(Expr::v(1));
+    vars.extend(split_rows.vars());
+    let mut partials = Vec::new();
+    let mut combines = Vec::new();
+    for stage in reductions {
+        let reduce = stage.reduce.as_ref()?;
+        let dtype = program.buffer(stage.out).dtype;
+        let sizes = vec![Expr::c(b), Expr::c(columns)];
+        let strides = contiguous_strides(&sizes);
+        let part = program.add_buffer(Buffer { dtype, sizes, strides, offset: Expr::zero(), role: BufRole::Temp });
+        let value = program.scalars.substitute(stage.value, &vars, &ctx);
+        partials.push(Stage {
+            out: part,
+            ranges: vec![Expr::c(b), Expr::c(columns)],
+            reduce: Some(Reduce { op: reduce.op, ranges: block_ranges.iter().map(|&n| Expr::c(n)).collect() }),
+            value,
+            store: Expr::v(0).scale(columns).add(&Expr::v(1)),
+            store_indirect: Vec::new(),
+        });
+        // Combine: the kernel's variables, then the block.
+        let index = Expr::v(k as u32 + 1).scale(columns).add(&Expr::v(k as u32));
+        let load = program.scalars.add(ScalarOp::Load { buf: part, index, indirect: Vec::new(), mask: None }, dtype);
+        combines.push(Stage {
+            out: stage.out,
+            ranges: stage.ranges.clone(),
+            reduce: Some(Reduce { op: reduce.op, ranges: vec![Expr::c(b)] }),
+            value: load,
+            store: stage.store.clone(),
+            store_indirect: Vec::new(),
+        });
+    }
+    let partial = Kernel { outer: vec![Expr::c(b), Expr::c(columns)], stages: partials };
+    combines.extend(after.into_iter().cloned());
+    let combine = Kernel { outer: kernel.outer.clone(), stages: combines };
+    Some((partial, combine))
+}
+
+/// Whether a pointwise stage comes before a reduction (it would then run
+/// before the combine it might read).
+fn pointwise_first(kernel: &Kernel) -> bool {
+    let first_pointwise = kernel.stages.iter().position(|s| s.reduce.is_none());
+    let last_reduction = kernel.stages.iter().rposition(|s| s.reduce.is_some());
+    matches!((first_pointwise, last_reduction), (Some(p), Some(r)) if p < r)
+}
+
+/// Whether `stage` is a column reduction the split keeps exact in meaning.
+/// `(k, columns)`: the column variable's position and the number of columns.
+fn splittable(
+    program: &Program,
+    stage: &Stage,
+    (k, columns): (usize, i64),
+    rows: &[Expr],
+    written: &HashSet<rdyn_ir::loops::BufId>,
+) -> bool {
+    let Some(reduce) = &stage.reduce else { return false };
+    let dtype = program.buffer(stage.out).dtype;
+    let associative = matches!(reduce.op, ReduceOp::Sum | ReduceOp::Prod | ReduceOp::Max | ReduceOp::Min);
+    let plain = reduce.ranges == rows
+        && stage.store_indirect.is_empty()
+        && stage.ranges.len() == k + 1
+        && stage.ranges[k].as_const() == Some(columns)
+        && dtype.is_float()
+        && program.scalars.dtype(stage.value) == dtype;
+    if !(associative && plain) {
+        return false;
+    }
+    let col = Var(k as u32);
+    let row_vars: Vec<Var> = (0..rows.len()).map(|j| Var((k + 1 + j) as u32)).collect();
+    let mut walks_columns = false;
+    for id in program.scalars.topo(&[stage.value]) {
+        let index = match &program.scalars.get(id).op {
+            ScalarOp::Load { buf, index, indirect, .. } => {
+                if written.contains(&program.storage_of(*buf)) || !indirect.is_empty() {
+                    return false;
+                }
+                index
+            }
+            ScalarOp::Index(e) => e,
+            _ => continue,
+        };
+        let row_coefs: Option<Vec<i64>> = row_vars.iter().map(|v| index.linear_coef(*v)).collect();
+        let (Some(c), Some(row_coefs)) = (index.linear_coef(col), row_coefs) else { return false };
+        // A matrix walked contiguously along its rows: an inner reduction
+        // (a per-row statistic, constant along the columns, is not one).
+        if c != 0 && row_coefs.iter().any(|r| r.abs() == 1) {
+            return false;
+        }
+        walks_columns |= c == 1 && row_coefs.iter().any(|r| *r != 0);
+    }
+    walks_columns
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::panic)]
+    use super::*;
+    use rdyn_ir::loops::BufId;
+    use rdyn_ir::DType;
+
+    /// `out[c] = Σ_r x[r, c]·y[r, c]` over an `[r, c]` layout, as one kernel.
+    fn column_sum(rows: i64, columns: i64, op: ReduceOp) -> Program {
+        let mut p = Program::default();
+        let sizes = vec![Expr::c(rows), Expr::c(columns)];
+        let input = |p: &mut Program, n| {
+            let strides = contiguous_strides(&sizes);
+            p.add_buffer(Buffer {
+                dtype: DType::F32,
+                sizes: sizes.clone(),
+                strides,
+                offset: Expr::zero(),
+                role: BufRole::Input(n),
+            })
+        };
+        let (x, y) = (input(&mut p, 0), input(&mut p, 1));
+        let out = p.add_buffer(Buffer {
+            dtype: DType::F32,
+            sizes: vec![Expr::c(columns)],
+            strides: vec![Expr::c(1)],
+            offset: Expr::zero(),
+            role: BufRole::Temp,
+        });
+        let index = Expr::v(1).scale(columns).add(&Expr::v(0));
+        let load = |p: &mut Program, buf: BufId| {
+            p.scalars.add(ScalarOp::Load { buf, index: index.clone(), indirect: Vec::new(), mask: None }, DType::F32)
+        };
+        let (a, b) = (load(&mut p, x), load(&mut p, y));
+        let value = p.scalars.binary(rdyn_ir::loops::BinaryOp::Mul, a, b, DType::F32);
+        let stage = Stage {
+            out,
+            ranges: vec![Expr::c(columns)],
+            reduce: Some(Reduce { op, ranges: vec![Expr::c(rows)] }),
+            value,
+            store: Expr::v(0),
+            store_indirect: Vec::new(),
+        };
+        p.steps.push(Step::Kernel(Kernel { outer: vec![Expr::c(columns)], stages: vec![stage] }));
+        p.outputs.push(rdyn_ir::loops::ProgramOutput::Buffer(out));
+        p
+    }
+
+    #[test]
+    fn column_sums_split_into_blocks_and_a_combine() {
+        let mut p = column_sum(2048, 256, ReduceOp::Sum);
+        run(&mut p);
+        rdyn_ir::verify::verify(&p).unwrap();
+        let kernels: Vec<&Kernel> = p.kernels().collect();
+        assert_eq!(kernels.len(), 2);
+        assert_eq!(kernels[0].outer, vec![Expr::c(16), Expr::c(256)]);
+        assert_eq!(kernels[0].stages[0].reduce.as_ref().unwrap().ranges, vec![Expr::c(128)]);
+        assert_eq!(kernels[1].stages[0].reduce.as_ref().unwrap().ranges, vec![Expr::c(16)]);
+        // Row r = 128·block + row-in-block, column = variable 1.
+        let text = p.to_string();
+        assert!(text.contains("32768*i0 + i1 + 256*i2") || text.contains("i1 + 256*i2 + 32768*i0"), "{text}");
+    }
+
+    #[test]
+    fn what_does_not_pay_or_would_change_meaning_stays() {
+        for (rows, columns, op) in [
+            (2048, 4096, ReduceOp::Sum), // wide rows tile well already
+            (64, 256, ReduceOp::Sum),    // too little work
+            (2039, 256, ReduceOp::Sum),  // a prime number of rows
+            (2048, 256, ReduceOp::ArgMax),
+        ] {
+            let mut p = column_sum(rows, columns, op);
+            run(&mut p);
+            assert_eq!(p.kernels().count(), 1, "{rows}x{columns} {op}");
+        }
+    }
+}
