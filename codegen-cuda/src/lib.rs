@@ -37,12 +37,13 @@
 //! - `math/`: the function emitters: `math32.rs` (float32 exp/log family),
 //!   `trig.rs`, `math64.rs` (float64 exp/log in software, pow), `special.rs`
 //!   (the float32 erfc fit), `sincos64.rs` (float64 sine and
-//!   cosine), `lib64.rs` (float64 erfc and ln Γ), `poly.rs`, `hash.rs`
+//!   cosine), `lib64.rs` (float64 erfc and ln Γ), `hash.rs`
 //!   (random bits), and `scalar.rs`, the translator of the special
 //!   functions written once in `rdyn_ir::special` (ln Γ, Bessel J/Y/I/K, Airy
 //!   Ai, spherical j0, erfcx, ndtri, zeta, digamma, erfinv, incomplete
 //!   gamma, Chebyshev, Hermite, Laguerre, Legendre; acos from sin and cos)
-//!   to PTX, which `poly.rs` and `ops/unary.rs` call;
+//!   to PTX, which `ops/unary.rs` and `ops/binary.rs` call for every op
+//!   `Special::of_unary`/`of_binary` names;
 //! - `ops/`: `unary.rs`, `binary.rs`: each scalar op to its emitter;
 //! - `cache.rs` (registers holding loaded elements), `emitter.rs` (index
 //!   arithmetic and a stage's scalar DAG);

@@ -294,6 +294,10 @@ impl BodyWriter<'_> {
             };
             return Ok(wrap(e, to));
         }
+        // ψ, erfinv, ln|Γ|: their definitions, translated (`special.rs`).
+        if let Some(which) = special::in_f32(op) {
+            return Ok(format!("{}({x})", special::name(which)));
+        }
         let e = match op {
             UnaryOp::Neg => format!("-{x}"),
             UnaryOp::Abs => format!("abs({x})"),
@@ -335,11 +339,10 @@ impl BodyWriter<'_> {
             UnaryOp::IsNan => format!("b2i(is_nan({x}))"),
             UnaryOp::IsInf => format!("b2i(is_inf({x}))"),
             UnaryOp::Signbit => format!("b2i((bitcast<u32>({x}) >> 31u) == 1u)"),
-            UnaryOp::Erfinv | UnaryOp::Lgamma | UnaryOp::Digamma => match special::in_f32(op) {
-                Some(sp) => format!("{}({x})", special::name(sp)),
-                None => return Err(WgslError::Internal("special function without a WGSL form")),
-            },
             UnaryOp::BitNot
+            | UnaryOp::Erfinv
+            | UnaryOp::Lgamma
+            | UnaryOp::Digamma
             | UnaryOp::I0
             | UnaryOp::I0e
             | UnaryOp::I1

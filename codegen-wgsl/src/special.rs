@@ -31,12 +31,7 @@ pub const ON_DEVICE: [Special; 3] = [Special::Digamma, Special::Erfinv, Special:
 
 /// The special function behind `op`, if the device evaluates it.
 pub fn in_f32(op: UnaryOp) -> Option<Special> {
-    match op {
-        UnaryOp::Digamma => Some(Special::Digamma),
-        UnaryOp::Erfinv => Some(Special::Erfinv),
-        UnaryOp::Lgamma => Some(Special::Lgamma),
-        _ => None,
-    }
+    Special::of_unary(op).filter(|which| ON_DEVICE.contains(which))
 }
 
 /// The WGSL name of `sp`'s function.

@@ -46,10 +46,6 @@ pub(super) struct Frame<'p> {
     pub(super) pool: &'p Pool,
     pub(super) phases: Phases,
     pub(super) output: Output,
-    /// Output elements per lane, and bytes per output element (a mask is
-    /// stored as bytes).
-    pub(super) out_step: i64,
-    pub(super) out_size: i64,
     pub(super) out: Value,
     pub(super) len: Value,
     /// Each spilled value's or call result's tile (or its memory, in place).
@@ -220,7 +216,8 @@ fn produce(
 ) -> Result<Vec<Value>, String> {
     let (a, output) = (fr.a, fr.output);
     let mut next_accs = accs.to_vec();
-    let out_row = offset_by(b, fr.out, at, fr.out_size * fr.out_step);
+    let (out_step, out_size) = (output.step(), output.elem_bytes());
+    let out_row = offset_by(b, fr.out, at, out_size * out_step);
     for (g, env) in envs.iter().enumerate() {
         let v = env.get(a.value).ok_or("stage value undefined")?;
         let mut em = Em { b: &mut *b, wide: wide_loop, pool: fr.pool };
@@ -239,7 +236,7 @@ fn produce(
                 em.b.ins().store(MemFlagsData::trusted(), r, p, 0);
             }
             _ => {
-                let (off, step) = (4 * fr.out_size * g as i64 * fr.out_step, fr.out_step);
+                let (off, step) = (4 * out_size * g as i64 * out_step, out_step);
                 match a.value {
                     Def::Inst(d) if a.class[d] == Class::Long => {
                         let long = env.longs[d].ok_or("int64 value undefined")?;

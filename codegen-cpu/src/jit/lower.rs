@@ -176,15 +176,6 @@ fn frame<'p>(
     row: Option<(Value, &RowSteps)>,
 ) -> Result<Frame<'p>, String> {
     let Base { stage, a, pool, output, addrs, mut out, len, unary_tile } = base;
-    let out_step = match output {
-        Output::Store(step) | Output::StoreMask(step) | Output::StoreLong(step) => step,
-        Output::Value | Output::ValueLong | Output::Accumulate(_) | Output::Fold(_) | Output::FoldStore(_) => 1,
-    };
-    let out_size = match output {
-        Output::StoreMask(_) => 1,
-        Output::StoreLong(_) | Output::ValueLong => 8,
-        _ => 4,
-    };
     let (phases, mut spill_slot) = tiles;
     let load_addr = load_addresses(b, stage, a, addrs, row);
     if let Some((r, steps)) = row {
@@ -223,8 +214,6 @@ fn frame<'p>(
         pool,
         phases,
         output,
-        out_step,
-        out_size,
         out,
         len,
         spill_slot,

@@ -65,6 +65,26 @@ pub(crate) enum Output {
     FoldStore(ReduceOp),
 }
 
+impl Output {
+    /// Output elements between lanes: a store's step, else 1.
+    pub(crate) fn step(self) -> i64 {
+        match self {
+            Output::Store(step) | Output::StoreMask(step) | Output::StoreLong(step) => step,
+            Output::Value | Output::ValueLong | Output::Accumulate(_) | Output::Fold(_) | Output::FoldStore(_) => 1,
+        }
+    }
+
+    /// Bytes per output element: a mask is stored as bytes, int64 lanes as
+    /// 8, float32 as 4.
+    pub(crate) fn elem_bytes(self) -> i64 {
+        match self {
+            Output::StoreMask(_) => 1,
+            Output::StoreLong(_) | Output::ValueLong => 8,
+            _ => 4,
+        }
+    }
+}
+
 /// What one call of a compiled stage may cover beyond one tile at one
 /// point; every address steps by a constant per row (see `row_steps`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -3,10 +3,11 @@
 //! functions), integer arithmetic with division checks.
 
 use rdyn_ir::loops::BinaryOp;
+use rdyn_ir::special::Special;
 use rdyn_ir::{DType, Kind};
 
 use crate::math::math32::pow;
-use crate::math::{hash, math64, poly, trig};
+use crate::math::{hash, math64, trig};
 use crate::ptx::arith::{add, copysign, div, k, op1, sub};
 use crate::ptx::checks::Checks;
 use crate::ptx::convert::fit;
@@ -145,16 +146,12 @@ fn float_binary(f: &mut Func, op: BinaryOp, a: &str, b: &str, class: Class, from
         BinaryOp::Pow if class == Class::F32 => pow(f, a, b),
         BinaryOp::Pow => math64::pow(f, a, b),
         BinaryOp::Nextafter if class == Class::F32 => nextafter(f, a, b),
-        BinaryOp::Zeta if class == Class::F32 => {
-            crate::math::scalar::call_f32(f, rdyn_ir::special::Special::Zeta.body(), &[a, b])
-        }
-        BinaryOp::Igamma if class == Class::F32 => {
-            crate::math::scalar::call_f32(f, rdyn_ir::special::Special::Igamma.body(), &[a, b])
-        }
-        BinaryOp::Igammac if class == Class::F32 => {
-            crate::math::scalar::call_f32(f, rdyn_ir::special::Special::Igammac.body(), &[a, b])
-        }
-        other if class == Class::F32 => poly::polynomial(f, other, a, b).ok_or_else(|| unsupported(other, from))?,
+        // The orthogonal polynomials, zeta and the incomplete gamma
+        // functions: their one definition, in float64, rounded once.
+        other if class == Class::F32 => match Special::of_binary(other) {
+            Some(which) => crate::math::scalar::call_f32(f, which.body(), &[a, b]),
+            None => return Err(unsupported(other, from)),
+        },
         other => return Err(unsupported(other, from)),
     })
 }

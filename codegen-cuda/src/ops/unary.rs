@@ -117,6 +117,9 @@ fn float32_unary(f: &mut Func, op: UnaryOp, x: &str) -> Result<String, PtxError>
 
 /// The float32 error-function family and special functions.
 fn float32_special_unary(f: &mut Func, op: UnaryOp, x: &str) -> Result<String, PtxError> {
+    if let Some(which) = Special::of_unary(op) {
+        return Ok(scalar(f, which, x));
+    }
     Ok(match op {
         UnaryOp::Erf | UnaryOp::Erfc => {
             let c = special::erfc_abs(f, x);
@@ -153,25 +156,6 @@ fn float32_special_unary(f: &mut Func, op: UnaryOp, x: &str) -> Result<String, P
             };
             keep_nan(f, x, &r)
         }
-        UnaryOp::Lgamma => scalar(f, Special::Lgamma, x),
-        UnaryOp::Digamma => scalar(f, Special::Digamma, x),
-        UnaryOp::Erfinv => scalar(f, Special::Erfinv, x),
-        UnaryOp::SphericalJ0 => scalar(f, Special::SphericalJ0, x),
-        UnaryOp::Erfcx => scalar(f, Special::Erfcx, x),
-        UnaryOp::Ndtri => scalar(f, Special::Ndtri, x),
-        UnaryOp::I0 => scalar(f, Special::I0, x),
-        UnaryOp::I0e => scalar(f, Special::I0e, x),
-        UnaryOp::I1 => scalar(f, Special::I1, x),
-        UnaryOp::I1e => scalar(f, Special::I1e, x),
-        UnaryOp::K0 => scalar(f, Special::K0, x),
-        UnaryOp::K0e => scalar(f, Special::K0e, x),
-        UnaryOp::K1 => scalar(f, Special::K1, x),
-        UnaryOp::K1e => scalar(f, Special::K1e, x),
-        UnaryOp::BesselJ0 => scalar(f, Special::J0, x),
-        UnaryOp::BesselJ1 => scalar(f, Special::J1, x),
-        UnaryOp::BesselY0 => scalar(f, Special::Y0, x),
-        UnaryOp::BesselY1 => scalar(f, Special::Y1, x),
-        UnaryOp::AiryAi => scalar(f, Special::AiryAi, x),
         other => return float_common_unary(f, other, x, Class::F32),
     })
 }

@@ -42,6 +42,8 @@ pub use eval::eval;
 
 use std::sync::OnceLock;
 
+use crate::loops::{BinaryOp, UnaryOp};
+
 pub use chebyshev::acos_body;
 
 /// A float64 register.
@@ -330,6 +332,57 @@ impl Special {
     /// Evaluates the function at `args` (see [`eval`]).
     pub fn eval(self, args: &[f64]) -> f64 {
         eval(self.body(), args)
+    }
+
+    /// The function a one-operand op computes, if it is one of these
+    /// (every backend emits such an op as its definition).
+    pub fn of_unary(op: UnaryOp) -> Option<Special> {
+        Some(match op {
+            UnaryOp::I0 => Special::I0,
+            UnaryOp::I0e => Special::I0e,
+            UnaryOp::I1 => Special::I1,
+            UnaryOp::I1e => Special::I1e,
+            UnaryOp::K0 => Special::K0,
+            UnaryOp::K0e => Special::K0e,
+            UnaryOp::K1 => Special::K1,
+            UnaryOp::K1e => Special::K1e,
+            UnaryOp::AiryAi => Special::AiryAi,
+            UnaryOp::SphericalJ0 => Special::SphericalJ0,
+            UnaryOp::Erfcx => Special::Erfcx,
+            UnaryOp::Ndtri => Special::Ndtri,
+            UnaryOp::Digamma => Special::Digamma,
+            UnaryOp::Erfinv => Special::Erfinv,
+            UnaryOp::BesselJ0 => Special::J0,
+            UnaryOp::BesselJ1 => Special::J1,
+            UnaryOp::BesselY0 => Special::Y0,
+            UnaryOp::BesselY1 => Special::Y1,
+            UnaryOp::Lgamma => Special::Lgamma,
+            _ => return None,
+        })
+    }
+
+    /// The function a two-operand op computes (the orthogonal
+    /// polynomials of `(x, n)`, zeta, the incomplete gamma functions), if
+    /// it is one of these.
+    pub fn of_binary(op: BinaryOp) -> Option<Special> {
+        Some(match op {
+            BinaryOp::HermiteH => Special::HermiteH,
+            BinaryOp::HermiteHe => Special::HermiteHe,
+            BinaryOp::LaguerreL => Special::LaguerreL,
+            BinaryOp::LegendreP => Special::LegendreP,
+            BinaryOp::ChebyshevT => Special::ChebyshevT,
+            BinaryOp::ChebyshevU => Special::ChebyshevU,
+            BinaryOp::ChebyshevV => Special::ChebyshevV,
+            BinaryOp::ChebyshevW => Special::ChebyshevW,
+            BinaryOp::ShiftedChebyshevT => Special::ShiftedChebyshevT,
+            BinaryOp::ShiftedChebyshevU => Special::ShiftedChebyshevU,
+            BinaryOp::ShiftedChebyshevV => Special::ShiftedChebyshevV,
+            BinaryOp::ShiftedChebyshevW => Special::ShiftedChebyshevW,
+            BinaryOp::Zeta => Special::Zeta,
+            BinaryOp::Igamma => Special::Igamma,
+            BinaryOp::Igammac => Special::Igammac,
+            _ => return None,
+        })
     }
 }
 
