@@ -25,6 +25,7 @@ from ._decomp_index import DECOMPOSITIONS as INDEX_DECOMPOSITIONS
 from ._errors import InternalError, UnavailableError
 from ._random import DECOMPOSITIONS as RANDOM_DECOMPOSITIONS
 from ._import import Unsupported, import_graph, on_device
+from ._rewrite import rewrite_captured
 from ._runner import GraphRunner
 from .config import Options, log_enabled, log
 
@@ -355,6 +356,7 @@ def rdyn_backend(gm: torch.fx.GraphModule, example_inputs, options=None, **kwarg
 def _compile_captured(gm: torch.fx.GraphModule, example_inputs, opts: Options):
     """A graph Dynamo captured: from the on-disk cache, else through
     AOTAutograd (storing a plain inference graph)."""
+    gm = rewrite_captured(gm)
     cache_key = _cache.key(gm, example_inputs, opts)
     if cache_key is not None:
         cached = _cache.load(cache_key, example_inputs)

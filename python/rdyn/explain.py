@@ -18,6 +18,7 @@ except ImportError:  # torch < 2.13 names it size_hint
 
 from . import _rdyn
 from ._import import Unsupported, import_graph, on_device
+from ._rewrite import rewrite_captured
 from ._runner import GraphRunner
 from .config import EXPLAIN_DEVICES, PLANNED_DEVICES, Options
 
@@ -166,13 +167,14 @@ def _explain_backend(report: Report, device: str):
 
         return compile_
 
-    return aot_autograd(
+    backend = aot_autograd(
         fw_compiler=describer("forward"),
         bw_compiler=describer("backward"),
         inference_compiler=describer("inference"),
         decompositions=decompositions("cpu" if device == "cpu" else "gpu"),
         partition_fn=min_cut_rematerialization_partition,
     )
+    return lambda gm, inputs: backend(rewrite_captured(gm), inputs)
 
 
 def _backward_with_forward():
