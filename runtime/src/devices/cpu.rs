@@ -77,7 +77,9 @@ impl DevicePlan for CpuPlan {
             let start = profile.then(Instant::now);
             run_cpu_step(step, &mem.buffers, call.ptrs, call.host)?;
             if let Some(start) = start {
-                STATS.record_step(&step_label(step, &mem.buffers), start.elapsed().as_nanos() as u64);
+                // The time first: building the label is not the step's.
+                let ns = start.elapsed().as_nanos() as u64;
+                STATS.record_step(&step_label(step, &mem.buffers), ns);
             }
         }
         Ok(())
