@@ -344,17 +344,19 @@ def test_batch_norm_training_kernels_run_by_rows() -> None:
 
 
 class _Upsample(torch.nn.Module):
-    """Nearest 2x upsampling, trained: its backward scatter-adds each
-    gradient to `[row, column]`, the row the same on every lane of a tile
-    (computed before the compiled call) and the column not (read per lane
-    after it)."""
+    """Nearest 2x upsampling written as a gather (`F.interpolate` would be
+    rewritten into a broadcast, `rdyn._rewrite`), trained: its backward
+    scatter-adds each gradient to `[row, column]`, the row the same on
+    every lane of a tile (computed before the compiled call) and the column
+    not (read per lane after it)."""
 
     def __init__(self) -> None:
         super().__init__()
         self.w = torch.nn.Parameter(torch.linspace(0.5, 1.5, 4)[:, None, None])
+        self.register_buffer("index", torch.arange(16) // 2)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.nn.functional.interpolate(x * self.w, scale_factor=2, mode="nearest")
+        return (x * self.w)[:, :, self.index[:, None], self.index]
 
 
 def test_a_scatter_with_a_row_fixed_per_tile_adds_to_every_lanes_row() -> None:
@@ -459,3 +461,66 @@ def test_layer_norm_weight_gradients_split_into_row_blocks() -> None:
     assert_same(list(got), list(want32), list(want64))
     report = str(rdyn.explain(ln32, x.float().requires_grad_()))
     assert "outer [16, 256]" in report and "over [16]" in report, report
+
+
+def _backward_kernels(fn, *args: torch.Tensor) -> list[str]:
+    report = rdyn.explain(fn, *args)
+    return [k.source for k in report.kernels if k.name.startswith("g1.k")]
+
+
+def test_scatter_gradients_run_in_parallel_over_disjoint_dims() -> None:
+    """The gradient of a gather along inner dims (nearest interpolation by
+    1.5, `[n, c]` slices each scattered into only by their own points) runs
+    in parallel across `n·c`, in index order within a slice; an embedding's
+    gradient, whose rows any token may pick, stays on one thread."""
+    g = torch.Generator().manual_seed(0)
+    x64 = torch.randn(4, 16, 40, 40, generator=g, dtype=torch.float64)
+    w64 = torch.randn(4, 16, 60, 60, generator=g, dtype=torch.float64)
+    fn = lambda x, w: (torch.nn.functional.interpolate(x, scale_factor=1.5) * w).sum()  # noqa: E731
+    x = x64.clone().requires_grad_()
+    (want,) = torch.autograd.grad(fn(x, w64), x)
+    xf = x64.float().requires_grad_()
+    torch._dynamo.reset()
+    (got,) = torch.autograd.grad(torch.compile(fn, backend="rdyn")(xf, w64.float()), xf)
+    assert_same(got, want.float(), want)
+    scatters = [k for k in _backward_kernels(fn, xf, w64.float()) if "per lane" in k]
+    assert scatters and all("serial within 2 parallel dims" in k for k in scatters), scatters
+
+    table = torch.randn(50, 8, generator=g, dtype=torch.float64)
+    tokens = torch.randint(0, 50, (64, 32), generator=g)
+    emb = lambda t: torch.nn.functional.embedding(tokens, t).square().sum()  # noqa: E731
+    t = table.clone().requires_grad_()
+    (want,) = torch.autograd.grad(emb(t), t)
+    tf = table.float().requires_grad_()
+    torch._dynamo.reset()
+    (got,) = torch.autograd.grad(torch.compile(emb, backend="rdyn")(tf), tf)
+    assert_same(got, want.float(), want)
+    scatters = [k for k in _backward_kernels(emb, tf) if "per lane" in k]
+    assert scatters and all(" serial" in k and "within" not in k for k in scatters), scatters
+
+
+def test_a_scatter_along_the_last_dim_runs_in_parallel_over_rows() -> None:
+    """`scatter_add` along dim 1 writes row `n` only from row `n` of the
+    index: parallel across rows, duplicates within a row all counted."""
+    g = torch.Generator().manual_seed(1)
+    src = torch.randn(512, 96, generator=g, dtype=torch.float64)
+    index = torch.randint(0, 24, (512, 96), generator=g)
+    fn = lambda s, i: torch.zeros(512, 24, dtype=s.dtype).scatter_add(1, i, s)  # noqa: E731
+    torch._dynamo.reset()
+    got = torch.compile(fn, backend="rdyn")(src.float(), index)
+    assert_same(got, fn(src.float(), index), fn(src, index))
+    scatters = [k.source for k in cpu_kernels(fn, src.float(), index) if "per lane" in k.source]
+    assert scatters and all("serial within 1 parallel dims" in k for k in scatters), scatters
+
+
+def test_a_gather_at_fractional_positions_tiles_along_the_image() -> None:
+    """Nearest interpolation by 1.5 reads row `(2·i) // 3`: split as
+    `i = 3·q + r`, the read is affine in `q`, so the tile runs along the
+    image's columns (loads two apart), not across the `n·c` planes (every
+    lane a plane away: 5 ms where eager takes 0.5 for `[4, 32, 64, 64]`)."""
+    fn = lambda x: torch.nn.functional.interpolate(x, scale_factor=1.5)  # noqa: E731
+    x = torch.randn(4, 40, 64, 64, dtype=torch.float64)
+    _check(fn, x)
+    (kernel,) = cpu_kernels(fn, x.float())
+    outer = kernel.source.split("outer [", 1)[1].split("]", 1)[0]
+    assert outer.endswith(", 32"), kernel.source

@@ -49,6 +49,7 @@ pub mod blas;
 pub mod build;
 pub mod depthwise;
 pub mod depthwise_grad;
+mod disjoint;
 pub mod exec;
 mod fastmath;
 pub mod gemm;

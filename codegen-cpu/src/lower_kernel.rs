@@ -19,7 +19,8 @@
 //!   computed on one lane and copied (`StagePlan::uniform`); an indirect load
 //!   whose index registers hold one value across the tile (an embedding row
 //!   chosen per row of output) is read as an affine load.
-//! - Scatter kernels are serial. A serial kernel runs in tiles along its last loop
+//! - Scatter kernels are serial (across the leading loops whose points write
+//!   disjoint elements, in parallel: [`crate::disjoint`]). A serial kernel runs in tiles along its last loop
 //!   (up to `TILE` points), not point by point, when it cannot see its own writes
 //!   within a tile: a stage `out[a] = op(out[a], rest)` is planned as `rest` with
 //!   `StagePlan::accumulate`, whose store combines lane by lane in index order
@@ -189,7 +190,12 @@ pub(crate) fn kernel_plan(
         let splits = (&inner_split, &red_split);
         stages.push(plan_stage(program, buffers, stage, shape, splits, &layout, syms)?);
     }
-    Ok(finish_kernel(program, buffers, kernel, name, new_outer, stages, serial))
+    let mut plan = finish_kernel(program, buffers, kernel, name, new_outer, stages, serial);
+    // A serial kernel's outer dims are the loop IR's (no split, no merge).
+    if serial && tiled_serial(program, kernel, &plan.stages) && plan.outer.len() == kernel.outer.len() {
+        plan.disjoint = crate::disjoint::disjoint_prefix(program, kernel, &plan.outer, syms);
+    }
+    Ok(plan)
 }
 
 /// Then a pointwise stage's inner dimensions, as its own indices divide
@@ -334,21 +340,26 @@ fn finish_kernel(
 ) -> KernelPlan {
     let mode = choose_mode(&new_outer, &stages);
     let columns = if serial { None } else { column_tile(&new_outer, mode, &stages) };
-    // A serial kernel runs point by point, unless its one stage cannot see
-    // its own writes within a tile: a scatter whose value does not read the
-    // buffer it writes (lanes store in order, so the last write wins), or a
-    // scatter-reduce whose combining runs lane by lane at the store.
-    let tiled_serial = serial
-        && kernel.stages.len() == 1
-        && (stages[0].accumulate.is_some() || !reads_storage_of(program, kernel.stages[0].value, kernel.stages[0].out));
+    // A serial kernel runs point by point, unless `tiled_serial`.
     let tile = match (serial, columns) {
-        (true, _) if tiled_serial => crate::tile::TILE.min(new_outer.last().copied().unwrap_or(1).max(1) as usize),
+        (true, _) if tiled_serial(program, kernel, &stages) => {
+            crate::tile::TILE.min(new_outer.last().copied().unwrap_or(1).max(1) as usize)
+        }
         (true, _) => 1,
         (false, Some(tile)) => tile,
         (false, None) => outer_tile(&new_outer, mode, &stages, crate::parallel::threads()),
     };
-    let mut kernel =
-        KernelPlan { name, outer: new_outer, mode, stages, serial, tile, columns: columns.is_some(), transpose: None };
+    let mut kernel = KernelPlan {
+        name,
+        outer: new_outer,
+        mode,
+        stages,
+        serial,
+        disjoint: 0,
+        tile,
+        columns: columns.is_some(),
+        transpose: None,
+    };
     kernel.transpose = crate::transpose::detect(&kernel, buffers);
     if !serial {
         for k in 0..kernel.stages.len() {
@@ -557,6 +568,15 @@ fn scatter_combine(program: &Program, stage: &Stage) -> Option<(BinaryOp, Scalar
         && scalars.dtype(rest) == scalars.dtype(stage.value)
         && !reads_storage_of(program, rest, stage.out))
     .then_some((op, rest))
+}
+
+/// Whether a serial kernel cannot see its own writes within a tile: one
+/// stage, a scatter whose value does not read the buffer it writes (lanes
+/// store in order, so the last write wins), or a scatter-reduce whose
+/// combining runs lane by lane at the store.
+fn tiled_serial(program: &Program, kernel: &Kernel, stages: &[StagePlan]) -> bool {
+    kernel.stages.len() == 1
+        && (stages[0].accumulate.is_some() || !reads_storage_of(program, kernel.stages[0].value, kernel.stages[0].out))
 }
 
 /// Whether `value` reads the storage of `buf`.

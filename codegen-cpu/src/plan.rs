@@ -160,6 +160,10 @@ pub struct KernelPlan {
     /// (lanes combine or store in order), else one point per tile
     /// (`lower_kernel.rs`).
     pub serial: bool,
+    /// Of a serial kernel: how many leading outer dims split its writes
+    /// into disjoint sets ([`crate::disjoint`]); its work runs in parallel
+    /// across their points, in index order within each. 0: one thread.
+    pub disjoint: usize,
     /// Lanes per tile.
     pub tile: usize,
     /// Outer tiles run column by column: every row's tile at one column of
@@ -272,7 +276,11 @@ impl CpuProgram {
             kernel.name,
             kernel.outer,
             kernel.mode,
-            if kernel.serial { " serial" } else { " parallel" },
+            match (kernel.serial, kernel.disjoint) {
+                (false, _) => " parallel".to_string(),
+                (true, 0) => " serial".to_string(),
+                (true, k) => format!(" serial within {k} parallel dims"),
+            },
             if kernel.transpose.is_some() {
                 " as blocked transposes".to_string()
             } else if kernel.columns {

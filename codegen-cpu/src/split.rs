@@ -49,6 +49,14 @@ pub(crate) enum Tile {
     Interpreted,
 }
 
+fn gcd(a: i64, b: i64) -> i64 {
+    if b == 0 {
+        a
+    } else {
+        gcd(b, a % b)
+    }
+}
+
 /// The narrowest interpreted tile a split of the last dimension may leave.
 const MIN_TILE: i64 = 16;
 
@@ -100,8 +108,11 @@ impl Split {
         split
     }
 
-    /// A dimension `d` and factor `k` such that some atom is `i_d // k` or
-    /// `i_d % k`, with `k` a proper divisor of the dimension's size.
+    /// A dimension `d` and factor `f` such that some atom is
+    /// `(a·i_d + c) // k` or `(a·i_d + c) % k`, `f = k / gcd(a, k)` a proper
+    /// divisor of the dimension's size: with `i_d = f·q + r` the atom is
+    /// `(a·f/k)·q` plus a function of `r` alone (nearest interpolation by
+    /// 1.5 reads `(2·i) // 3`: affine in `q`, three values of `r`).
     fn candidate(&self, e: &Expr) -> Option<(usize, i64)> {
         e.terms().iter().find_map(|(atom, _)| self.atom_candidate(atom))
     }
@@ -109,7 +120,8 @@ impl Split {
     fn atom_candidate(&self, atom: &Atom) -> Option<(usize, i64)> {
         match atom {
             Atom::FloorDiv(x, d) | Atom::Mod(x, d) => {
-                if let (Some(k), [(Atom::Var(Var(v)), 1)], 0) = (d.as_const(), x.terms(), x.constant()) {
+                if let (Some(d), [(Atom::Var(Var(v)), a)]) = (d.as_const(), x.terms()) {
+                    let k = d / gcd(a.abs(), d.abs()).max(1);
                     // Only the range's variables split.
                     let dim = (*v as usize).checked_sub(self.prefix.len()).filter(|d| *d < self.sizes.len());
                     if let Some(dim) = dim {

@@ -6,7 +6,7 @@
 //! per tile, not per element. Work items run in parallel unless the kernel is
 //! small (`PARALLEL_MIN_WORK` elements, an interpreted stage's element counting
 //! as many elements as it has instructions, a compiled one's as one); scatter
-//! kernels run serially. A run of consecutive work items unravels its outer point
+//! kernels run serially, or split at the points of their disjoint dims. A run of consecutive work items unravels its outer point
 //! once and then steps it. Outer-tiled kernels marked `columns` run column by
 //! column (`run_columns`).
 //!
@@ -17,7 +17,8 @@
 //! clamps and reports instead of reading out of bounds. Different work items
 //! write disjoint elements (a stage stores each output element from exactly
 //! one outer point), so parallel writes never race; scatter kernels run
-//! serially.
+//! serially, except across dims whose points write disjoint elements
+//! ([`crate::disjoint`]).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -101,20 +102,52 @@ pub fn run_kernel(kernel: &KernelPlan, mem: &Memory) -> bool {
         }
     };
     let width = lanes(kernel);
-    if kernel.serial || total_work < PARALLEL_MIN_WORK || items == 1 {
-        let mut scratch = Scratch::new(kernel, vars, width);
-        run(&mut scratch, 0..items);
-    } else {
-        // A few chunks per thread, one scratch each (rayon's per-split init
-        // would build scratch far more often than once per thread).
-        let chunks = items.min(crate::parallel::threads() * 4);
-        let per_chunk = items.div_ceil(chunks);
-        crate::parallel::for_each(chunks, &|chunk| {
+    // Items split between threads in whole groups: one item each, or for a
+    // scatter, every item of one point of its disjoint dims.
+    let group = match kernel.serial {
+        false => Some(1),
+        true => disjoint_group(kernel, items),
+    };
+    match group {
+        Some(group) if total_work >= PARALLEL_MIN_WORK && items / group > 1 => {
+            let units = items / group;
+            // A few chunks per thread, one scratch each (rayon's per-split
+            // init would build scratch far more often than once per thread).
+            let chunks = units.min(crate::parallel::threads() * 4);
+            let per_chunk = units.div_ceil(chunks);
+            crate::parallel::for_each(chunks, &|chunk| {
+                let mut scratch = Scratch::new(kernel, vars, width);
+                let units = chunk * per_chunk..((chunk + 1) * per_chunk).min(units);
+                run(&mut scratch, units.start * group..units.end * group);
+            });
+        }
+        _ => {
             let mut scratch = Scratch::new(kernel, vars, width);
-            run(&mut scratch, chunk * per_chunk..((chunk + 1) * per_chunk).min(items));
-        });
+            run(&mut scratch, 0..items);
+        }
     }
     !failed.load(Ordering::Relaxed)
+}
+
+/// Of a scatter kernel's `items`, how many consecutive ones belong to one
+/// point of its disjoint dims ([`KernelPlan::disjoint`]); None where it
+/// has none (it runs on one thread) or runs by rows.
+fn disjoint_group(kernel: &KernelPlan, items: usize) -> Option<usize> {
+    let m = kernel.outer.len();
+    if kernel.disjoint == 0 || kernel.disjoint > m || rows::by_rows(kernel) || kernel.columns {
+        return None;
+    }
+    // Outer tiles number their items over the dims before the last and the
+    // last one's chunks: all of the dims make each item its own group.
+    let items_dims = match kernel.mode {
+        TileMode::Outer => m - 1,
+        TileMode::Inner => m,
+    };
+    if kernel.disjoint > items_dims {
+        return Some(1);
+    }
+    let units: usize = kernel.outer[..kernel.disjoint].iter().map(|&n| n.max(1) as usize).product();
+    Some(items / units.max(1))
 }
 
 /// How many compiled-element equivalents one element of `stage` costs when

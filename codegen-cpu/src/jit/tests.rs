@@ -124,6 +124,7 @@ pub(super) fn one_stage(outer: Vec<i64>, mode: TileMode, stage: StagePlan, tile:
         mode,
         stages: vec![stage],
         serial: false,
+        disjoint: 0,
         tile,
         columns: false,
         transpose: None,
