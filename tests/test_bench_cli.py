@@ -222,7 +222,7 @@ def test_wide_suite_lists_at_least_30_models() -> None:
 
 
 def test_wide_suite_plan_trains_what_has_parameters() -> None:
-    """``--suite wide`` is inference and training, 3 rounds; the models with
+    """``--suite wide`` is inference and training, 9 rounds of 100 ms; the models with
     no parameters run inference only; the default suite is unchanged."""
     sys.path.insert(0, str(BENCHES))
     try:
@@ -236,7 +236,9 @@ def test_wide_suite_plan_trains_what_has_parameters() -> None:
     assert set(modes) == {"inference", "train"}
     assert "reduction" in modes["inference"] and "reduction" not in modes["train"]
     assert "resnet50" in modes["train"]
-    assert suite.parse_args(["--suite", "wide"]).rounds == 3
+    wide = suite.parse_args(["--suite", "wide"])
+    assert (wide.rounds, wide.target_ms) == (9, 100.0)
+    assert (suite.parse_args([]).rounds, suite.parse_args([]).target_ms) == (7, 200.0)
     assert [c["mode"] for c in suite.resolve_plan(suite.parse_args(["--suite", "wide", "--no-train"]),
                                                   catalog)["configs"]] == ["inference"]
     default = suite.resolve_plan(suite.parse_args([]), catalog)
