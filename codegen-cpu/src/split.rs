@@ -49,14 +49,6 @@ pub(crate) enum Tile {
     Interpreted,
 }
 
-fn gcd(a: i64, b: i64) -> i64 {
-    if b == 0 {
-        a
-    } else {
-        gcd(b, a % b)
-    }
-}
-
 /// The narrowest interpreted tile a split of the last dimension may leave.
 const MIN_TILE: i64 = 16;
 
@@ -121,7 +113,7 @@ impl Split {
         match atom {
             Atom::FloorDiv(x, d) | Atom::Mod(x, d) => {
                 if let (Some(d), [(Atom::Var(Var(v)), a)]) = (d.as_const(), x.terms()) {
-                    let k = d / gcd(a.abs(), d.abs()).max(1);
+                    let k = d / rdyn_ir::expr::gcd(a.abs(), d.abs()).max(1);
                     // Only the range's variables split.
                     let dim = (*v as usize).checked_sub(self.prefix.len()).filter(|d| *d < self.sizes.len());
                     if let Some(dim) = dim {

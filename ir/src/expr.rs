@@ -80,7 +80,7 @@ impl Ctx {
 }
 
 /// Greatest common divisor of non-negative values.
-fn gcd(mut a: i64, mut b: i64) -> i64 {
+pub fn gcd(mut a: i64, mut b: i64) -> i64 {
     while b != 0 {
         (a, b) = (b, a % b);
     }

@@ -29,7 +29,7 @@ import torch
 import torch.nn.functional as F
 from torch._prims_common import suggest_memory_format
 
-_INTERPOLATE = (F.interpolate, getattr(F, "upsample", None), getattr(F, "upsample_nearest", None))
+_INTERPOLATE = tuple(f for f in (F.interpolate, getattr(F, "upsample", None), getattr(F, "upsample_nearest", None)) if f)
 _SIGNATURE = inspect.signature(F.interpolate)
 _NEAREST = ("nearest", "nearest-exact")
 
@@ -43,7 +43,7 @@ def rewrite_captured(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
     """`gm` with the calls this module rewrites replaced, in place."""
     changed = False
     for node in list(gm.graph.nodes):
-        if node.op == "call_function" and node.target in _INTERPOLATE and node.target is not None:
+        if node.op == "call_function" and node.target in _INTERPOLATE:
             changed |= _rewrite_nearest(gm, node)
     if changed:
         gm.graph.lint()
@@ -93,7 +93,7 @@ def _nearest_plan(node: torch.fx.Node):
 def _has_node(v) -> bool:
     if isinstance(v, (list, tuple)):
         return any(_has_node(u) for u in v)
-    return isinstance(v, torch.fx.Node) or isinstance(v, torch.SymInt | torch.SymFloat)
+    return isinstance(v, torch.fx.Node | torch.SymInt | torch.SymFloat)
 
 
 def _out_numel(spatial: tuple, args: dict) -> int | None:
@@ -175,14 +175,11 @@ def nearest_copy(x: torch.Tensor, plan: tuple) -> torch.Tensor:
         return x.clone(memory_format=memory_format)
     # Each repeated dim gets a broadcast dim of size k after it; the copy
     # that merges the pairs is the only one.
-    wide, merged = x, list(x.shape)
-    for d in reversed(range(len(plan))):
-        if repeats[d] > 1:
-            wide = wide.unsqueeze(lead + d + 1)
-            merged[lead + d] *= repeats[d]
-    sizes = []
+    wide, sizes, merged = x, [], []
     for d, n in enumerate(x.shape):
-        sizes.append(n)
-        if d >= lead and repeats[d - lead] > 1:
-            sizes.append(repeats[d - lead])
+        k = repeats[d - lead] if d >= lead else 1
+        sizes += [n, k] if k > 1 else [n]
+        merged.append(n * k)
+        if k > 1:
+            wide = wide.unsqueeze(len(sizes) - 1)
     return wide.expand(sizes).reshape(merged).contiguous(memory_format=memory_format)

@@ -134,7 +134,7 @@ pub fn run_kernel(kernel: &KernelPlan, mem: &Memory) -> bool {
 /// has none (it runs on one thread) or runs by rows.
 fn disjoint_group(kernel: &KernelPlan, items: usize) -> Option<usize> {
     let m = kernel.outer.len();
-    if kernel.disjoint == 0 || kernel.disjoint > m || rows::by_rows(kernel) || kernel.columns {
+    if kernel.disjoint == 0 || rows::by_rows(kernel) || kernel.columns {
         return None;
     }
     // Outer tiles number their items over the dims before the last and the

@@ -309,7 +309,7 @@ fn divisor(indices: &[Expr], var: Var) -> i64 {
             Atom::FloorDiv(x, d) | Atom::Mod(x, d) => {
                 if let (Some(k), Some(1)) = (d.as_const(), x.linear_coef(var)) {
                     if k > 1 && *step % k != 0 {
-                        *step = (*step / gcd(*step, k)).saturating_mul(k).min(1 << 20);
+                        *step = (*step / rdyn_ir::expr::gcd(*step, k)).saturating_mul(k).min(1 << 20);
                     }
                 }
                 visit(x, var, step);
@@ -356,14 +356,6 @@ fn turning_point_of(rest: Expr, c: i64, ctx: &Ctx) -> Option<i64> {
         (rmin.div_euclid(-c) + 1, rmax.div_euclid(-c) + 1)
     };
     (a == b).then_some(a)
-}
-
-fn gcd(a: i64, b: i64) -> i64 {
-    if b == 0 {
-        a
-    } else {
-        gcd(b, a % b)
-    }
 }
 
 fn ceil_div(a: i64, b: i64) -> i64 {
