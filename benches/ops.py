@@ -2,7 +2,8 @@
 
 The model suite (`suite.py`) times whole models; this times the ops whose
 lowering is its own kernel (sorts and selections, binary searches, scans,
-scatter-adds, random draws) and data movement (cat, pad),
+scatter-adds, random draws), data movement (cat, pad) and float32 math
+whose scalar forms are libm calls (transcendentals, fmod, pow, atan2),
 each compiled alone, on the CPU:
 
     python benches/ops.py                     # every case, all three backends
@@ -88,6 +89,21 @@ def cases() -> dict:
         "cat of q, k^T, v gradients 4x4x64x32": (_qkv_cat, (r(4, 4, 64, 32), r(4, 4, 32, 64), r(4, 4, 64, 32))),
         "pad 8x64x56x56 by 1": (lambda x: torch.nn.functional.pad(x, (1, 1, 1, 1)), (r(8, 64, 56, 56),)),
         "pad relu 512x509 to 512x512": (lambda x: torch.nn.functional.pad(torch.relu(x), (0, 3)), (r(512, 509),)),
+        # float32 math whose scalar forms were libm calls (a 1M-element tensor).
+        "math expm1 (ELU) 1M": (torch.nn.functional.elu, (r(1 << 20),)),
+        "math log1p (softplus) 1M": (torch.nn.functional.softplus, (r(1 << 20),)),
+        "math mish 1M": (torch.nn.functional.mish, (r(1 << 20),)),
+        "math sin 1M": (torch.sin, (r(1 << 20) * 10,)),
+        "math atan 1M": (torch.atan, (r(1 << 20) * 10,)),
+        "math asin 1M": (torch.asin, (torch.rand(1 << 20) * 2 - 1,)),
+        "math sinh 1M": (torch.sinh, (r(1 << 20),)),
+        "math log2 1M": (torch.log2, (torch.rand(1 << 20) + 0.01,)),
+        "math exp2 1M": (torch.exp2, (r(1 << 20) * 10,)),
+        "math pow x**2.5 1M": (lambda x: x.abs() ** 2.5, (r(1 << 20),)),
+        "math fmod 1M": (lambda x: torch.fmod(x, 0.7), (r(1 << 20) * 10,)),
+        "math atan2 1M": (torch.atan2, (r(1 << 20), r(1 << 20))),
+        "math hypot 1M": (torch.hypot, (r(1 << 20), r(1 << 20))),
+        "math logaddexp 1M": (torch.logaddexp, (r(1 << 20), r(1 << 20))),
         "dropout 0.1 after relu 8x64x128": (
             lambda x: torch.nn.functional.dropout(torch.relu(x), 0.1),
             (r(8, 64, 128),),

@@ -152,6 +152,42 @@ pub fn ln<const FMA: bool>(x: f32) -> f32 {
     }
 }
 
+/// `ln(1 + x)`: `u = 1 + x` rounds, and `((u − 1) − x)/u` corrects [`ln`]
+/// of it to first order (Goldberg's trick), so small `x` keep their
+/// relative accuracy; within 2 ulps. ±0 stays itself, −1 gives −inf.
+#[inline(always)]
+pub fn log1p<const FMA: bool>(x: f32) -> f32 {
+    let u = 1.0 + x;
+    let v = ln::<FMA>(u) - ((u - 1.0) - x) / u;
+    // u = 0 or inf: the correction is 0/0 or inf/inf; ln's value stands.
+    let v = if u == 0.0 || u == f32::INFINITY { ln::<FMA>(u) } else { v };
+    if x == 0.0 {
+        x
+    } else {
+        v
+    }
+}
+
+/// `2^x`: `x = n + f` with `n` the nearest integer (exact), `2^f` by
+/// [`exp2_in_range`]'s fit, `2^n` as two normal powers so the top
+/// overflows to inf and the bottom rounds through the subnormals to 0.
+#[inline(always)]
+pub fn exp2<const FMA: bool>(x: f32) -> f32 {
+    let v = x.clamp(-152.0, 130.0);
+    let t = v + 12_582_912.0;
+    let f = v - (t - 12_582_912.0);
+    let p = exp2_poly::<FMA>(f);
+    let ni = (t.to_bits() as i32).wrapping_sub(0x4B40_0000);
+    let h = ni >> 1;
+    let pow2 = |k: i32| f32::from_bits((k.wrapping_add(127) << 23) as u32);
+    let y = p * pow2(h) * pow2(ni.wrapping_sub(h));
+    if x.is_nan() {
+        x
+    } else {
+        y
+    }
+}
+
 /// Below this |x|, erf is `x·P(x²)`; from it on, `1 − exp(Q(|x|))`.
 const ERF_SPLIT: f32 = 0.7;
 
@@ -256,13 +292,16 @@ fn normal_cdf<const FMA: bool>(x: f32) -> f32 {
 fn exp2_in_range<const FMA: bool>(v: f32) -> f32 {
     let n = (v + 12_582_912.0) - 12_582_912.0;
     let f = v - n;
-    let p = poly::<FMA, 7>(
-        f,
-        [1.534_581_8e-4, 1.339_993_4e-3, 9.618_489e-3, 5.550_328_6e-2, 2.402_264_6e-1, 6.931_472e-1, 1.0],
-    );
+    let p = exp2_poly::<FMA>(f);
     // SAFETY: n is an integer in [-126, 0] (see above): a plain cvttps2dq.
     let ni: i32 = unsafe { n.to_int_unchecked() };
     p * f32::from_bits(((ni + 127) << 23) as u32)
+}
+
+/// `2^f` for f in [-1/2, 1/2] (`tools/fit_gelu.py`, relative error 2e-9).
+#[inline(always)]
+fn exp2_poly<const FMA: bool>(f: f32) -> f32 {
+    poly::<FMA, 7>(f, [1.534_581_8e-4, 1.339_993_4e-3, 9.618_489e-3, 5.550_328_6e-2, 2.402_264_6e-1, 6.931_472e-1, 1.0])
 }
 
 #[cfg(test)]
@@ -272,7 +311,7 @@ mod tests {
         let steps = 20_000;
         for f in f {
             for k in 0..=steps {
-                let x = lo + (hi - lo) * k as f32 / steps as f32;
+                let x = (lo as f64 + (hi as f64 - lo as f64) * k as f64 / steps as f64) as f32;
                 let got = f(x) as f64;
                 let want = reference(x as f64);
                 let err = (got - want).abs();
@@ -323,6 +362,34 @@ mod tests {
             assert!(f(-1.0).is_nan() && f(-1e-40).is_nan() && f(f32::NEG_INFINITY).is_nan());
             assert_eq!(f(f32::INFINITY), f32::INFINITY);
             assert!(f(f32::NAN).is_nan());
+        }
+    }
+
+    #[test]
+    fn log1p_exp2_match_f64() {
+        // Relative error, in units of 2^-24.
+        let ulps = |n: f64| n * f64::from(f32::EPSILON) / 2.0;
+        check("log1p", both!(log1p), f64::ln_1p, -0.999_99, 10.0, ulps(4.0), 0.0);
+        check("log1p", both!(log1p), f64::ln_1p, -1e-4, 1e-4, ulps(4.0), 0.0);
+        check("log1p", both!(log1p), f64::ln_1p, 1e30, 3e38, ulps(4.0), 0.0);
+        check("exp2", both!(exp2), f64::exp2, -126.0, 127.9, ulps(3.0), 0.0);
+        check("exp2", both!(exp2), f64::exp2, -149.0, -126.0, ulps(3.0), 1.5e-45);
+        for f in both!(log1p) {
+            assert_eq!(f(-1.0), f32::NEG_INFINITY);
+            assert!(f(-1.5).is_nan() && f(f32::NEG_INFINITY).is_nan() && f(f32::NAN).is_nan());
+            assert_eq!(f(f32::INFINITY), f32::INFINITY);
+            assert_eq!(f(-0.0).to_bits(), (-0.0f32).to_bits());
+            assert_eq!(f(1e-30), 1e-30);
+        }
+        for f in both!(exp2) {
+            assert_eq!(f(128.0), f32::INFINITY);
+            assert_eq!(f(-150.0), 0.0);
+            assert_eq!(f(f32::NEG_INFINITY), 0.0);
+            assert_eq!(f(f32::INFINITY), f32::INFINITY);
+            assert!(f(f32::NAN).is_nan());
+            for k in -20..20 {
+                assert_eq!(f(k as f32), (k as f32).exp2(), "2^{k} is exact");
+            }
         }
     }
 

@@ -31,8 +31,9 @@
 //!   its loops, `memory.rs` loads and stores, `phases.rs` transcendentals
 //!   between loops, `long.rs` int64 comparisons, `emit.rs` lane arithmetic,
 //!   `target.rs` the host ISA, which `special/native.rs` shares).
-//! - `ops.rs` and `fastmath.rs`: the op tables and branch-free float32
-//!   transcendentals; `special/`: float64 special functions (Bessel I/K/J/Y, Airy
+//! - `ops.rs`, `fastmath.rs`, `fastmath64.rs` and `binary64.rs`: the op
+//!   tables and branch-free float32 transcendentals and binary ops (the
+//!   last two files' evaluated in float64 lanes); `special/`: float64 special functions (Bessel I/K/J/Y, Airy
 //!   Ai, erfcx, ndtri, zeta, incomplete gamma, digamma, erfinv, ln|Γ|,
 //!   orthogonal polynomials), each its one definition in `rdyn_ir::special`
 //!   compiled by Cranelift (`native.rs`).
@@ -45,6 +46,7 @@
 //! Invariant: a plan is only run on buffers whose sizes and strides match the
 //! ones it was built for (the runtime's guards ensure it).
 
+mod binary64;
 pub mod blas;
 pub mod build;
 pub mod depthwise;
@@ -52,6 +54,7 @@ pub mod depthwise_grad;
 mod disjoint;
 pub mod exec;
 mod fastmath;
+mod fastmath64;
 pub mod gemm;
 mod index;
 pub mod jit;

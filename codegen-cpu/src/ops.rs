@@ -239,7 +239,7 @@ fn avx512() -> bool {
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx2,fma")]
 unsafe fn binary_f32_avx512(op: BinaryOp, a: &[f32], b: &[f32], out: &mut [f32]) {
-    binary_f32_body(op, a, b, out);
+    binary_f32_fast::<true>(op, a, b, out);
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -262,13 +262,78 @@ pub fn binary_f32(op: BinaryOp, a: &[f32], b: &[f32], out: &mut [f32]) {
         unsafe { binary_f32_avx2(op, a, b, out) };
         return;
     }
+    binary_f32_fast::<false>(op, a, b, out);
+}
+
+/// The scalar forms of the float32 binary ops, which the vector forms of
+/// [`crate::binary64`] agree with on their covered domains.
+#[cfg(test)]
+pub(crate) fn binary_f32_scalar(op: BinaryOp, a: &[f32], b: &[f32], out: &mut [f32]) {
     binary_f32_body(op, a, b, out);
+}
+
+/// float32 binary ops: the vectorisable forms of [`crate::binary64`] where
+/// the scalar ones call libm, else the table's loops.
+#[inline(always)]
+fn binary_f32_fast<const FMA: bool>(op: BinaryOp, a: &[f32], b: &[f32], out: &mut [f32]) {
+    use crate::binary64 as b64;
+    match op {
+        BinaryOp::Fmod => covered_zip(op, a, b, out, b64::fmod, b64::fmod_covered),
+        BinaryOp::Rem => covered_zip(op, a, b, out, b64::remainder, b64::fmod_covered),
+        BinaryOp::FloorDiv => covered_zip(op, a, b, out, b64::floor_div, b64::fmod_covered),
+        BinaryOp::Pow => covered_zip(op, a, b, out, b64::pow::<FMA>, b64::pow_covered),
+        BinaryOp::Atan2 => covered_zip(op, a, b, out, b64::atan2::<FMA>, b64::atan2_covered),
+        BinaryOp::Hypot => covered_zip(op, a, b, out, b64::hypot, b64::hypot_covered),
+        _ => binary_f32_body(op, a, b, out),
+    }
+}
+
+/// `out = fast(a, b)` lane by lane (a vector loop), then the scalar form
+/// for the lanes outside `covered`.
+#[inline(always)]
+fn covered_zip(
+    op: BinaryOp,
+    a: &[f32],
+    b: &[f32],
+    out: &mut [f32],
+    fast: impl Fn(f32, f32) -> f32,
+    covered: impl Fn(f32, f32) -> bool,
+) {
+    for ((o, &x), &y) in out.iter_mut().zip(a).zip(b) {
+        *o = fast(x, y);
+    }
+    // A vectorised test first: most tiles have no lane to fix.
+    if a.iter().zip(b).fold(true, |all, (&x, &y)| all & covered(x, y)) {
+        return;
+    }
+    for (i, (&x, &y)) in a.iter().zip(b).enumerate().take(out.len()) {
+        if !covered(x, y) {
+            out[i] = binary_f32_one(op, x, y);
+        }
+    }
+}
+
+/// One lane of a float32 binary op in its scalar form. Not inlined: inlined,
+/// LLVM vectorised the fix-up loops around it by computing the (pure) scalar
+/// form on every lane and blending, which made them as slow as the scalar
+/// loop they replace.
+#[inline(never)]
+fn binary_f32_one(op: BinaryOp, x: f32, y: f32) -> f32 {
+    let mut out = [0f32];
+    binary_f32_body(op, &[x], &[y], &mut out);
+    out[0]
+}
+
+/// One lane of a libm function (not inlined, as [`binary_f32_one`]).
+#[inline(never)]
+fn unary_f32_one(f: fn(f32) -> f32, x: f32) -> f32 {
+    f(x)
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 unsafe fn binary_f32_avx2(op: BinaryOp, a: &[f32], b: &[f32], out: &mut [f32]) {
-    binary_f32_body(op, a, b, out);
+    binary_f32_fast::<true>(op, a, b, out);
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -280,6 +345,7 @@ unsafe fn unary_f32_avx2(op: UnaryOp, x: &[f32], out: &mut [f32]) {
 #[inline(always)]
 fn unary_f32_body<const FMA: bool>(op: UnaryOp, x: &[f32], out: &mut [f32]) {
     use crate::fastmath as fm;
+    use crate::fastmath64 as f64m;
     macro_rules! map {
         ($f:expr) => {
             for (o, &v) in out.iter_mut().zip(x) {
@@ -295,7 +361,42 @@ fn unary_f32_body<const FMA: bool>(op: UnaryOp, x: &[f32], out: &mut [f32]) {
         UnaryOp::Erf => map!(fm::erf::<FMA>),
         UnaryOp::Gelu => map!(fm::gelu::<FMA>),
         UnaryOp::GeluGrad => map!(fm::gelu_grad::<FMA>),
+        UnaryOp::Expm1 => map!(f64m::expm1::<FMA>),
+        UnaryOp::Log1p => map!(fm::log1p::<FMA>),
+        UnaryOp::Exp2 => map!(fm::exp2::<FMA>),
+        UnaryOp::Log2 => map!(f64m::log2::<FMA>),
+        UnaryOp::Log10 => map!(f64m::log10::<FMA>),
+        UnaryOp::Atan => map!(f64m::atan::<FMA>),
+        UnaryOp::Asin => map!(f64m::asin::<FMA>),
+        UnaryOp::Acos => map!(f64m::acos::<FMA>),
+        UnaryOp::Sinh => map!(f64m::sinh::<FMA>),
+        UnaryOp::Cosh => map!(f64m::cosh::<FMA>),
+        UnaryOp::Asinh => map!(f64m::asinh::<FMA>),
+        UnaryOp::Acosh => map!(f64m::acosh::<FMA>),
+        UnaryOp::Atanh => map!(f64m::atanh::<FMA>),
+        UnaryOp::Sin => trig(x, out, f64m::sin::<FMA>, libm::sinf),
+        UnaryOp::Cos => trig(x, out, f64m::cos::<FMA>, libm::cosf),
+        UnaryOp::Tan => trig(x, out, f64m::tan::<FMA>, libm::tanf),
         other => unary_f32_generic(other, x, out),
+    }
+}
+
+/// A trigonometric function over a tile: the vectorised loop, then libm for
+/// the lanes beyond [`crate::fastmath64::TRIG_LIMIT`] (and inf/NaN), which its reduction
+/// does not cover.
+#[inline(always)]
+fn trig(x: &[f32], out: &mut [f32], fast: impl Fn(f32) -> f32, exact: fn(f32) -> f32) {
+    for (o, &v) in out.iter_mut().zip(x) {
+        *o = fast(v);
+    }
+    let reduced = |v: f32| v.abs() <= crate::fastmath64::TRIG_LIMIT;
+    if x.iter().fold(true, |all, &v| all & reduced(v)) {
+        return;
+    }
+    for (o, &v) in out.iter_mut().zip(x) {
+        if !reduced(v) {
+            *o = unary_f32_one(exact, v);
+        }
     }
 }
 float_ops!(f64, unary_f64, binary_f64, libm::erf, libm::erfc, libm::lgamma, libm::nextafter);

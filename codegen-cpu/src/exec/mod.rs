@@ -34,7 +34,7 @@ mod rows;
 mod spare;
 
 use calls::{call_jit, call_jit_rows, run_jit};
-use convert::{accumulate_tile, cast, fill_f, fill_i, load, select, wrap, write_f64, write_i64};
+use convert::{accumulate_tile, cast, fill_f, fill_i, load, select, select_f32, wrap, write_f64, write_i64};
 use reduce::{combine_lanes, fold_lanes, fold_tile, init_acc};
 use regs::{Scratch, Tile};
 
@@ -671,7 +671,7 @@ fn exec_inst(inst: &Inst, s: usize, tile_var: usize, len: usize, mem: &Memory, s
             if let Tile::I64(c) = &sc.regs[s][*c as usize] {
                 match (&mut dst, &sc.regs[s][*a as usize], &sc.regs[s][*b as usize]) {
                     (Tile::F32(d), Tile::F32(x), Tile::F32(y)) => {
-                        select(&c[..len], &x[..len], &y[..len], &mut d[..len])
+                        select_f32(&c[..len], &x[..len], &y[..len], &mut d[..len])
                     }
                     (Tile::F64(d), Tile::F64(x), Tile::F64(y)) => {
                         select(&c[..len], &x[..len], &y[..len], &mut d[..len])

@@ -279,7 +279,11 @@ fn classify(
         InstOp::ConstI(_) if mask_inst => Class::Mask,
         InstOp::Unary(UnaryOp::Not, _) if mask_inst && all_mask => Class::Mask,
         InstOp::Unary(..) if float_inst && all_float => Class::Float,
-        InstOp::Binary(BinaryOp::And | BinaryOp::Or | BinaryOp::Xor, ..) if mask_inst && all_mask => Class::Mask,
+        // The product of two truth values (0 or 1) is their `and`: PyTorch's
+        // decompositions write `a & b` of bools as `a * b` (`logaddexp`).
+        InstOp::Binary(BinaryOp::And | BinaryOp::Or | BinaryOp::Xor | BinaryOp::Mul, ..) if mask_inst && all_mask => {
+            Class::Mask
+        }
         InstOp::Binary(..) if float_inst && all_float => Class::Float,
         InstOp::Where(..) if float_inst && cls == [Class::Mask, Class::Float, Class::Float] => Class::Float,
         InstOp::Cast { from: Kind::F32, to: DType::F32 | DType::BF16, .. } if float_inst && all_float => Class::Float,

@@ -92,7 +92,7 @@ pub(super) fn inst_value(
         InstOp::Unary(_, _) if a.class[k] == Class::Mask => em.b.ins().bnot(ops[0]),
         InstOp::Unary(op, _) => unary(em, *op, ops[0]),
         InstOp::Binary(op, _, _) if a.class[k] == Class::Mask => match op {
-            BinaryOp::And => em.b.ins().band(ops[0], ops[1]),
+            BinaryOp::And | BinaryOp::Mul => em.b.ins().band(ops[0], ops[1]),
             BinaryOp::Or => em.b.ins().bor(ops[0], ops[1]),
             _ => em.b.ins().bxor(ops[0], ops[1]),
         },
