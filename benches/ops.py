@@ -104,6 +104,7 @@ def cases() -> dict:
         "math atan2 1M": (torch.atan2, (r(1 << 20), r(1 << 20))),
         "math hypot 1M": (torch.hypot, (r(1 << 20), r(1 << 20))),
         "math logaddexp 1M": (torch.logaddexp, (r(1 << 20), r(1 << 20))),
+        "math int64 remainder 1M": (torch.remainder, (torch.randint(-1000, 1000, (1 << 20,)), torch.randint(1, 50, (1 << 20,)))),
         "dropout 0.1 after relu 8x64x128": (
             lambda x: torch.nn.functional.dropout(torch.relu(x), 0.1),
             (r(8, 64, 128),),

@@ -12,7 +12,8 @@
   subnormal divisor, a quotient beyond float32's range);
   `pow`, `atan2` and `hypot` are within an ulp of the float64 value, and
   every special-value pair matches eager;
-- `logaddexp`'s stage (bool products from its decomposition) compiles.
+- `logaddexp`'s stage (bool products from its decomposition) compiles;
+- int64 division (through float64 lanes within int32) gives eager's values.
 """
 
 from __future__ import annotations
@@ -169,3 +170,18 @@ def test_pow_by_a_constant_and_logaddexp_compile() -> None:
     got, stats = _compiled(torch.logaddexp, x, y)
     assert stats["cpu_stages_interpreted"] == 0, stats
     _assert_within_ulps(got, torch.logaddexp, x, 2.0, y)
+
+
+@pytest.mark.parametrize("op", [torch.floor_divide, torch.remainder, torch.fmod, lambda a, b: torch.div(a, b, rounding_mode="trunc")],
+                         ids=["floor_divide", "remainder", "fmod", "trunc_div"])
+def test_integer_division_matches_eager(op) -> None:
+    # Operands within int32 go through float64 lanes; the rest (and int64
+    # extremes) through the scalar form, mixed in one tile.
+    g = torch.Generator().manual_seed(3)
+    a = torch.cat([torch.randint(-(2**31), 2**31, (5000,), generator=g), torch.randint(-50, 50, (5000,), generator=g),
+                   torch.tensor([2**40 + 7, -(2**62), 2**63 - 1, -(2**63), 7, -7])])
+    b = torch.cat([torch.randint(1, 2**31, (5000,), generator=g) * torch.randint(0, 2, (5000,), generator=g).mul(2).sub(1),
+                   torch.randint(1, 9, (5000,), generator=g), torch.tensor([3, -5, 2**33, 7, -(2**40), 3])])
+    got, _ = _compiled(op, a, b)
+    assert torch.equal(got, op(a, b))
+

@@ -437,11 +437,25 @@ pub fn unary_i64(op: UnaryOp, x: &[i64], out: &mut [i64]) {
 /// too and chosen at run time.
 pub fn binary_i64(op: BinaryOp, a: &[i64], b: &[i64], out: &mut [i64], error: &mut bool) {
     #[cfg(target_arch = "x86_64")]
+    if avx512() && is_x86_feature_detected!("avx512dq") {
+        // SAFETY: the CPU supports AVX-512F/DQ, AVX2 and FMA (checked just above).
+        unsafe { binary_i64_avx512(op, a, b, out, error) };
+        return;
+    }
+    #[cfg(target_arch = "x86_64")]
     if avx2_fma() {
         // SAFETY: the CPU supports AVX2 (checked just above).
         unsafe { binary_i64_avx2(op, a, b, out, error) };
         return;
     }
+    binary_i64_body(op, a, b, out, error);
+}
+
+/// AVX-512 with DQ converts int64 lanes to float64 and back in one
+/// instruction each (integer division's vector form).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512dq,avx2,fma")]
+unsafe fn binary_i64_avx512(op: BinaryOp, a: &[i64], b: &[i64], out: &mut [i64], error: &mut bool) {
     binary_i64_body(op, a, b, out, error);
 }
 
@@ -465,27 +479,19 @@ fn binary_i64_body(op: BinaryOp, a: &[i64], b: &[i64], out: &mut [i64], error: &
         BinaryOp::Sub => zip!(|x: i64, y: i64| x.wrapping_sub(y)),
         BinaryOp::Mul => zip!(|x: i64, y: i64| x.wrapping_mul(y)),
         BinaryOp::Div | BinaryOp::TruncDiv | BinaryOp::FloorDiv | BinaryOp::Rem | BinaryOp::Fmod => {
-            if b.iter().take(out.len()).any(|&y| y == 0) {
+            // A fold, not `any`: its early exit kept the test scalar.
+            if b.iter().take(out.len()).fold(false, |zero, &y| zero | (y == 0)) {
                 *error = true;
             }
-            match op {
-                BinaryOp::FloorDiv => zip!(|x: i64, y: i64| if y == 0 {
-                    0
-                } else {
-                    x.wrapping_div_euclid(y) - if (x.wrapping_rem_euclid(y) != 0) && y < 0 { 1 } else { 0 }
-                }),
-                BinaryOp::Rem => zip!(|x: i64, y: i64| if y == 0 {
-                    0
-                } else {
-                    let r = x.wrapping_rem(y);
-                    if r != 0 && ((r < 0) != (y < 0)) {
-                        r + y
-                    } else {
-                        r
-                    }
-                }),
-                BinaryOp::Fmod => zip!(|x: i64, y: i64| if y == 0 { 0 } else { x.wrapping_rem(y) }),
-                _ => zip!(|x: i64, y: i64| if y == 0 { 0 } else { x.wrapping_div(y) }),
+            zip!(|x: i64, y: i64| crate::binary64::int_div(op, x, y));
+            // Lanes beyond int32 (or dividing by 0) take the scalar form.
+            if a.iter().zip(b).fold(true, |all, (&x, &y)| all & crate::binary64::int_div_covered(x, y)) {
+                return;
+            }
+            for (i, (&x, &y)) in a.iter().zip(b).enumerate().take(out.len()) {
+                if !crate::binary64::int_div_covered(x, y) {
+                    out[i] = int_div_one(op, x, y);
+                }
             }
         }
         BinaryOp::Pow => zip!(|x: i64, y: i64| if y < 0 {
@@ -530,6 +536,34 @@ fn binary_i64_body(op: BinaryOp, a: &[i64], b: &[i64], out: &mut [i64], error: &
         // Float-only ops: lowering never sends integers here.
         _ => zip!(|x: i64, _y: i64| x),
     }
+}
+
+/// One lane of an int64 division in its scalar form (0 for a zero divisor,
+/// which the caller reports). Not inlined, as [`binary_f32_one`].
+#[inline(never)]
+fn int_div_one(op: BinaryOp, x: i64, y: i64) -> i64 {
+    if y == 0 {
+        return 0;
+    }
+    match op {
+        BinaryOp::FloorDiv => x.wrapping_div_euclid(y) - if (x.wrapping_rem_euclid(y) != 0) && y < 0 { 1 } else { 0 },
+        BinaryOp::Rem => {
+            let r = x.wrapping_rem(y);
+            if r != 0 && ((r < 0) != (y < 0)) {
+                r + y
+            } else {
+                r
+            }
+        }
+        BinaryOp::Fmod => x.wrapping_rem(y),
+        _ => x.wrapping_div(y),
+    }
+}
+
+/// [`int_div_one`], for the tests of the vector forms.
+#[cfg(test)]
+pub(crate) fn int_div_scalar(op: BinaryOp, x: i64, y: i64) -> i64 {
+    int_div_one(op, x, y)
 }
 
 /// Reduction identities and combines, NaN-propagating like PyTorch.
