@@ -7,7 +7,11 @@ graph that isolates it, against eager in float64:
   written with `x[..., ::2]`, `x[..., 1::2]` and `stack(..., -1).flatten(-2)`)
   splits them, so every index is affine and the stage compiles;
 - a pointwise kernel whose last outer dims a layout change left narrow
-  (2x2 patches) tiles along a wide dim instead.
+  (2x2 patches) tiles along a wide dim instead;
+- a concatenation of many sources of one shape (DenseNet) splits into one
+  kernel whose stages read a source each, unmasked;
+- a reduction over a short window (a 2x2 pool) tiles along whichever of
+  the window and the output rows has more lanes.
 """
 
 from __future__ import annotations
@@ -524,3 +528,38 @@ def test_a_gather_at_fractional_positions_tiles_along_the_image() -> None:
     (kernel,) = cpu_kernels(fn, x.float())
     outer = kernel.source.split("outer [", 1)[1].split("]", 1)[0]
     assert outer.endswith(", 32"), kernel.source
+
+
+def dense_layer_input(scale: torch.Tensor, shift: torch.Tensor, *features: torch.Tensor) -> torch.Tensor:
+    """A DenseNet layer's input: the concatenation of every earlier layer's
+    features, batch-normed (per channel) and ReLU'd."""
+    x = torch.cat(features, 1)
+    return torch.relu(x * scale[:, None, None] + shift[:, None, None])
+
+
+def test_a_concatenation_of_many_equal_sources_splits_into_one_kernel() -> None:
+    """Twenty sources of 32 channels after a 64-channel one: 21 pieces of
+    two shapes, so two kernels whose stages read one source each, unmasked
+    (as one masked stage, every element evaluated all 21 reads and selects:
+    half of DenseNet-121's kernel time)."""
+    g = torch.Generator().manual_seed(2)
+    features = [torch.randn(1, 64, 6, 6, generator=g, dtype=torch.float64)]
+    features += [torch.randn(1, 32, 6, 6, generator=g, dtype=torch.float64) for _ in range(20)]
+    c = 64 + 20 * 32
+    scale, shift = torch.randn(c, generator=g, dtype=torch.float64), torch.randn(c, generator=g, dtype=torch.float64)
+    _check(dense_layer_input, scale, shift, *features)
+    kernels = cpu_kernels(dense_layer_input, scale.float(), shift.float(), *[f.float() for f in features])
+    assert len(kernels) == 2, [k.source for k in kernels]
+    assert all(" if r" not in k.source for k in kernels), kernels[0].source
+    assert sorted(k.source.count("stage ->") for k in kernels) == [1, 20]
+
+
+def test_a_pool_over_a_small_map_tiles_along_its_rows() -> None:
+    """A 2x2 average pool of a 12x12 map: a tile along the 2-wide window had
+    2 lanes (0.5 ms for DenseNet's last transition); along the 6-wide output
+    rows it has 6."""
+    fn = lambda x: torch.nn.functional.avg_pool2d(x, 2)  # noqa: E731
+    x = torch.randn(1, 256, 12, 12, dtype=torch.float64)
+    _check(fn, x)
+    (kernel,) = cpu_kernels(fn, x.float())
+    assert "tile Outer" in kernel.source, kernel.source

@@ -141,9 +141,10 @@ pub fn int_div(op: rdyn_ir::loops::BinaryOp, x: i64, y: i64) -> i64 {
     use rdyn_ir::loops::BinaryOp;
     let (q, r) = int_trunc_div(x, y);
     let differ = r != 0 && ((r < 0) != (y < 0));
+    // Wrapping: uncovered lanes (recomputed after) may hold any values.
     match op {
-        BinaryOp::FloorDiv => q - differ as i64,
-        BinaryOp::Rem => r + if differ { y } else { 0 },
+        BinaryOp::FloorDiv => q.wrapping_sub(differ as i64),
+        BinaryOp::Rem => r.wrapping_add(if differ { y } else { 0 }),
         BinaryOp::Fmod => r,
         _ => q,
     }

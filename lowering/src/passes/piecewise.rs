@@ -17,7 +17,8 @@
 //! is a stage over its own ranges, its variables shifted to the piece's start,
 //! with the conditions its ranges decide folded away (`loops/simplify.rs`): one
 //! unmasked copy per `cat` input, one fill per padded side. A stage is split only
-//! into at most `MAX_PIECES` (16) pieces of at least `piecewise_min` elements on
+//! into at most `MAX_STAGES` (64) pieces of at most `MAX_PIECES` (16) shapes,
+//! each shape a kernel of at least `piecewise_min` elements on
 //! average ([`PIECEWISE_MIN_ELEMENTS`], 2048, by default; `RDYN_PIECEWISE_MIN`
 //! sets it, and the fuzz tests run every seed again at 1, which splits the small
 //! tensors they use). `forward.rs` leaves buffers written in pieces stored.
@@ -30,13 +31,22 @@
 //!
 //! [`schedule`]: crate::passes::schedule
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use rdyn_ir::loops::{BinaryOp, Kernel, Program, ScalarId, ScalarOp, Scalars, Stage, Step};
 use rdyn_ir::{Atom, Ctx, DType, Expr, Var};
 
-/// More pieces than this cost more in loop overhead than the masks do.
+/// More pieces of distinct shapes than this cost more in loop overhead than
+/// the masks do: each is a kernel of its own.
 const MAX_PIECES: usize = 16;
+
+/// At most this many pieces in all. Pieces of one shape fuse into one
+/// kernel, a stage each ([`schedule`]), so many cost little more than a few:
+/// a DenseNet layer reads the concatenation of every earlier layer's 32
+/// channels, 20-odd pieces of one shape, whose masked form evaluated every
+/// source's read and select at each element (118 instructions; half the
+/// model's kernel time).
+const MAX_STAGES: usize = 64;
 
 /// Elements per piece below which a piece's own loop costs more than the
 /// masked reads it saves (about 0.7 ns an element on the CPU): the
@@ -89,7 +99,23 @@ fn split(program: &mut Program, stage: &Stage, min_elements: i64) -> Option<Vec<
     }
     // Saturating: a malformed graph's stage may have more points than an i64 counts.
     let elements = sizes.iter().chain(&reduce).fold(1i64, |n, &m| n.saturating_mul(m));
-    if pieces.len() < 2 || pieces.len() > MAX_PIECES || elements < min_elements.saturating_mul(pieces.len() as i64) {
+    // Kernels: pieces of one shape fuse into one. An interleave's residue
+    // parts count one each: fused, their strided stores would replace the
+    // contiguous ones `split.rs` in the CPU backend makes of the whole.
+    let kernels = if parts.len() > 1 {
+        pieces.len()
+    } else {
+        pieces
+            .iter()
+            .map(|(_, piece, _)| piece.iter().map(|&(_, n)| n).collect::<Vec<_>>())
+            .collect::<HashSet<_>>()
+            .len()
+    };
+    if pieces.len() < 2
+        || pieces.len() > MAX_STAGES
+        || kernels > MAX_PIECES
+        || elements < min_elements.saturating_mul(kernels as i64)
+    {
         return None;
     }
     Some(
@@ -248,7 +274,7 @@ fn piece_ctx(piece: &Piece, reduce: &[i64]) -> Ctx {
 /// and recurse; a piece where no condition splits is final, with `value`
 /// folded for it (in the stage's own variables).
 fn cut(scalars: &mut Scalars, value: ScalarId, piece: Piece, reduce: &[i64], out: &mut Vec<(Piece, ScalarId)>) {
-    if out.len() > MAX_PIECES {
+    if out.len() > MAX_STAGES {
         return;
     }
     let ctx = piece_ctx(&piece, reduce);
