@@ -15,11 +15,30 @@
 // Cephes' coefficients are the published ones, digits kept as printed.
 #![allow(clippy::excessive_precision)]
 
+/// float32 and float64 (`fastmath64.rs` evaluates in float64 lanes).
+pub(crate) trait Lane: Copy + std::ops::Mul<Output = Self> + std::ops::Add<Output = Self> {
+    fn fused(self, b: Self, c: Self) -> Self;
+}
+
+impl Lane for f32 {
+    #[inline(always)]
+    fn fused(self, b: f32, c: f32) -> f32 {
+        self.mul_add(b, c)
+    }
+}
+
+impl Lane for f64 {
+    #[inline(always)]
+    fn fused(self, b: f64, c: f64) -> f64 {
+        self.mul_add(b, c)
+    }
+}
+
 /// `a * b + c`, fused when `FMA`.
 #[inline(always)]
-fn madd<const FMA: bool>(a: f32, b: f32, c: f32) -> f32 {
+pub(crate) fn madd<const FMA: bool, T: Lane>(a: T, b: T, c: T) -> T {
     if FMA {
-        a.mul_add(b, c)
+        a.fused(b, c)
     } else {
         a * b + c
     }
@@ -27,10 +46,10 @@ fn madd<const FMA: bool>(a: f32, b: f32, c: f32) -> f32 {
 
 /// Horner's rule over `coeffs`, highest degree first.
 #[inline(always)]
-fn poly<const FMA: bool, const N: usize>(x: f32, coeffs: [f32; N]) -> f32 {
+pub(crate) fn poly<const FMA: bool, T: Lane, const N: usize>(x: T, coeffs: [T; N]) -> T {
     let mut r = coeffs[0];
     for &c in &coeffs[1..] {
-        r = madd::<FMA>(r, x, c);
+        r = madd::<FMA, T>(r, x, c);
     }
     r
 }
@@ -69,12 +88,14 @@ fn exp_in_range<const FMA: bool>(x: f32) -> f32 {
     // Round to nearest by the 1.5·2^23 trick (`floor` is a libm call on
     // baseline x86-64 and would stop the loop vectorising); the integer n
     // is then also in the low bits of `t`.
-    let t = madd::<FMA>(x, LOG2E, 12_582_912.0);
+    let t = madd::<FMA, _>(x, LOG2E, 12_582_912.0);
     let n = t - 12_582_912.0;
-    let r = madd::<FMA>(-n, LN2_LO, madd::<FMA>(-n, LN2_HI, x));
-    let p =
-        poly::<FMA, 6>(r, [1.987_569_1e-4, 1.398_2e-3, 8.333_452e-3, 4.166_579_6e-2, 1.666_666_5e-1, 5.000_000_1e-1]);
-    let y = madd::<FMA>(p, r * r, r) + 1.0;
+    let r = madd::<FMA, _>(-n, LN2_LO, madd::<FMA, _>(-n, LN2_HI, x));
+    let p = poly::<FMA, _, 6>(
+        r,
+        [1.987_569_1e-4, 1.398_2e-3, 8.333_452e-3, 4.166_579_6e-2, 1.666_666_5e-1, 5.000_000_1e-1],
+    );
+    let y = madd::<FMA, _>(p, r * r, r) + 1.0;
     // 2^n for n in [-150, 128] as two normal powers 2^h · 2^(n-h), so the
     // top overflows and the bottom rounds to subnormals (or 0) in the last
     // multiply. Integer parts from t's bits: no float-to-int conversion.
@@ -88,8 +109,8 @@ fn exp_in_range<const FMA: bool>(x: f32) -> f32 {
 pub fn tanh<const FMA: bool>(x: f32) -> f32 {
     let a = x.abs();
     let z = x * x;
-    let p = poly::<FMA, 5>(z, [-5.704_988_7e-3, 2.063_908_9e-2, -5.373_971_6e-2, 1.333_144_2e-1, -3.333_328_2e-1]);
-    let small = madd::<FMA>(p * z, x, x);
+    let p = poly::<FMA, _, 5>(z, [-5.704_988_7e-3, 2.063_908_9e-2, -5.373_971_6e-2, 1.333_144_2e-1, -3.333_328_2e-1]);
+    let small = madd::<FMA, _>(p * z, x, x);
     let e = exp::<FMA>(2.0 * a);
     let large = (1.0 - 2.0 / (e + 1.0)).copysign(x);
     let v = if a < 0.625 { small } else { large };
@@ -119,7 +140,7 @@ pub fn ln<const FMA: bool>(x: f32) -> f32 {
     e -= below as i32;
     m = if below { m + m - 1.0 } else { m - 1.0 };
     let z = m * m;
-    let p = poly::<FMA, 9>(
+    let p = poly::<FMA, _, 9>(
         m,
         [
             7.037_683_6e-2,
@@ -201,10 +222,11 @@ const ERF_SPLIT: f32 = 0.7;
 #[allow(clippy::approx_constant)]
 pub fn erf<const FMA: bool>(x: f32) -> f32 {
     let a = x.abs();
-    let small = x * poly::<FMA, 5>(x * x, [4.281_771e-3, -2.647_445_5e-2, 1.127_699_8e-1, -3.761_222e-1, 1.128_379_1]);
+    let small =
+        x * poly::<FMA, _, 5>(x * x, [4.281_771e-3, -2.647_445_5e-2, 1.127_699_8e-1, -3.761_222e-1, 1.128_379_1]);
     // erfc(4) < 2^-25, so erf rounds to ±1 from there on: clamp Q's input.
     let t = a.min(4.0);
-    let q = poly::<FMA, 7>(
+    let q = poly::<FMA, _, 7>(
         t,
         [
             2.156_577_4e-4,
@@ -255,14 +277,14 @@ const FRAC_1_SQRT_2PI: f32 = 0.398_942_3;
 #[inline(always)]
 pub fn gelu_grad<const FMA: bool>(x: f32) -> f32 {
     let density = exp::<FMA>(-0.5 * x * x) * FRAC_1_SQRT_2PI;
-    madd::<FMA>(x, density, normal_cdf::<FMA>(x))
+    madd::<FMA, _>(x, density, normal_cdf::<FMA>(x))
 }
 
 /// Φ(x), the standard normal distribution function (see [`gelu`]).
 #[inline(always)]
 fn normal_cdf<const FMA: bool>(x: f32) -> f32 {
     let a = x.abs();
-    let q = poly::<FMA, 9>(
+    let q = poly::<FMA, _, 9>(
         a.min(GELU_CLAMP),
         [
             -2.772_096_7e-6,
@@ -301,7 +323,10 @@ fn exp2_in_range<const FMA: bool>(v: f32) -> f32 {
 /// `2^f` for f in [-1/2, 1/2] (`tools/fit_gelu.py`, relative error 2e-9).
 #[inline(always)]
 fn exp2_poly<const FMA: bool>(f: f32) -> f32 {
-    poly::<FMA, 7>(f, [1.534_581_8e-4, 1.339_993_4e-3, 9.618_489e-3, 5.550_328_6e-2, 2.402_264_6e-1, 6.931_472e-1, 1.0])
+    poly::<FMA, _, 7>(
+        f,
+        [1.534_581_8e-4, 1.339_993_4e-3, 9.618_489e-3, 5.550_328_6e-2, 2.402_264_6e-1, 6.931_472e-1, 1.0],
+    )
 }
 
 #[cfg(test)]

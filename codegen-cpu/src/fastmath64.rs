@@ -25,24 +25,7 @@
 
 use std::f64::consts::{FRAC_PI_2, FRAC_PI_4, LOG10_E, LOG2_E};
 
-#[inline(always)]
-fn madd<const FMA: bool>(a: f64, b: f64, c: f64) -> f64 {
-    if FMA {
-        a.mul_add(b, c)
-    } else {
-        a * b + c
-    }
-}
-
-/// Horner's rule over `coeffs`, highest degree first.
-#[inline(always)]
-fn poly<const FMA: bool, const N: usize>(x: f64, coeffs: [f64; N]) -> f64 {
-    let mut r = coeffs[0];
-    for &c in &coeffs[1..] {
-        r = madd::<FMA>(r, x, c);
-    }
-    r
-}
+use crate::fastmath::{madd, poly};
 
 /// Adding and subtracting 1.5·2^52 rounds a float64 of magnitude below 2^51
 /// to the nearest integer, which also lands in the low bits of the sum.
@@ -58,10 +41,10 @@ const LN2_LO: f64 = 1.908_214_929_270_587_700_02e-10;
 /// 1e-11 relative), `2^n` built in the exponent bits.
 #[inline(always)]
 pub(crate) fn exp_core<const FMA: bool>(x: f64) -> f64 {
-    let t = madd::<FMA>(x, LOG2_E, ROUND);
+    let t = madd::<FMA, f64>(x, LOG2_E, ROUND);
     let n = t - ROUND;
-    let r = madd::<FMA>(-n, LN2_LO, madd::<FMA>(-n, LN2_HI, x));
-    let p = poly::<FMA, 10>(
+    let r = madd::<FMA, f64>(-n, LN2_LO, madd::<FMA, f64>(-n, LN2_HI, x));
+    let p = poly::<FMA, f64, 10>(
         r,
         [
             1.0 / 362_880.0,
@@ -95,12 +78,14 @@ pub(crate) fn ln_core<const FMA: bool>(x: f64) -> f64 {
     let f = m - 1.0;
     let s = f / (2.0 + f);
     let z = s * s;
-    let p =
-        poly::<FMA, 8>(z, [1.0 / 17.0, 1.0 / 15.0, 1.0 / 13.0, 1.0 / 11.0, 1.0 / 9.0, 1.0 / 7.0, 1.0 / 5.0, 1.0 / 3.0]);
+    let p = poly::<FMA, f64, 8>(
+        z,
+        [1.0 / 17.0, 1.0 / 15.0, 1.0 / 13.0, 1.0 / 11.0, 1.0 / 9.0, 1.0 / 7.0, 1.0 / 5.0, 1.0 / 3.0],
+    );
     // ln m = 2s + 2s·z·P(z): the leading term kept apart, so `f` (exact)
     // carries the result's first bits.
     let tail = 2.0 * s * z * p;
-    madd::<FMA>(e, LN2_HI, madd::<FMA>(e, LN2_LO, tail) + 2.0 * s)
+    madd::<FMA, f64>(e, LN2_HI, madd::<FMA, f64>(e, LN2_LO, tail) + 2.0 * s)
 }
 
 /// `ln(1 + y)` for `y` ≥ −1 (NaN, inf and y < −1 as `ln`): `u = 1 + y`
@@ -142,7 +127,7 @@ pub fn expm1<const FMA: bool>(x: f32) -> f32 {
     let e = exp_core::<FMA>(d.clamp(-120.0, 100.0));
     // Below 1e-5 the series x + x²/2 + x³/6 is exact to float64; above,
     // `e − 1` loses at most 1e-11 relative.
-    let small = madd::<FMA>(d * d, madd::<FMA>(d, 1.0 / 6.0, 0.5), d);
+    let small = madd::<FMA, f64>(d * d, madd::<FMA, f64>(d, 1.0 / 6.0, 0.5), d);
     let v = if d.abs() < 1e-5 { small } else { e - 1.0 };
     // NaN, and −0 (which the series would turn into +0).
     if x.is_nan() || x == 0.0 {
@@ -174,16 +159,16 @@ const PIO2_3T: f64 = 8.478_427_660_368_899_569_97e-32;
 /// [`TRIG_LIMIT`]); Taylor series to r^11 and r^12, truncation below 1e-11.
 #[inline(always)]
 fn sin_cos_core<const FMA: bool>(x: f64) -> (f64, f64, i64) {
-    let t = madd::<FMA>(x, std::f64::consts::FRAC_2_PI, ROUND);
+    let t = madd::<FMA, f64>(x, std::f64::consts::FRAC_2_PI, ROUND);
     let q = t - ROUND;
-    let r = madd::<FMA>(-q, PIO2_1, x);
-    let r = madd::<FMA>(-q, PIO2_2, r);
-    let r = madd::<FMA>(-q, PIO2_3, r);
-    let r = madd::<FMA>(-q, PIO2_3T, r);
+    let r = madd::<FMA, f64>(-q, PIO2_1, x);
+    let r = madd::<FMA, f64>(-q, PIO2_2, r);
+    let r = madd::<FMA, f64>(-q, PIO2_3, r);
+    let r = madd::<FMA, f64>(-q, PIO2_3T, r);
     let z = r * r;
-    let s = poly::<FMA, 5>(z, [-1.0 / 39_916_800.0, 1.0 / 362_880.0, -1.0 / 5_040.0, 1.0 / 120.0, -1.0 / 6.0]);
-    let sin = madd::<FMA>(r * z, s, r);
-    let c = poly::<FMA, 7>(
+    let s = poly::<FMA, f64, 5>(z, [-1.0 / 39_916_800.0, 1.0 / 362_880.0, -1.0 / 5_040.0, 1.0 / 120.0, -1.0 / 6.0]);
+    let sin = madd::<FMA, f64>(r * z, s, r);
+    let c = poly::<FMA, f64, 7>(
         z,
         [1.0 / 479_001_600.0, -1.0 / 3_628_800.0, 1.0 / 40_320.0, -1.0 / 720.0, 1.0 / 24.0, -0.5, 1.0],
     );
@@ -253,7 +238,7 @@ pub(crate) fn atan_ratio<const FMA: bool>(x: f64, y: f64) -> f64 {
     };
     let t = num / den;
     let z = t * t;
-    let p = poly::<FMA, 12>(
+    let p = poly::<FMA, f64, 12>(
         z,
         [
             1.0 / 25.0,
@@ -270,7 +255,7 @@ pub(crate) fn atan_ratio<const FMA: bool>(x: f64, y: f64) -> f64 {
             -1.0 / 3.0,
         ],
     );
-    offset + madd::<FMA>(t * z, p, t)
+    offset + madd::<FMA, f64>(t * z, p, t)
 }
 
 pub fn atan<const FMA: bool>(x: f32) -> f32 {
@@ -306,7 +291,7 @@ pub fn sinh<const FMA: bool>(x: f32) -> f32 {
     // Below 1e-3 the series to x^7 is exact to float64; above, `e − 1/e`
     // loses at most 1e-13 relative.
     let z = d * d;
-    let small = madd::<FMA>(d * z, poly::<FMA, 3>(z, [1.0 / 5_040.0, 1.0 / 120.0, 1.0 / 6.0]), d);
+    let small = madd::<FMA, f64>(d * z, poly::<FMA, f64, 3>(z, [1.0 / 5_040.0, 1.0 / 120.0, 1.0 / 6.0]), d);
     let large = (0.5 * (e - inv)).copysign(d);
     let v = if d.abs() < 1e-3 { small } else { large };
     if x.is_nan() {
