@@ -6,7 +6,7 @@
 //!
 //! Each has a *covered* domain on which the float64 form gives the
 //! interpreter's result (bit for bit for the exact ops, rounded once from
-//! a float64 value within ~1e-13 for the others); `ops.rs` recomputes the
+//! a float64 value within ~1e-11 for the others); `ops.rs` recomputes the
 //! lanes outside it (zeros, infinities, NaN, huge quotients, negative bases
 //! with fractional exponents) with the scalar form after the loop.
 
@@ -73,7 +73,7 @@ pub fn pow_covered(x: f32, y: f32) -> bool {
     x.is_finite() && x != 0.0 && y.is_finite() && (x > 0.0 || y == y.trunc())
 }
 
-/// `x^y` as `e^(y·ln|x|)` in float64 (the exponent's error below 1e-13,
+/// `x^y` as `e^(y·ln|x|)` in float64 (the exponent's error below 1e-11,
 /// clamped where float32 over- or underflows anyway), negated for a
 /// negative base and an odd exponent.
 #[inline(always)]

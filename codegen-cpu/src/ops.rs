@@ -277,38 +277,41 @@ pub(crate) fn binary_f32_scalar(op: BinaryOp, a: &[f32], b: &[f32], out: &mut [f
 #[inline(always)]
 fn binary_f32_fast<const FMA: bool>(op: BinaryOp, a: &[f32], b: &[f32], out: &mut [f32]) {
     use crate::binary64 as b64;
+    let one = move |x, y| binary_f32_one(op, x, y);
     match op {
-        BinaryOp::Fmod => covered_zip(op, a, b, out, b64::fmod, b64::fmod_covered),
-        BinaryOp::Rem => covered_zip(op, a, b, out, b64::remainder, b64::fmod_covered),
-        BinaryOp::FloorDiv => covered_zip(op, a, b, out, b64::floor_div, b64::fmod_covered),
-        BinaryOp::Pow => covered_zip(op, a, b, out, b64::pow::<FMA>, b64::pow_covered),
-        BinaryOp::Atan2 => covered_zip(op, a, b, out, b64::atan2::<FMA>, b64::atan2_covered),
-        BinaryOp::Hypot => covered_zip(op, a, b, out, b64::hypot, b64::hypot_covered),
+        BinaryOp::Fmod => covered_zip(a, b, out, b64::fmod, b64::fmod_covered, one),
+        BinaryOp::Rem => covered_zip(a, b, out, b64::remainder, b64::fmod_covered, one),
+        BinaryOp::FloorDiv => covered_zip(a, b, out, b64::floor_div, b64::fmod_covered, one),
+        BinaryOp::Pow => covered_zip(a, b, out, b64::pow::<FMA>, b64::pow_covered, one),
+        BinaryOp::Atan2 => covered_zip(a, b, out, b64::atan2::<FMA>, b64::atan2_covered, one),
+        BinaryOp::Hypot => covered_zip(a, b, out, b64::hypot, b64::hypot_covered, one),
         _ => binary_f32_body(op, a, b, out),
     }
 }
 
-/// `out = fast(a, b)` lane by lane (a vector loop), then the scalar form
-/// for the lanes outside `covered`.
+/// `out = fast(a, b)` lane by lane (a vector loop), then `scalar` for the
+/// lanes outside `covered`, tested first as one vectorised fold (most tiles
+/// have none). `scalar` calls a function that is not inlined
+/// ([`binary_f32_one`]). The float32 binary ops, the trigonometric
+/// functions (`b` is `a`) and int64 division share it.
 #[inline(always)]
-fn covered_zip(
-    op: BinaryOp,
-    a: &[f32],
-    b: &[f32],
-    out: &mut [f32],
-    fast: impl Fn(f32, f32) -> f32,
-    covered: impl Fn(f32, f32) -> bool,
+fn covered_zip<T: Copy>(
+    a: &[T],
+    b: &[T],
+    out: &mut [T],
+    fast: impl Fn(T, T) -> T,
+    covered: impl Fn(T, T) -> bool,
+    scalar: impl Fn(T, T) -> T,
 ) {
     for ((o, &x), &y) in out.iter_mut().zip(a).zip(b) {
         *o = fast(x, y);
     }
-    // A vectorised test first: most tiles have no lane to fix.
     if a.iter().zip(b).fold(true, |all, (&x, &y)| all & covered(x, y)) {
         return;
     }
-    for (i, (&x, &y)) in a.iter().zip(b).enumerate().take(out.len()) {
+    for ((o, &x), &y) in out.iter_mut().zip(a).zip(b) {
         if !covered(x, y) {
-            out[i] = binary_f32_one(op, x, y);
+            *o = scalar(x, y);
         }
     }
 }
@@ -382,22 +385,12 @@ fn unary_f32_body<const FMA: bool>(op: UnaryOp, x: &[f32], out: &mut [f32]) {
 }
 
 /// A trigonometric function over a tile: the vectorised loop, then libm for
-/// the lanes beyond [`crate::fastmath64::TRIG_LIMIT`] (and inf/NaN), which its reduction
-/// does not cover.
+/// the lanes beyond [`crate::fastmath64::TRIG_LIMIT`] (and inf/NaN), which
+/// its reduction does not cover.
 #[inline(always)]
 fn trig(x: &[f32], out: &mut [f32], fast: impl Fn(f32) -> f32, exact: fn(f32) -> f32) {
-    for (o, &v) in out.iter_mut().zip(x) {
-        *o = fast(v);
-    }
-    let reduced = |v: f32| v.abs() <= crate::fastmath64::TRIG_LIMIT;
-    if x.iter().fold(true, |all, &v| all & reduced(v)) {
-        return;
-    }
-    for (o, &v) in out.iter_mut().zip(x) {
-        if !reduced(v) {
-            *o = unary_f32_one(exact, v);
-        }
-    }
+    let reduced = |v: f32, _| v.abs() <= crate::fastmath64::TRIG_LIMIT;
+    covered_zip(x, x, out, |v, _| fast(v), reduced, |v, _| unary_f32_one(exact, v));
 }
 float_ops!(f64, unary_f64, binary_f64, libm::erf, libm::erfc, libm::lgamma, libm::nextafter);
 
@@ -483,16 +476,9 @@ fn binary_i64_body(op: BinaryOp, a: &[i64], b: &[i64], out: &mut [i64], error: &
             if b.iter().take(out.len()).fold(false, |zero, &y| zero | (y == 0)) {
                 *error = true;
             }
-            zip!(|x: i64, y: i64| crate::binary64::int_div(op, x, y));
             // Lanes beyond int32 (or dividing by 0) take the scalar form.
-            if a.iter().zip(b).fold(true, |all, (&x, &y)| all & crate::binary64::int_div_covered(x, y)) {
-                return;
-            }
-            for (i, (&x, &y)) in a.iter().zip(b).enumerate().take(out.len()) {
-                if !crate::binary64::int_div_covered(x, y) {
-                    out[i] = int_div_one(op, x, y);
-                }
-            }
+            let fast = |x, y| crate::binary64::int_div(op, x, y);
+            covered_zip(a, b, out, fast, crate::binary64::int_div_covered, |x, y| int_div_one(op, x, y));
         }
         BinaryOp::Pow => zip!(|x: i64, y: i64| if y < 0 {
             if x == 1 {
