@@ -437,10 +437,12 @@ def test_column_reduction_split_keeps_what_it_cannot_split_whole() -> None:
         assert not any("outer [16, " in s for s in sources), sources
 
 
-def test_layer_norm_weight_gradients_split_into_row_blocks() -> None:
+def test_layer_norm_weight_gradients_split_into_row_blocks(monkeypatch) -> None:
     """A LayerNorm's weight and bias gradients over a `[16, 128, 256]`
     activation (column sums over two reduction dims, split by the batch)
-    through the split, against float64 eager."""
+    through the split, against float64 eager; the partials in a kernel of
+    their own (`RDYN_HOST_PARTIALS=0`)."""
+    monkeypatch.setenv("RDYN_HOST_PARTIALS", "0")
     torch.manual_seed(0)
     ln = torch.nn.LayerNorm(256).double()
     with torch.no_grad():
@@ -465,6 +467,72 @@ def test_layer_norm_weight_gradients_split_into_row_blocks() -> None:
     assert_same(list(got), list(want32), list(want64))
     report = str(rdyn.explain(ln32, x.float().requires_grad_()))
     assert "outer [16, 256]" in report and "over [16]" in report, report
+
+
+_HOSTED_SCRIPT = r"""
+import sys, torch, rdyn
+torch.manual_seed(0)
+ln = torch.nn.LayerNorm(256)
+with torch.no_grad():
+    ln.weight.normal_(); ln.bias.normal_()
+x = torch.randn(16, 128, 256, requires_grad=True)
+g = torch.randn(16, 128, 256)
+f = torch.compile(ln, backend="rdyn")
+(f(x) * g).sum().backward()
+torch.save((x.grad, ln.weight.grad, ln.bias.grad), sys.argv[1])
+"""
+
+
+def _layer_norm_grads(ln, x, g):
+    ln.zero_grad()
+    x = x.detach().requires_grad_()
+    (ln(x) * g.to(x.dtype)).sum().backward()
+    return [x.grad.clone(), ln.weight.grad.clone(), ln.bias.grad.clone()]
+
+
+def test_layer_norm_weight_gradients_run_in_the_row_kernel() -> None:
+    """The LayerNorm backward's row kernel (the input's gradient) runs by
+    blocks of 64 rows and sums each block's weight and bias gradients while
+    its rows are in cache: one kernel over the blocks (column partials
+    along the columns, `sum over [64]`) and one combining the 32 blocks,
+    instead of a second pass over the activations. Against float64 eager."""
+    torch.manual_seed(0)
+    ln = torch.nn.LayerNorm(256).double()
+    with torch.no_grad():
+        ln.weight.normal_()
+        ln.bias.normal_()
+    x = torch.randn(16, 128, 256, dtype=torch.float64)
+    g = torch.randn(16, 128, 256, dtype=torch.float64)
+    want64 = _layer_norm_grads(ln, x, g)
+    ln32 = torch.nn.LayerNorm(256)
+    ln32.load_state_dict({k: v.float() for k, v in ln.state_dict().items()})
+    want32 = _layer_norm_grads(ln32, x.float(), g)
+    torch._dynamo.reset()
+    got = _layer_norm_grads(torch.compile(ln32, backend="rdyn"), x.float(), g)
+    assert_same(got, want32, want64)
+    backward = _backward_kernels(ln32, x.float().requires_grad_())
+    assert len(backward) == 2, backward
+    hosted, combine = backward
+    assert "outer [32] tile Inner" in hosted and "inner [256] sum over [64]" in hosted, hosted
+    assert "sum over [32]" in combine, combine
+
+
+def test_hosted_column_partials_match_the_interpreter(tmp_path) -> None:
+    """The blocked row kernel with its column partials gives the same bits
+    compiled as interpreted (`RDYN_JIT=0`): both sum each column over the
+    block's rows in row order."""
+    import os
+    import subprocess
+    import sys
+
+    results = {}
+    for jit in ("0", "1"):
+        out = tmp_path / f"jit{jit}.pt"
+        env = dict(os.environ, RDYN_JIT=jit)
+        subprocess.run([sys.executable, "-c", _HOSTED_SCRIPT, str(out)], check=True, env=env, timeout=300)
+        results[jit] = torch.load(out)
+    for a, b in zip(results["0"], results["1"]):
+        torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-6)
 
 
 def _backward_kernels(fn, *args: torch.Tensor) -> list[str]:

@@ -4,7 +4,11 @@
 //!   (`TileMode::Outer`: pointwise kernels, reductions over strided dims) or along
 //!   each stage's own last dimension (`TileMode::Inner`: row reductions). The tile
 //!   runs along a row when the stages with a real tail (more than one element)
-//!   mostly read along it; loads constant along the row do not vote.
+//!   mostly read along it; loads constant along the row do not vote. In an
+//!   inner-tiled kernel, a reduction whose loads walk its last inner dim and not
+//!   its reduction (a block's column partials in a row kernel run by blocks)
+//!   tiles along that dim instead, each lane its own output
+//!   (`StagePlan::vertical`).
 //! - Tile width: up to `TILE` lanes; an outer-tiled kernel with too few rows to
 //!   give each thread two tiles gets narrower tiles (down to 64 lanes), else a
 //!   column mean of `[256, 1024]` would be one tile, on one thread.
@@ -339,6 +343,11 @@ fn finish_kernel(
     serial: bool,
 ) -> KernelPlan {
     let mode = choose_mode(&new_outer, &stages);
+    let mut stages = stages;
+    if mode == TileMode::Inner && !serial {
+        let m = new_outer.len();
+        stages.iter_mut().for_each(|s| s.vertical = s.walks_inner(m));
+    }
     let columns = if serial { None } else { column_tile(&new_outer, mode, &stages) };
     // A serial kernel runs point by point, unless `tiled_serial`.
     let tile = match (serial, columns) {
@@ -504,9 +513,16 @@ fn choose_mode(outer: &[i64], stages: &[StagePlan]) -> TileMode {
     let mut tail_len = i64::MAX;
     for stage in &with_tail {
         let tail_vars = stage.inner.len() + stage.reduce.as_ref().map_or(0, |(_, r)| r.len());
-        let tail_var = m + tail_vars as u32 - 1;
-        let last =
-            stage.reduce.as_ref().and_then(|(_, r)| r.last().copied()).or(stage.inner.last().copied()).unwrap_or(1);
+        // A reduction whose lanes would walk its last inner dim (column
+        // partials of a blocked row kernel) tiles along that dim.
+        let vertical = stage.walks_inner(m as usize);
+        let tail_var = if vertical { m + stage.inner.len() as u32 - 1 } else { m + tail_vars as u32 - 1 };
+        let last = match &stage.reduce {
+            Some((_, r)) if !vertical => r.last().copied(),
+            _ => None,
+        }
+        .or(stage.inner.last().copied())
+        .unwrap_or(1);
         tail_len = tail_len.min(last);
         for inst in &stage.insts {
             if let InstOp::Load { index, .. } = &inst.op {
@@ -751,5 +767,6 @@ fn compile_stage(
         jit: None,
         uniform: None,
         accumulate: None,
+        vertical: false,
     })
 }

@@ -90,9 +90,44 @@ pub struct StagePlan {
     /// holds at its address, `out[a] = op(out[a], value)`, lane by lane in
     /// order, so lanes that meet at one address all count.
     pub accumulate: Option<BinaryOp>,
+    /// A reduction whose lanes walk its last inner dim in an inner-tiled
+    /// kernel (set by `lower_kernel` from [`StagePlan::walks_inner`]): each
+    /// lane is its own output, accumulated over the reduction points in
+    /// order, as in an outer-tiled kernel. A row kernel hosting column
+    /// partials (`split_reduce`'s blocks) sums its block's rows so.
+    pub vertical: bool,
 }
 
 impl StagePlan {
+    /// Whether this reduction, in an inner-tiled kernel of `m` outer dims,
+    /// should run its lanes along its last inner dim: a plain combine
+    /// (sum, product, max, min) whose loads walk that dim contiguously and
+    /// none its last reduction dim (`x[r, c]` summed over `r` for each `c`;
+    /// a per-row statistic `s[r]` may be read).
+    /// Along the reduction, every lane would be a strided load.
+    pub fn walks_inner(&self, m: usize) -> bool {
+        let Some((op, red)) = &self.reduce else { return false };
+        let plain = matches!(op, ReduceOp::Sum | ReduceOp::Prod | ReduceOp::Max | ReduceOp::Min);
+        let ni = self.inner.len();
+        if !plain || red.is_empty() || self.inner.last().is_none_or(|&n| n < 2) {
+            return false;
+        }
+        if !self.store_indirect.is_empty() || self.accumulate.is_some() {
+            return false;
+        }
+        let (iv, rv) = ((m + ni - 1) as u32, (m + ni + red.len() - 1) as u32);
+        let loads = || {
+            self.insts.iter().filter_map(|i| match &i.op {
+                InstOp::Load { index, indirect, .. } if indirect.is_empty() => Some(index),
+                _ => None,
+            })
+        };
+        // A load constant along the columns (a per-row statistic) is the
+        // same on every lane: it does not vote.
+        let along_rows = |ix: &IndexFn| ix.step(iv) != Some(0) && ix.step(rv).is_some_and(|s| s.abs() == 1);
+        loads().any(|ix| ix.step(iv) == Some(1)) && !loads().any(along_rows)
+    }
+
     /// Points of the stage's own ranges (inner and reduction) per outer
     /// point, at least 1.
     pub fn points_per_outer(&self) -> usize {

@@ -81,6 +81,9 @@
 //! `piecewise_min`: the fewest elements per piece (`RDYN_PIECEWISE_MIN`).
 //! `split_reduce`: narrow column reductions run as partials over blocks of
 //! rows and a combine (`RDYN_SPLIT_REDUCE=0` keeps them whole).
+//! `host_partials`: those partials run in the row kernel before them when it
+//! covers the same rows, by blocks, while the rows are in cache
+//! (`passes/host_partials.rs`; `RDYN_HOST_PARTIALS=0` keeps them apart).
 //! `opmath_scalars`: how a Python float meets a half-precision tensor
 //! (`rules/binary.rs`).
 //!

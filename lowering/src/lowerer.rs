@@ -37,6 +37,10 @@ pub struct LowerOptions {
     /// With `cpu_kernels`: narrow column reductions run as partials over
     /// blocks of rows and a combine (`passes/split_reduce.rs`).
     pub split_reduce: bool,
+    /// With `split_reduce`: a column reduction's partials run in the row
+    /// kernel before it when one covers the same rows
+    /// (`passes/host_partials.rs`).
+    pub host_partials: bool,
     /// Binary ops read a Python float operand of a float16/bfloat16 tensor
     /// in float32, as ATen's CUDA kernels do. Otherwise (the CPU's
     /// convention, which wgpu's CPU tensors follow) the float is first

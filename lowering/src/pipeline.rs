@@ -26,7 +26,7 @@ pub(crate) fn passes(options: &LowerOptions) -> impl Iterator<Item = Pass> {
         Some(Pass::Forward),
         Some(Pass::Reuse),
         // On the CPU, narrow column reductions stream whole rows by blocks.
-        (options.cpu_kernels && options.split_reduce).then_some(Pass::SplitReduce),
+        (options.cpu_kernels && options.split_reduce).then_some(Pass::SplitReduce { host: options.host_partials }),
     ]
     .into_iter()
     .flatten()

@@ -57,6 +57,7 @@ impl Caps {
             cpu_kernels: self.cpu_kernels,
             piecewise_min,
             split_reduce: self.cpu_kernels && split_reduce(),
+            host_partials: self.cpu_kernels && env_on("RDYN_HOST_PARTIALS"),
             opmath_scalars: self.opmath_scalars,
         }
     }
@@ -66,7 +67,14 @@ impl Caps {
 /// (`RDYN_SPLIT_REDUCE=0` keeps them whole; read at each compile, so a
 /// benchmark can compare both in one process).
 fn split_reduce() -> bool {
-    std::env::var("RDYN_SPLIT_REDUCE").map_or(true, |v| v != "0")
+    env_on("RDYN_SPLIT_REDUCE")
+}
+
+/// Whether the switch `name` is on: unset, or anything but `0`. Column
+/// partials run in the row kernel before them unless `RDYN_HOST_PARTIALS=0`
+/// (`lowering`'s `host_partials`).
+fn env_on(name: &str) -> bool {
+    std::env::var(name).map_or(true, |v| v != "0")
 }
 
 /// Why a program is planned.

@@ -53,6 +53,7 @@ fn lanes(kernel: &KernelPlan) -> usize {
             .iter()
             .map(|s| {
                 let last = match &s.reduce {
+                    Some(_) if s.vertical => s.inner.last().copied(),
                     Some((_, red)) if !red.is_empty() => red.last().copied(),
                     Some(_) => Some(1),
                     None => s.inner.last().copied(),
@@ -275,33 +276,67 @@ fn run_stage_outer(stage: &StagePlan, s: usize, m: usize, len: usize, mem: &Memo
             None => {
                 eval_store(stage, s, tile_var, len, mem, sc);
             }
-            Some((op, red)) => {
-                let r0 = m + ni;
-                init_acc(&mut sc.acc, &mut sc.acc_index, stage.value_kind, *op, len);
-                let empty = red.contains(&0);
-                sc.env[r0..r0 + red.len()].iter_mut().for_each(|v| *v = 0);
-                let mut more = !empty;
-                // A compiled stage may run the last reduction dimension in
-                // one call, once per point of the others.
-                let (whole, others) = red.split_last().map_or((0, &red[..]), |(n, rest)| (*n as usize, rest));
-                let by_rows = whole > 1 && stage.jit.as_ref().is_some_and(|j| j.rows == Rows::Reduction);
-                while more {
-                    if by_rows && jit_accumulate(stage, s, tile_var, len, whole, mem, sc) {
-                        more = advance(&mut sc.env, r0, others);
-                        continue;
-                    }
-                    if !jit_accumulate(stage, s, tile_var, len, 1, mem, sc) {
-                        eval(stage, s, tile_var, len, mem, sc);
-                        let ri = red_linear(&sc.env, r0, red);
-                        let Scratch { regs, acc, acc_index, .. } = sc;
-                        combine_lanes(*op, acc, acc_index, &regs[s][stage.value as usize], len, |_| ri);
-                    }
-                    more = advance(&mut sc.env, r0, red);
-                }
-                store_acc(stage, s, tile_var, len, *op, mem, sc);
-            }
+            Some((op, red)) => reduce_lanes(stage, s, (tile_var, len), (*op, red, m + ni), mem, sc),
         }
         if !advance(&mut sc.env, m, &stage.inner) {
+            break;
+        }
+    }
+}
+
+/// A reduction whose `len` lanes along `tile_var` are each an output point:
+/// every lane accumulates over the reduction (variables from `r0`), points
+/// in order, then the lanes are stored.
+fn reduce_lanes(
+    stage: &StagePlan,
+    s: usize,
+    (tile_var, len): (usize, usize),
+    (op, red, r0): (ReduceOp, &[i64], usize),
+    mem: &Memory,
+    sc: &mut Scratch,
+) {
+    init_acc(&mut sc.acc, &mut sc.acc_index, stage.value_kind, op, len);
+    let empty = red.contains(&0);
+    sc.env[r0..r0 + red.len()].iter_mut().for_each(|v| *v = 0);
+    let mut more = !empty;
+    // A compiled stage may run the last reduction dimension in one call,
+    // once per point of the others.
+    let (whole, others) = red.split_last().map_or((0, red), |(n, rest)| (*n as usize, rest));
+    let by_rows = whole > 1 && stage.jit.as_ref().is_some_and(|j| j.rows == Rows::Reduction);
+    while more {
+        if by_rows && jit_accumulate(stage, s, tile_var, len, whole, mem, sc) {
+            more = advance(&mut sc.env, r0, others);
+            continue;
+        }
+        if !jit_accumulate(stage, s, tile_var, len, 1, mem, sc) {
+            eval(stage, s, tile_var, len, mem, sc);
+            let ri = red_linear(&sc.env, r0, red);
+            let Scratch { regs, acc, acc_index, .. } = sc;
+            combine_lanes(op, acc, acc_index, &regs[s][stage.value as usize], len, |_| ri);
+        }
+        more = advance(&mut sc.env, r0, red);
+    }
+    store_acc(stage, s, tile_var, len, op, mem, sc);
+}
+
+/// An inner-tiled reduction whose lanes walk its last inner dim
+/// ([`StagePlan::vertical`]): tiles of that dim, each reduced lane by lane.
+fn run_vertical(stage: &StagePlan, s: usize, m: usize, tile: usize, mem: &Memory, sc: &mut Scratch) {
+    let Some((op, red)) = &stage.reduce else { return };
+    let ni = stage.inner.len();
+    let tile_var = m + ni - 1;
+    let last = stage.inner[ni - 1] as usize;
+    let prefix = &stage.inner[..ni - 1];
+    loop {
+        let mut start = 0;
+        while start < last {
+            let len = tile.min(last - start);
+            sc.env[tile_var] = start as i64;
+            reduce_lanes(stage, s, (tile_var, len), (*op, red, m + ni), mem, sc);
+            start += len;
+        }
+        sc.env[tile_var] = 0;
+        if !advance(&mut sc.env, m, prefix) {
             break;
         }
     }
@@ -314,6 +349,9 @@ fn run_stage_inner(stage: &StagePlan, s: usize, m: usize, tile: usize, mem: &Mem
         return;
     }
     sc.env[m..m + ni].iter_mut().for_each(|v| *v = 0);
+    if stage.vertical {
+        return run_vertical(stage, s, m, tile, mem, sc);
+    }
     match &stage.reduce {
         None => {
             if ni == 0 {
@@ -349,6 +387,15 @@ fn run_stage_inner(stage: &StagePlan, s: usize, m: usize, tile: usize, mem: &Mem
             if let Some(jit) = stage.jit.as_ref().filter(|j| matches!(j.output, Output::FoldStore(_))) {
                 // The compiled function reduces, folds and stores each point.
                 sc.env[tile_var] = 0;
+                if jit.rows == Rows::Inner {
+                    // Every point of the one inner dim in one call.
+                    let out = f32_output(stage, mem, &sc.env);
+                    // SAFETY: as below, for `inner[0]` points whose output
+                    // elements the plan's store steps reach (`jit::row_steps`).
+                    let rows = (out, stage.inner[0] as usize);
+                    unsafe { call_jit_rows(jit, (stage, s, tile_var), rows, m, last, mem, sc) };
+                    return;
+                }
                 loop {
                     let out = f32_output(stage, mem, &sc.env);
                     // SAFETY: the reduction is one tile (`jit::one_call`) and

@@ -168,6 +168,7 @@ pub(crate) fn tile_var(kernel: &KernelPlan, stage: &StagePlan) -> Option<usize> 
     match kernel.mode {
         TileMode::Outer => m.checked_sub(1),
         TileMode::Inner => match &stage.reduce {
+            Some(_) if stage.vertical => Some(m + ni - 1),
             Some((_, red)) if !red.is_empty() => Some(m + ni + red.len() - 1),
             Some(_) => None,
             None if ni > 0 => Some(m + ni - 1),
@@ -233,6 +234,7 @@ pub fn compile_program(steps: &mut [CpuStep], bufs: &[BufPlan]) {
                 let rows = match (rows, output) {
                     (None, _) => Rows::One,
                     (Some(_), Output::Accumulate(_)) => Rows::Reduction,
+                    (Some(_), Output::FoldStore(_)) if inner_rows(kernel, stage) => Rows::Inner,
                     (Some(_), _) => Rows::Points,
                 };
                 let (tile_var, loads, scatter_rows) = (tv, supported.loads, supported.scatter_rows);
@@ -347,8 +349,14 @@ fn row_steps(kernel: &KernelPlan, stage: &StagePlan, supported: &Supported, outp
             m - 1
         }
         (TileMode::Inner, Output::FoldStore(_)) if m >= 1 && stage.inner.iter().all(|&n| n == 1) => m - 1,
+        (TileMode::Inner, Output::FoldStore(_)) if inner_rows(kernel, stage) => m,
         (TileMode::Outer, Output::Accumulate(_)) if stage.inner.is_empty() => {
             m + stage.reduce.as_ref().map_or(0, |(_, red)| red.len()).checked_sub(1)?
+        }
+        // Lanes along the last inner dim, at the executor's point of the
+        // others: the whole last reduction dim per call likewise.
+        (TileMode::Inner, Output::Accumulate(_)) if stage.vertical => {
+            m + stage.inner.len() + stage.reduce.as_ref().map_or(0, |(_, red)| red.len()).checked_sub(1)?
         }
         _ => return None,
     } as u32;
@@ -363,6 +371,14 @@ fn row_steps(kernel: &KernelPlan, stage: &StagePlan, supported: &Supported, outp
         _ => stage.store.step(row)? * DType::F32.itemsize() as i64,
     };
     Some(RowSteps { loads, out, table })
+}
+
+/// Whether an inner reduction stored per point of its one inner dim runs
+/// those points as rows of one call ([`Rows::Inner`]): the rows of a block
+/// in a row kernel run by blocks (`lowering`'s `host_partials`), each
+/// reduced along its columns.
+fn inner_rows(kernel: &KernelPlan, stage: &StagePlan) -> bool {
+    kernel.mode == TileMode::Inner && matches!(stage.inner[..], [n] if n > 1)
 }
 
 /// Whether every load of a buffer the kernel's stages write reads it within
@@ -422,6 +438,7 @@ fn output(kernel: &KernelPlan, stage: &StagePlan, tile_var: Option<usize>, bufs:
     match &stage.reduce {
         Some((op @ (ReduceOp::Sum | ReduceOp::Prod | ReduceOp::Max | ReduceOp::Min), red)) => match kernel.mode {
             TileMode::Outer => Output::Accumulate(*op),
+            TileMode::Inner if stage.vertical => Output::Accumulate(*op),
             TileMode::Inner if one_call(kernel, red) && stores_f32(stage, bufs) => Output::FoldStore(*op),
             TileMode::Inner => Output::Fold(*op),
         },

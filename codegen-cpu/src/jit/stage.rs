@@ -98,6 +98,9 @@ pub(crate) enum Rows {
     /// An [`Output::Accumulate`] stage's whole reduction: one reduction
     /// step per row, the accumulator the same.
     Reduction,
+    /// An [`Output::FoldStore`] stage's points along its one inner dim (a
+    /// row statistic for each row of a block of rows), one per row.
+    Inner,
 }
 
 /// A compiled stage.

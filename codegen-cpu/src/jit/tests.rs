@@ -56,6 +56,7 @@ pub(super) fn f32_stage(
         jit: None,
         uniform: None,
         accumulate: None,
+        vertical: false,
     }
 }
 

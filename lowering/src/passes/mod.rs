@@ -14,6 +14,7 @@ use rdyn_ir::verify::{verify, VerifyError};
 mod cse;
 mod dce;
 mod forward;
+mod host_partials;
 mod permuted;
 mod piecewise;
 mod reuse;
@@ -47,14 +48,17 @@ pub enum Pass {
     Forward,
     /// `reuse.rs`: a stored value read back by its kernel.
     Reuse,
-    /// `split_reduce.rs`: column reductions as block partials and a combine.
-    SplitReduce,
+    /// `split_reduce.rs`: column reductions as block partials and a combine;
+    /// `host`: partials hosted by the row kernel before them where one fits
+    /// (`host_partials.rs`; the name `split_reduce`, `split_reduce=blocks`
+    /// without).
+    SplitReduce { host: bool },
 }
 
 /// Why a pass failed.
 #[derive(Debug, thiserror::Error, PartialEq)]
 pub enum PassError {
-    #[error("unknown pass `{0}` (known: print, verify, simplify, cse, permuted, dce, piecewise[=N], schedule, forward, reuse, split_reduce)")]
+    #[error("unknown pass `{0}` (known: print, verify, simplify, cse, permuted, dce, piecewise[=N], schedule, forward, reuse, split_reduce[=blocks])")]
     Unknown(String),
     /// `verify` rejects the program as it was given: every other pass
     /// verifies its own result.
@@ -82,7 +86,8 @@ impl Pass {
             "schedule" => Pass::Schedule,
             "forward" => Pass::Forward,
             "reuse" => Pass::Reuse,
-            "split_reduce" => Pass::SplitReduce,
+            "split_reduce" => Pass::SplitReduce { host: true },
+            "split_reduce=blocks" => Pass::SplitReduce { host: false },
             other => match other.strip_prefix("piecewise=").and_then(|n| n.parse().ok()) {
                 Some(min) => Pass::Piecewise(min),
                 None => return Err(PassError::Unknown(other.to_string())),
@@ -102,7 +107,7 @@ impl Pass {
             Pass::Schedule => "schedule",
             Pass::Forward => "forward",
             Pass::Reuse => "reuse",
-            Pass::SplitReduce => "split_reduce",
+            Pass::SplitReduce { .. } => "split_reduce",
         }
     }
 
@@ -131,7 +136,7 @@ impl Pass {
             Pass::Schedule => schedule::run(program),
             Pass::Forward => forward::run(program),
             Pass::Reuse => reuse::run(program),
-            Pass::SplitReduce => split_reduce::run(program),
+            Pass::SplitReduce { host } => split_reduce::run(program, host),
         }
     }
 }
@@ -168,11 +173,13 @@ mod tests {
             Pass::Schedule,
             Pass::Forward,
             Pass::Reuse,
+            Pass::SplitReduce { host: true },
         ];
         for pass in all {
             assert_eq!(Pass::from_name(pass.name()), Ok(pass));
         }
         assert_eq!(Pass::from_name("piecewise=16"), Ok(Pass::Piecewise(16)));
+        assert_eq!(Pass::from_name("split_reduce=blocks"), Ok(Pass::SplitReduce { host: false }));
         assert_eq!(Pass::from_name("fuse"), Err(PassError::Unknown("fuse".into())));
         assert_eq!(Pass::from_name("piecewise=x"), Err(PassError::Unknown("piecewise=x".into())));
     }

@@ -30,7 +30,9 @@
 
 use std::collections::HashSet;
 
-use rdyn_ir::loops::{contiguous_strides, BufRole, Buffer, Kernel, Program, Reduce, ReduceOp, ScalarOp, Stage, Step};
+use rdyn_ir::loops::{
+    contiguous_strides, BufId, BufRole, Buffer, Kernel, Program, Reduce, ReduceOp, ScalarOp, Stage, Step,
+};
 use rdyn_ir::{Ctx, Expr, Var};
 
 /// Columns at most: at 1024 float32 columns (4 KB rows) the planner's
@@ -50,18 +52,23 @@ const MIN_BLOCK_ROWS: i64 = 32;
 
 /// Run the pass over `program` (last: it works on scheduled kernels, and
 /// on constant sizes only; a shape-generic program keeps its kernels).
-pub fn run(program: &mut Program) {
+pub fn run(program: &mut Program, host: bool) {
     let mut steps = Vec::with_capacity(program.steps.len());
+    let mut hosts = super::host_partials::Hosts::new();
     for step in std::mem::take(&mut program.steps) {
-        match step {
-            Step::Kernel(kernel) => match split(program, &kernel) {
-                Some((partial, combine)) => {
-                    steps.push(Step::Kernel(partial));
-                    steps.push(Step::Kernel(combine));
-                }
-                None => steps.push(Step::Kernel(kernel)),
-            },
-            other => steps.push(other),
+        let Step::Kernel(kernel) = step else {
+            steps.push(step);
+            continue;
+        };
+        if let Some(combine) =
+            host.then(|| super::host_partials::host(program, &mut steps, &mut hosts, &kernel)).flatten()
+        {
+            steps.push(Step::Kernel(combine));
+        } else if let Some((partial, combine)) = split(program, &kernel) {
+            steps.push(Step::Kernel(partial));
+            steps.push(Step::Kernel(combine));
+        } else {
+            steps.push(Step::Kernel(kernel));
         }
     }
     program.steps = steps;
@@ -111,10 +118,22 @@ impl Rows {
     }
 }
 
-/// `kernel` as a partial kernel and a combining one, if it is a plain
-/// column reduction worth splitting.
-fn split(program: &mut Program, kernel: &Kernel) -> Option<(Kernel, Kernel)> {
-    // Leading dims of size 1 (a `keepdim` result) are fixed at 0.
+/// A plain column reduction: what both forms of the split (blocks of its
+/// own here, or partials hosted by a row kernel: `host_partials.rs`) need.
+pub(super) struct Columns<'k> {
+    /// Leading dims of size 1 (a `keepdim` result) before the column dim.
+    pub k: usize,
+    pub columns: i64,
+    /// The reduction ranges every reduction stage shares, as sizes.
+    pub sizes: Vec<i64>,
+    pub reductions: Vec<&'k Stage>,
+    /// Pointwise stages over the columns (a mean's division), which run
+    /// after the combine, in the combining kernel.
+    pub after: Vec<&'k Stage>,
+}
+
+/// `kernel` as a plain column reduction worth splitting, if it is one.
+pub(super) fn columns<'k>(program: &Program, kernel: &'k Kernel) -> Option<Columns<'k>> {
     let (c_expr, ones) = kernel.outer.split_last()?;
     if !ones.iter().all(|e| e.is_const(1)) {
         return None;
@@ -128,10 +147,7 @@ fn split(program: &mut Program, kernel: &Kernel) -> Option<(Kernel, Kernel)> {
     if columns > MAX_COLUMNS || columns * rows < MIN_POINTS {
         return None;
     }
-    let split_rows = Rows::choose(sizes)?;
     let written: HashSet<_> = kernel.stages.iter().map(|s| program.storage_of(s.out)).collect();
-    // Pointwise stages over the columns (a mean's division) run after the
-    // combine, in the combining kernel.
     let pointwise = |s: &Stage| s.reduce.is_none() && s.store_indirect.is_empty() && s.ranges == kernel.outer;
     let (reductions, after): (Vec<&Stage>, Vec<&Stage>) = kernel.stages.iter().partition(|s| s.reduce.is_some());
     if !reductions.iter().all(|s| splittable(program, s, (k, columns), ranges, &written))
@@ -140,47 +156,89 @@ fn split(program: &mut Program, kernel: &Kernel) -> Option<(Kernel, Kernel)> {
     {
         return None;
     }
+    Some(Columns { k, columns, sizes, reductions, after })
+}
+
+impl Columns<'_> {
+    /// A `[blocks, columns]` buffer for `stage`'s partials.
+    pub(super) fn partial_buffer(&self, program: &mut Program, stage: &Stage, blocks: i64) -> BufId {
+        let dtype = program.buffer(stage.out).dtype;
+        let sizes = vec![Expr::c(blocks), Expr::c(self.columns)];
+        let strides = contiguous_strides(&sizes);
+        program.add_buffer(Buffer { dtype, sizes, strides, offset: Expr::zero(), role: BufRole::Temp })
+    }
+
+    /// The partial stage of `stage` (at `kernel`'s variables `vars`, over
+    /// `extents`): `[blocks, columns]` points reducing `block_ranges`.
+    pub(super) fn partial_stage(
+        &self,
+        program: &mut Program,
+        stage: &Stage,
+        (out, blocks): (BufId, i64),
+        block_ranges: &[i64],
+        (vars, extents): (&[Expr], &[i64]),
+    ) -> Option<Stage> {
+        let op = stage.reduce.as_ref()?.op;
+        let value = program.scalars.substitute(stage.value, vars, &Ctx::with_extents(extents));
+        Some(Stage {
+            out,
+            ranges: vec![Expr::c(blocks), Expr::c(self.columns)],
+            reduce: Some(Reduce { op, ranges: block_ranges.iter().map(|&n| Expr::c(n)).collect() }),
+            value,
+            store: Expr::v(0).scale(self.columns).add(&Expr::v(1)),
+            store_indirect: Vec::new(),
+        })
+    }
+
+    /// The kernel combining the `[blocks, columns]` partials `parts` (one
+    /// per reduction stage, in order) into the original outputs, then the
+    /// pointwise stages after them.
+    pub(super) fn combine(&self, program: &mut Program, outer: &[Expr], parts: &[BufId], blocks: i64) -> Kernel {
+        let k = self.k as u32;
+        let mut stages = Vec::new();
+        for (stage, &part) in self.reductions.iter().zip(parts) {
+            let op = stage.reduce.as_ref().map_or(ReduceOp::Sum, |r| r.op);
+            let dtype = program.buffer(stage.out).dtype;
+            // The kernel's variables, then the block.
+            let index = Expr::v(k + 1).scale(self.columns).add(&Expr::v(k));
+            let load =
+                program.scalars.add(ScalarOp::Load { buf: part, index, indirect: Vec::new(), mask: None }, dtype);
+            stages.push(Stage {
+                out: stage.out,
+                ranges: stage.ranges.clone(),
+                reduce: Some(Reduce { op, ranges: vec![Expr::c(blocks)] }),
+                value: load,
+                store: stage.store.clone(),
+                store_indirect: Vec::new(),
+            });
+        }
+        stages.extend(self.after.iter().map(|s| (*s).clone()));
+        Kernel { outer: outer.to_vec(), stages }
+    }
+}
+
+/// `kernel` as a partial kernel and a combining one, if it is a plain
+/// column reduction worth splitting.
+fn split(program: &mut Program, kernel: &Kernel) -> Option<(Kernel, Kernel)> {
+    let cols = columns(program, kernel)?;
+    let split_rows = Rows::choose(cols.sizes.clone())?;
     let b = split_rows.blocks;
     let block_ranges = split_rows.block_ranges();
     // Partial kernel: variables (block, column, reduction variables...).
-    let mut extents = vec![b, columns];
+    let mut extents = vec![b, cols.columns];
     extents.extend(&block_ranges);
-    let ctx = Ctx::with_extents(&extents);
-    let mut vars = vec![Expr::zero(); k];
+    let mut vars = vec![Expr::zero(); cols.k];
     vars.push(Expr::v(1));
     vars.extend(split_rows.vars());
     let mut partials = Vec::new();
-    let mut combines = Vec::new();
-    for stage in reductions {
-        let reduce = stage.reduce.as_ref()?;
-        let dtype = program.buffer(stage.out).dtype;
-        let sizes = vec![Expr::c(b), Expr::c(columns)];
-        let strides = contiguous_strides(&sizes);
-        let part = program.add_buffer(Buffer { dtype, sizes, strides, offset: Expr::zero(), role: BufRole::Temp });
-        let value = program.scalars.substitute(stage.value, &vars, &ctx);
-        partials.push(Stage {
-            out: part,
-            ranges: vec![Expr::c(b), Expr::c(columns)],
-            reduce: Some(Reduce { op: reduce.op, ranges: block_ranges.iter().map(|&n| Expr::c(n)).collect() }),
-            value,
-            store: Expr::v(0).scale(columns).add(&Expr::v(1)),
-            store_indirect: Vec::new(),
-        });
-        // Combine: the kernel's variables, then the block.
-        let index = Expr::v(k as u32 + 1).scale(columns).add(&Expr::v(k as u32));
-        let load = program.scalars.add(ScalarOp::Load { buf: part, index, indirect: Vec::new(), mask: None }, dtype);
-        combines.push(Stage {
-            out: stage.out,
-            ranges: stage.ranges.clone(),
-            reduce: Some(Reduce { op: reduce.op, ranges: vec![Expr::c(b)] }),
-            value: load,
-            store: stage.store.clone(),
-            store_indirect: Vec::new(),
-        });
+    let mut parts = Vec::new();
+    for stage in &cols.reductions {
+        let part = cols.partial_buffer(program, stage, b);
+        partials.push(cols.partial_stage(program, stage, (part, b), &block_ranges, (&vars, &extents))?);
+        parts.push(part);
     }
-    let partial = Kernel { outer: vec![Expr::c(b), Expr::c(columns)], stages: partials };
-    combines.extend(after.into_iter().cloned());
-    let combine = Kernel { outer: kernel.outer.clone(), stages: combines };
+    let partial = Kernel { outer: vec![Expr::c(b), Expr::c(cols.columns)], stages: partials };
+    let combine = cols.combine(program, &kernel.outer, &parts, b);
     Some((partial, combine))
 }
 
@@ -290,7 +348,7 @@ mod tests {
     #[test]
     fn column_sums_split_into_blocks_and_a_combine() {
         let mut p = column_sum(2048, 256, ReduceOp::Sum);
-        run(&mut p);
+        run(&mut p, false);
         rdyn_ir::verify::verify(&p).unwrap();
         let kernels: Vec<&Kernel> = p.kernels().collect();
         assert_eq!(kernels.len(), 2);
@@ -311,7 +369,7 @@ mod tests {
             (2048, 256, ReduceOp::ArgMax),
         ] {
             let mut p = column_sum(rows, columns, op);
-            run(&mut p);
+            run(&mut p, false);
             assert_eq!(p.kernels().count(), 1, "{rows}x{columns} {op}");
         }
     }
