@@ -18,15 +18,19 @@
 //! combining kernel stays where the column reduction was; later column
 //! reductions over the same rows join the same blocks.
 //!
-//! The column reduction moves before the steps between the two, so none
+//! The column reduction moves up past the steps between the two, so none
 //! of them may write what it reads, and what it reads of the row kernel's
 //! own outputs must lie in the row being reduced (the same row coefficient,
-//! within what the writer stores per row). In every index of both
+//! within what the writer stores per row). Without such a kernel before it,
+//! it may move down into the first later row kernel that reads what it
+//! reads (the backward of a LayerNorm whose gradient arrives from a GEMM:
+//! its column sums come first), past steps that neither write what it
+//! reads nor touch what it writes; the combine then runs after that kernel. In every index of both
 //! kernels, the rows must collapse to one row index
 //! (`coef(d) = coef(d + 1)·size(d + 1)`), so the block and the row within
 //! it are affine.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 
 use rdyn_ir::loops::{BufId, Kernel, Program, ScalarOp, Stage, Step};
 use rdyn_ir::{Ctx, Expr, Var};
@@ -46,39 +50,56 @@ const MIN_BLOCK_ROWS: i64 = 8;
 /// The fewest blocks: the blocks are the parallel work.
 const MIN_BLOCKS: i64 = 4;
 
-/// A row kernel already run by blocks (its step index → rows per block).
-pub(super) type Hosts = HashMap<usize, Blocks>;
+/// What the pass knows of a step (`split_reduce::run` keeps one per step).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Mark {
+    /// As scheduled.
+    Open,
+    /// A row kernel run by blocks, hosting partials.
+    Host(Blocks),
+    /// Made by the pass (partials or a combine): left as it is.
+    Done,
+}
 
-#[derive(Clone, Copy, Debug)]
-pub(super) struct Blocks {
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Blocks {
     blocks: i64,
     rows: i64,
 }
 
-/// Host `kernel`'s column partials in a row kernel among `steps` (the
-/// program's steps before it): returns the kernel combining the partials,
-/// to run where `kernel` was.
-pub(super) fn host(program: &mut Program, steps: &mut [Step], hosts: &mut Hosts, kernel: &Kernel) -> Option<Kernel> {
+/// The column reduction `kernel`, checked for hosting: what it is, the
+/// storages it reads, and its row count.
+fn plan<'k>(program: &Program, kernel: &'k Kernel) -> Option<(Columns<'k>, HashSet<BufId>, i64)> {
     let cols = columns(program, kernel)?;
     let rows: i64 = cols.sizes.iter().product();
     let reads = reads_of(program, &cols);
     // The reduction's rows as one index: every index collapses.
-    let red_first = cols.k + 1;
     let exprs: Vec<Expr> = cols.reductions.iter().flat_map(|s| stage_exprs(program, s)).collect();
-    if !collapses(&exprs, red_first, &cols.sizes) {
-        return None;
-    }
+    collapses(&exprs, cols.k + 1, &cols.sizes).then_some((cols, reads, rows))
+}
+
+/// Host `kernel`'s column partials in a row kernel among `steps` (the
+/// program's steps before it, `marks` theirs): returns the kernel combining
+/// the partials, to run where `kernel` was.
+pub(crate) fn host_behind(
+    program: &mut Program,
+    (steps, marks): (&mut [Step], &mut [Mark]),
+    kernel: &Kernel,
+) -> Option<Kernel> {
+    let (cols, reads, rows) = plan(program, kernel)?;
     for at in (0..steps.len()).rev() {
-        let candidate = match &steps[at] {
-            Step::Kernel(k) => hosts.get(&at).map(|b| (k, Some(*b))).or(Some((k, None))),
-            Step::Extern(_) => None,
-        };
-        if let Some((row_kernel, blocked)) = candidate {
-            if let Some(blocks) = fits(program, row_kernel, blocked, &cols, rows) {
+        if let (Step::Kernel(row_kernel), mark) = (&steps[at], marks[at]) {
+            let blocked = match mark {
+                Mark::Host(b) => Some(b),
+                Mark::Open => None,
+                Mark::Done => None,
+            };
+            let open = mark != Mark::Done;
+            if let Some(blocks) = fits(program, row_kernel, blocked, &cols, rows).filter(|_| open) {
                 if same_rows(program, row_kernel, blocked, &cols, &reads) {
                     let (hosted, parts) = fuse(program, row_kernel, blocked, blocks, &cols)?;
                     steps[at] = Step::Kernel(hosted);
-                    hosts.insert(at, blocks);
+                    marks[at] = Mark::Host(blocks);
                     return Some(cols.combine(program, &kernel.outer, &parts, blocks.blocks));
                 }
             }
@@ -90,17 +111,76 @@ pub(super) fn host(program: &mut Program, steps: &mut [Step], hosts: &mut Hosts,
     None
 }
 
+/// Host `kernel`'s column partials in a row kernel among `steps` (the
+/// program's steps after it) that reads what it reads: the column kernel
+/// moves down to it, so no step before it may write what the column kernel
+/// reads, nor read or write what it writes. Returns where the host is (the
+/// combine runs right after it) and the combining kernel.
+pub(crate) fn host_ahead(
+    program: &mut Program,
+    (steps, marks): (&mut [Step], &mut [Mark]),
+    kernel: &Kernel,
+) -> Option<(usize, Kernel)> {
+    let (cols, mut reads, rows) = plan(program, kernel)?;
+    // The combine's pointwise stages move too.
+    for stage in &cols.after {
+        reads.extend(loads_of(program, stage));
+    }
+    let outs: HashSet<BufId> = kernel.stages.iter().map(|s| program.storage_of(s.out)).collect();
+    for at in 0..steps.len() {
+        let written = writes(program, &steps[at]);
+        if written.iter().any(|b| reads.contains(b) || outs.contains(b))
+            || step_reads(program, &steps[at]).iter().any(|b| outs.contains(b))
+        {
+            return None;
+        }
+        let (Step::Kernel(row_kernel), mark) = (&steps[at], marks[at]) else { continue };
+        let blocked = match mark {
+            Mark::Host(b) => Some(b),
+            Mark::Open => None,
+            Mark::Done => continue,
+        };
+        let Some(blocks) = fits(program, row_kernel, blocked, &cols, rows) else { continue };
+        if !shares_reads(program, row_kernel, &reads) {
+            continue;
+        }
+        let (hosted, parts) = fuse(program, row_kernel, blocked, blocks, &cols)?;
+        steps[at] = Step::Kernel(hosted);
+        marks[at] = Mark::Host(blocks);
+        return Some((at, cols.combine(program, &kernel.outer, &parts, blocks.blocks)));
+    }
+    None
+}
+
+/// The storages a stage loads.
+fn loads_of(program: &Program, stage: &Stage) -> Vec<BufId> {
+    program
+        .scalars
+        .topo(&[stage.value])
+        .into_iter()
+        .filter_map(|id| match &program.scalars.get(id).op {
+            ScalarOp::Load { buf, .. } => Some(program.storage_of(*buf)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The storages a step reads.
+fn step_reads(program: &Program, step: &Step) -> Vec<BufId> {
+    match step {
+        Step::Kernel(k) => k.stages.iter().flat_map(|s| loads_of(program, s)).collect(),
+        Step::Extern(e) => e.inputs.iter().map(|b| program.storage_of(*b)).collect(),
+    }
+}
+
+/// The column reduction's row count.
+fn b_rows(cols: &Columns) -> i64 {
+    cols.sizes.iter().product()
+}
+
 /// The storages the reduction stages load.
 fn reads_of(program: &Program, cols: &Columns) -> HashSet<BufId> {
-    let mut out = HashSet::new();
-    for stage in &cols.reductions {
-        for id in program.scalars.topo(&[stage.value]) {
-            if let ScalarOp::Load { buf, .. } = &program.scalars.get(id).op {
-                out.insert(program.storage_of(*buf));
-            }
-        }
-    }
-    out
+    cols.reductions.iter().flat_map(|s| loads_of(program, s)).collect()
 }
 
 /// The storages a step writes.
@@ -176,12 +256,11 @@ fn fits(program: &Program, row_kernel: &Kernel, blocked: Option<Blocks>, cols: &
     if let Some(b) = blocked {
         return (b.blocks * b.rows == rows).then_some(b);
     }
-    let sizes: Vec<i64> = row_kernel.outer.iter().map(Expr::as_const).collect::<Option<_>>()?;
-    if sizes.is_empty() || sizes.iter().product::<i64>() != rows {
-        return None;
-    }
+    let n = row_dims(row_kernel, rows)?;
+    let sizes: Vec<i64> = row_kernel.outer[..n].iter().map(Expr::as_const).collect::<Option<_>>()?;
     let plain = row_kernel.stages.iter().all(|s| {
-        s.store_indirect.is_empty() && s.ranges.len() >= sizes.len() && s.ranges[..sizes.len()] == row_kernel.outer[..]
+        let m = row_kernel.outer.len();
+        s.store_indirect.is_empty() && s.ranges.len() >= m && s.ranges[..m] == row_kernel.outer[..]
     });
     let exprs: Vec<Expr> = row_kernel.stages.iter().flat_map(|s| stage_exprs(program, s)).collect();
     if !plain || !collapses(&exprs, 0, &sizes) {
@@ -191,6 +270,20 @@ fn fits(program: &Program, row_kernel: &Kernel, blocked: Option<Blocks>, cols: &
     let most = (BLOCK_ELEMS / cols.columns).max(MIN_BLOCK_ROWS);
     let per_block = (MIN_BLOCK_ROWS..=most.min(rows / MIN_BLOCKS)).rev().find(|d| rows % d == 0)?;
     Some(Blocks { blocks: rows / per_block, rows: per_block })
+}
+
+/// How many of `row_kernel`'s leading outer dims are the `rows` rows (all
+/// of a row kernel's; all but the columns of a pointwise kernel over
+/// `[rows, columns]`, which is the same as a row kernel over `[rows]`).
+fn row_dims(row_kernel: &Kernel, rows: i64) -> Option<usize> {
+    let mut product = 1i64;
+    for (n, e) in row_kernel.outer.iter().enumerate() {
+        product = product.checked_mul(e.as_const()?)?;
+        if product == rows {
+            return Some(n + 1);
+        }
+    }
+    None
 }
 
 /// Whether each load of a buffer the row kernel writes reads, at row `r`,
@@ -211,7 +304,10 @@ fn same_rows(
     // The row kernel's row dims (blocked: block and row within it).
     let row_dims: Vec<i64> = match blocked {
         Some(b) => vec![b.blocks, b.rows],
-        None => row_kernel.outer.iter().filter_map(Expr::as_const).collect(),
+        None => {
+            let n = row_dims(row_kernel, b_rows(cols)).unwrap_or(0);
+            row_kernel.outer[..n].iter().filter_map(Expr::as_const).collect()
+        }
     };
     let nr = cols.sizes.len();
     let mut col_ext = vec![1; cols.k];
@@ -304,7 +400,7 @@ fn fuse(
 
 /// `row_kernel`'s stages over `[blocks, rows per block, own ranges...]`.
 fn block_stages(program: &mut Program, row_kernel: &Kernel, blocks: Blocks) -> Vec<Stage> {
-    let n = row_kernel.outer.len();
+    let n = row_dims(row_kernel, blocks.blocks * blocks.rows).unwrap_or(row_kernel.outer.len());
     let flat = Expr::v(0).scale(blocks.rows).add(&Expr::v(1));
     row_kernel
         .stages

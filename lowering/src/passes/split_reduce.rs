@@ -53,22 +53,43 @@ const MIN_BLOCK_ROWS: i64 = 32;
 /// Run the pass over `program` (last: it works on scheduled kernels, and
 /// on constant sizes only; a shape-generic program keeps its kernels).
 pub fn run(program: &mut Program, host: bool) {
-    let mut steps = Vec::with_capacity(program.steps.len());
-    let mut hosts = super::host_partials::Hosts::new();
-    for step in std::mem::take(&mut program.steps) {
-        let Step::Kernel(kernel) = step else {
-            steps.push(step);
-            continue;
+    use super::host_partials::{host_ahead, host_behind, Mark};
+    let mut steps = std::mem::take(&mut program.steps);
+    let mut marks = vec![Mark::Open; steps.len()];
+    let mut i = 0;
+    while i < steps.len() {
+        let kernel = match (&steps[i], marks[i]) {
+            (Step::Kernel(k), Mark::Open) => k.clone(),
+            _ => {
+                i += 1;
+                continue;
+            }
         };
-        if let Some(combine) =
-            host.then(|| super::host_partials::host(program, &mut steps, &mut hosts, &kernel)).flatten()
-        {
-            steps.push(Step::Kernel(combine));
-        } else if let Some((partial, combine)) = split(program, &kernel) {
-            steps.push(Step::Kernel(partial));
-            steps.push(Step::Kernel(combine));
+        if host {
+            if let Some(combine) = host_behind(program, (&mut steps[..i], &mut marks[..i]), &kernel) {
+                steps[i] = Step::Kernel(combine);
+                marks[i] = Mark::Done;
+                i += 1;
+                continue;
+            }
+            if let Some((at, combine)) = host_ahead(program, (&mut steps[i + 1..], &mut marks[i + 1..]), &kernel) {
+                // The combine runs right after the kernel that now hosts
+                // the partials; the column kernel is gone.
+                steps.insert(i + 2 + at, Step::Kernel(combine));
+                marks.insert(i + 2 + at, Mark::Done);
+                steps.remove(i);
+                marks.remove(i);
+                continue;
+            }
+        }
+        if let Some((partial, combine)) = split(program, &kernel) {
+            steps[i] = Step::Kernel(partial);
+            steps.insert(i + 1, Step::Kernel(combine));
+            marks[i] = Mark::Done;
+            marks.insert(i + 1, Mark::Done);
+            i += 2;
         } else {
-            steps.push(Step::Kernel(kernel));
+            i += 1;
         }
     }
     program.steps = steps;
