@@ -349,6 +349,14 @@ def worker_env(cache_root: Path, cold: bool) -> dict:
     env = os.environ.copy()
     env.setdefault("XDG_RUNTIME_DIR", "/tmp")
     env["PYTHONUNBUFFERED"] = "1"
+    # glibc gives large freed blocks back to the kernel and faults them in
+    # again on the next allocation, unless an earlier free raised its dynamic
+    # thresholds; which backend ran before decided that. Eager's
+    # layernorm_gelu training step took 7.0 ms in a worker of its own and
+    # 4.1 ms after Inductor's rounds (rdyn's, which reuses its scratch, 4.9
+    # ms either way). Fixed thresholds give every backend the kept memory.
+    env.setdefault("MALLOC_MMAP_THRESHOLD_", str(64 << 20))
+    env.setdefault("MALLOC_TRIM_THRESHOLD_", str(256 << 20))
     env["PYTHONPATH"] = os.pathsep.join(p for p in [str(BENCH_DIR), env.get("PYTHONPATH", "")] if p)
     if cold:
         env["TORCHINDUCTOR_FORCE_DISABLE_CACHES"] = "1"
