@@ -106,10 +106,9 @@ torch.save((outs, f(x, w), rdyn.stats()["cpu_stages_interpreted"]), sys.argv[1])
 """
 
 
-def test_bfloat16_stages_compile_and_match_the_interpreter(tmp_path) -> None:
-    """bfloat16 loads widen exactly and roundings to bfloat16 round as the
-    interpreter's `half::bf16`; the compiled stages give the interpreter's
-    bits (up to a NaN's sign and payload)."""
+def _interpreted_and_compiled(script: str, tmp_path) -> dict:
+    """What `script` saves to the path it is given, run in a fresh process
+    with the JIT off (`"0"`) and on (`"1"`)."""
     import os
     import subprocess
     import sys
@@ -118,8 +117,16 @@ def test_bfloat16_stages_compile_and_match_the_interpreter(tmp_path) -> None:
     for jit in ("0", "1"):
         out = tmp_path / f"jit{jit}.pt"
         env = dict(os.environ, RDYN_JIT=jit)
-        subprocess.run([sys.executable, "-c", _BF16_SCRIPT, str(out)], check=True, env=env, timeout=300)
+        subprocess.run([sys.executable, "-c", script, str(out)], check=True, env=env, timeout=300)
         results[jit] = torch.load(out)
+    return results
+
+
+def test_bfloat16_stages_compile_and_match_the_interpreter(tmp_path) -> None:
+    """bfloat16 loads widen exactly and roundings to bfloat16 round as the
+    interpreter's `half::bf16`; the compiled stages give the interpreter's
+    bits (up to a NaN's sign and payload)."""
+    results = _interpreted_and_compiled(_BF16_SCRIPT, tmp_path)
     (interpreted, eager, _), (compiled, _, left) = results["0"], results["1"]
     assert left == 0, "every stage compiled"
     for a, b, e in zip(interpreted, compiled, eager):
@@ -437,12 +444,9 @@ def test_column_reduction_split_keeps_what_it_cannot_split_whole() -> None:
         assert not any("outer [16, " in s for s in sources), sources
 
 
-def test_layer_norm_weight_gradients_split_into_row_blocks(monkeypatch) -> None:
-    """A LayerNorm's weight and bias gradients over a `[16, 128, 256]`
-    activation (column sums over two reduction dims, split by the batch)
-    through the split, against float64 eager; the partials in a kernel of
-    their own (`RDYN_HOST_PARTIALS=0`)."""
-    monkeypatch.setenv("RDYN_HOST_PARTIALS", "0")
+def _layer_norm_pair():
+    """A LayerNorm(256) with random affine parameters in float64 and its
+    float32 copy, an input and an output gradient of `[16, 128, 256]`."""
     torch.manual_seed(0)
     ln = torch.nn.LayerNorm(256).double()
     with torch.no_grad():
@@ -450,21 +454,32 @@ def test_layer_norm_weight_gradients_split_into_row_blocks(monkeypatch) -> None:
         ln.bias.normal_()
     x = torch.randn(16, 128, 256, dtype=torch.float64)
     g = torch.randn(16, 128, 256, dtype=torch.float64)
-
-    def grads(module, inp):
-        module.zero_grad()
-        (module(inp) * g.to(inp.dtype)).sum().backward()
-        return module.weight.grad.clone(), module.bias.grad.clone()
-
-    want64 = grads(ln, x)
     ln32 = torch.nn.LayerNorm(256)
     ln32.load_state_dict({k: v.float() for k, v in ln.state_dict().items()})
-    want32 = grads(ln32, x.float())
+    return ln, ln32, x, g
+
+
+def _layer_norm_grads(ln, x, g):
+    ln.zero_grad()
+    x = x.detach().requires_grad_()
+    (ln(x) * g.to(x.dtype)).sum().backward()
+    return [x.grad.clone(), ln.weight.grad.clone(), ln.bias.grad.clone()]
+
+
+def test_layer_norm_weight_gradients_split_into_row_blocks(monkeypatch) -> None:
+    """A LayerNorm's weight and bias gradients over a `[16, 128, 256]`
+    activation (column sums over two reduction dims, split by the batch)
+    through the split, against float64 eager; the partials in a kernel of
+    their own (`RDYN_HOST_PARTIALS=0`)."""
+    monkeypatch.setenv("RDYN_HOST_PARTIALS", "0")
+    ln, ln32, x, g = _layer_norm_pair()
+    want64 = _layer_norm_grads(ln, x, g)[1:]
+    want32 = _layer_norm_grads(ln32, x.float(), g)[1:]
     torch._dynamo.reset()
     rdyn.reset_stats()
-    got = grads(torch.compile(ln32, backend="rdyn"), x.float())
+    got = _layer_norm_grads(torch.compile(ln32, backend="rdyn"), x.float(), g)[1:]
     assert rdyn.stats()["nodes_fallback"] == 0
-    assert_same(list(got), list(want32), list(want64))
+    assert_same(got, want32, want64)
     report = str(rdyn.explain(ln32, x.float().requires_grad_()))
     assert "outer [16, 256]" in report and "over [16]" in report, report
 
@@ -483,29 +498,14 @@ torch.save((x.grad, ln.weight.grad, ln.bias.grad), sys.argv[1])
 """
 
 
-def _layer_norm_grads(ln, x, g):
-    ln.zero_grad()
-    x = x.detach().requires_grad_()
-    (ln(x) * g.to(x.dtype)).sum().backward()
-    return [x.grad.clone(), ln.weight.grad.clone(), ln.bias.grad.clone()]
-
-
 def test_layer_norm_weight_gradients_run_in_the_row_kernel() -> None:
     """The LayerNorm backward's row kernel (the input's gradient) runs by
     blocks of 64 rows and sums each block's weight and bias gradients while
     its rows are in cache: one kernel over the blocks (column partials
     along the columns, `sum over [64]`) and one combining the 32 blocks,
     instead of a second pass over the activations. Against float64 eager."""
-    torch.manual_seed(0)
-    ln = torch.nn.LayerNorm(256).double()
-    with torch.no_grad():
-        ln.weight.normal_()
-        ln.bias.normal_()
-    x = torch.randn(16, 128, 256, dtype=torch.float64)
-    g = torch.randn(16, 128, 256, dtype=torch.float64)
+    ln, ln32, x, g = _layer_norm_pair()
     want64 = _layer_norm_grads(ln, x, g)
-    ln32 = torch.nn.LayerNorm(256)
-    ln32.load_state_dict({k: v.float() for k, v in ln.state_dict().items()})
     want32 = _layer_norm_grads(ln32, x.float(), g)
     torch._dynamo.reset()
     got = _layer_norm_grads(torch.compile(ln32, backend="rdyn"), x.float(), g)
@@ -518,19 +518,10 @@ def test_layer_norm_weight_gradients_run_in_the_row_kernel() -> None:
 
 
 def test_hosted_column_partials_match_the_interpreter(tmp_path) -> None:
-    """The blocked row kernel with its column partials gives the same bits
-    compiled as interpreted (`RDYN_JIT=0`): both sum each column over the
-    block's rows in row order."""
-    import os
-    import subprocess
-    import sys
-
-    results = {}
-    for jit in ("0", "1"):
-        out = tmp_path / f"jit{jit}.pt"
-        env = dict(os.environ, RDYN_JIT=jit)
-        subprocess.run([sys.executable, "-c", _HOSTED_SCRIPT, str(out)], check=True, env=env, timeout=300)
-        results[jit] = torch.load(out)
+    """The blocked row kernel with its column partials gives, compiled, what
+    the interpreter gives (`RDYN_JIT=0`) to within 1e-6: both sum each
+    column over the block's rows in row order."""
+    results = _interpreted_and_compiled(_HOSTED_SCRIPT, tmp_path)
     for a, b in zip(results["0"], results["1"]):
         torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-6)
 

@@ -323,6 +323,21 @@ fn reduce_lanes(
 /// ([`StagePlan::vertical`]): tiles of that dim, each reduced lane by lane.
 fn run_vertical(stage: &StagePlan, s: usize, m: usize, tile: usize, mem: &Memory, sc: &mut Scratch) {
     let Some((op, red)) = &stage.reduce else { return };
+    let r0 = m + stage.inner.len();
+    inner_tiles(stage, m, tile, sc, |sc, tile_var, len| {
+        reduce_lanes(stage, s, (tile_var, len), (*op, red, r0), mem, sc)
+    });
+}
+
+/// `each(tile_var, len)` at every tile of the stage's inner dims (lanes
+/// along the last, at most `tile`), the others advanced in order.
+fn inner_tiles(
+    stage: &StagePlan,
+    m: usize,
+    tile: usize,
+    sc: &mut Scratch,
+    mut each: impl FnMut(&mut Scratch, usize, usize),
+) {
     let ni = stage.inner.len();
     let tile_var = m + ni - 1;
     let last = stage.inner[ni - 1] as usize;
@@ -332,7 +347,7 @@ fn run_vertical(stage: &StagePlan, s: usize, m: usize, tile: usize, mem: &Memory
         while start < last {
             let len = tile.min(last - start);
             sc.env[tile_var] = start as i64;
-            reduce_lanes(stage, s, (tile_var, len), (*op, red, m + ni), mem, sc);
+            each(sc, tile_var, len);
             start += len;
         }
         sc.env[tile_var] = 0;
@@ -360,22 +375,7 @@ fn run_stage_inner(stage: &StagePlan, s: usize, m: usize, tile: usize, mem: &Mem
                 eval_store(stage, s, dummy, 1, mem, sc);
                 return;
             }
-            let tile_var = m + ni - 1;
-            let last = stage.inner[ni - 1] as usize;
-            let prefix = &stage.inner[..ni - 1];
-            loop {
-                let mut start = 0;
-                while start < last {
-                    let len = tile.min(last - start);
-                    sc.env[tile_var] = start as i64;
-                    eval_store(stage, s, tile_var, len, mem, sc);
-                    start += len;
-                }
-                sc.env[tile_var] = 0;
-                if !advance(&mut sc.env, m, prefix) {
-                    break;
-                }
-            }
+            inner_tiles(stage, m, tile, sc, |sc, tile_var, len| eval_store(stage, s, tile_var, len, mem, sc));
         }
         Some((op, red)) => {
             let r0 = m + ni;
