@@ -342,11 +342,14 @@ fn finish_kernel(
     stages: Vec<StagePlan>,
     serial: bool,
 ) -> KernelPlan {
-    let mode = choose_mode(&new_outer, &stages);
+    // Which reductions would walk their columns in an inner-tiled kernel:
+    // they vote for the mode as such, and keep it only in one.
     let mut stages = stages;
-    if mode == TileMode::Inner && !serial {
-        let m = new_outer.len();
-        stages.iter_mut().for_each(|s| s.vertical = s.walks_inner(m));
+    let m = new_outer.len();
+    stages.iter_mut().for_each(|s| s.vertical = !serial && s.walks_inner(m));
+    let mode = choose_mode(&new_outer, &stages);
+    if mode != TileMode::Inner {
+        stages.iter_mut().for_each(|s| s.vertical = false);
     }
     let columns = if serial { None } else { column_tile(&new_outer, mode, &stages) };
     // A serial kernel runs point by point, unless `tiled_serial`.
@@ -515,7 +518,7 @@ fn choose_mode(outer: &[i64], stages: &[StagePlan]) -> TileMode {
         let tail_vars = stage.inner.len() + stage.reduce.as_ref().map_or(0, |(_, r)| r.len());
         // A reduction whose lanes would walk its last inner dim (column
         // partials of a blocked row kernel) tiles along that dim.
-        let vertical = stage.walks_inner(m as usize);
+        let vertical = stage.vertical;
         let tail_var = if vertical { m + stage.inner.len() as u32 - 1 } else { m + tail_vars as u32 - 1 };
         let last = match &stage.reduce {
             Some((_, r)) if !vertical => r.last().copied(),

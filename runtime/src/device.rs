@@ -56,23 +56,18 @@ impl Caps {
             cublas: self.gemm_steps,
             cpu_kernels: self.cpu_kernels,
             piecewise_min,
-            split_reduce: self.cpu_kernels && split_reduce(),
+            split_reduce: self.cpu_kernels && env_on("RDYN_SPLIT_REDUCE"),
             host_partials: self.cpu_kernels && env_on("RDYN_HOST_PARTIALS"),
             opmath_scalars: self.opmath_scalars,
         }
     }
 }
 
-/// Whether narrow column reductions split into blocks of rows on the CPU
-/// (`RDYN_SPLIT_REDUCE=0` keeps them whole; read at each compile, so a
-/// benchmark can compare both in one process).
-fn split_reduce() -> bool {
-    env_on("RDYN_SPLIT_REDUCE")
-}
-
-/// Whether the switch `name` is on: unset, or anything but `0`. Column
-/// partials run in the row kernel before them unless `RDYN_HOST_PARTIALS=0`
-/// (`lowering`'s `host_partials`).
+/// Whether the switch `name` is on: unset, or anything but `0`. Read at each
+/// compile, so a benchmark can compare both in one process:
+/// `RDYN_SPLIT_REDUCE=0` keeps narrow column reductions whole on the CPU,
+/// `RDYN_HOST_PARTIALS=0` keeps their partials out of the row kernels
+/// (`lowering`'s `split_reduce` and `host_partials`).
 fn env_on(name: &str) -> bool {
     std::env::var(name).map_or(true, |v| v != "0")
 }

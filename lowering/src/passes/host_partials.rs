@@ -35,12 +35,13 @@ use std::collections::HashSet;
 use rdyn_ir::loops::{BufId, Kernel, Program, ScalarOp, Stage, Step};
 use rdyn_ir::{Ctx, Expr, Var};
 
-use super::split_reduce::{columns, Columns};
+use super::split_reduce::Columns;
 
 /// Elements of a block's rows a stage covers, at most (unless that is
-/// fewer than [`MIN_BLOCK_ROWS`] rows): 4096 float32 (16 KB) keep the
-/// several buffers a stage reads and the next reads back in L1/L2 between
-/// stages, as the executor's row batches of 2048 lanes do.
+/// fewer than [`MIN_BLOCK_ROWS`] rows): 16K float32 (64 KB) keep the 6-11
+/// buffers of a LayerNorm backward's block within a 1 MB L2 from one stage
+/// to the next. Blocks of 4K elements ran slower than the separate kernels
+/// (each block's fixed costs: a call per stage and row statistic).
 const BLOCK_ELEMS: i64 = 16384;
 
 /// The fewest rows per block: fewer make the `[B, C]` partials a sizeable
@@ -67,66 +68,79 @@ pub(crate) struct Blocks {
     rows: i64,
 }
 
-/// The column reduction `kernel`, checked for hosting: what it is, the
-/// storages it reads, and its row count.
-fn plan<'k>(program: &Program, kernel: &'k Kernel) -> Option<(Columns<'k>, HashSet<BufId>, i64)> {
-    let cols = columns(program, kernel)?;
-    let rows: i64 = cols.sizes.iter().product();
-    let reads = reads_of(program, &cols);
-    // The reduction's rows as one index: every index collapses.
-    let exprs: Vec<Expr> = cols.reductions.iter().flat_map(|s| stage_exprs(program, s)).collect();
-    collapses(&exprs, cols.k + 1, &cols.sizes).then_some((cols, reads, rows))
+/// A column reduction that may be hosted: the storages it reads and its
+/// row count.
+pub(crate) struct Hostable {
+    reads: HashSet<BufId>,
+    rows: i64,
 }
 
-/// Host `kernel`'s column partials in a row kernel among `steps` (the
-/// program's steps before it, `marks` theirs): returns the kernel combining
-/// the partials, to run where `kernel` was.
+/// `cols` as a hostable reduction: its rows one index in every index
+/// (`coef(d) = coef(d + 1)·size(d + 1)`).
+pub(crate) fn hostable(program: &Program, cols: &Columns) -> Option<Hostable> {
+    let exprs: Vec<Expr> = cols.reductions.iter().flat_map(|s| stage_exprs(program, s)).collect();
+    if !collapses(&exprs, cols.k + 1, &cols.sizes) {
+        return None;
+    }
+    let reads = cols.reductions.iter().flat_map(|s| loads_of(program, s)).collect();
+    Some(Hostable { reads, rows: cols.sizes.iter().product() })
+}
+
+/// Whether a step may host, and how: `None` for a step the pass made (a
+/// partial or combine kernel), else the blocks it already runs by, if any.
+fn host_state(mark: Mark) -> Option<Option<Blocks>> {
+    match mark {
+        Mark::Open => Some(None),
+        Mark::Host(b) => Some(Some(b)),
+        Mark::Done => None,
+    }
+}
+
+/// Host the column reduction `cols`'s partials in a row kernel among
+/// `steps` (the program's steps before it, `marks` theirs): returns the
+/// kernel combining the partials, to run where the column kernel was.
 pub(crate) fn host_behind(
     program: &mut Program,
     (steps, marks): (&mut [Step], &mut [Mark]),
-    kernel: &Kernel,
+    cols: &Columns,
+    h: &Hostable,
 ) -> Option<Kernel> {
-    let (cols, reads, rows) = plan(program, kernel)?;
     for at in (0..steps.len()).rev() {
-        if let (Step::Kernel(row_kernel), mark) = (&steps[at], marks[at]) {
-            let blocked = match mark {
-                Mark::Host(b) => Some(b),
-                Mark::Open => None,
-                Mark::Done => None,
-            };
-            let open = mark != Mark::Done;
-            if let Some(blocks) = fits(program, row_kernel, blocked, &cols, rows).filter(|_| open) {
-                if same_rows(program, row_kernel, blocked, &cols, &reads) {
-                    let (hosted, parts) = fuse(program, row_kernel, blocked, blocks, &cols)?;
+        let writes_reads = writes(program, &steps[at]).iter().any(|b| h.reads.contains(b));
+        if let (Step::Kernel(row_kernel), Some(blocked)) = (&steps[at], host_state(marks[at])) {
+            // Something in common, or hosting saves no memory traffic.
+            let useful = writes_reads || shares_reads(program, row_kernel, &h.reads);
+            if let Some(blocks) = fits(program, row_kernel, blocked, cols, h.rows).filter(|_| useful) {
+                if same_rows(program, row_kernel, blocked, cols, h) {
+                    let (hosted, parts) = fuse(program, row_kernel, blocked, blocks, cols)?;
                     steps[at] = Step::Kernel(hosted);
                     marks[at] = Mark::Host(blocks);
-                    return Some(cols.combine(program, &kernel.outer, &parts, blocks.blocks));
+                    return Some(cols.combine(program, &parts, blocks.blocks));
                 }
             }
         }
-        if writes(program, &steps[at]).iter().any(|b| reads.contains(b)) {
+        if writes_reads {
             return None;
         }
     }
     None
 }
 
-/// Host `kernel`'s column partials in a row kernel among `steps` (the
-/// program's steps after it) that reads what it reads: the column kernel
-/// moves down to it, so no step before it may write what the column kernel
-/// reads, nor read or write what it writes. Returns where the host is (the
-/// combine runs right after it) and the combining kernel.
+/// Host the column reduction `cols`'s partials in a row kernel among
+/// `steps` (the program's steps after it) that reads what it reads: the
+/// column kernel moves down to it, so no step before it may write what the
+/// column kernel reads, nor read or write what it writes. Returns where the
+/// host is (the combine runs right after it) and the combining kernel.
 pub(crate) fn host_ahead(
     program: &mut Program,
     (steps, marks): (&mut [Step], &mut [Mark]),
-    kernel: &Kernel,
+    cols: &Columns,
+    h: &Hostable,
 ) -> Option<(usize, Kernel)> {
-    let (cols, mut reads, rows) = plan(program, kernel)?;
     // The combine's pointwise stages move too.
-    for stage in &cols.after {
-        reads.extend(loads_of(program, stage));
-    }
-    let outs: HashSet<BufId> = kernel.stages.iter().map(|s| program.storage_of(s.out)).collect();
+    let mut reads = h.reads.clone();
+    reads.extend(cols.after.iter().flat_map(|s| loads_of(program, s)));
+    let outs: HashSet<BufId> = cols.reductions.iter().chain(&cols.after).map(|s| program.storage_of(s.out)).collect();
     for at in 0..steps.len() {
         let written = writes(program, &steps[at]);
         if written.iter().any(|b| reads.contains(b) || outs.contains(b))
@@ -134,20 +148,15 @@ pub(crate) fn host_ahead(
         {
             return None;
         }
-        let (Step::Kernel(row_kernel), mark) = (&steps[at], marks[at]) else { continue };
-        let blocked = match mark {
-            Mark::Host(b) => Some(b),
-            Mark::Open => None,
-            Mark::Done => continue,
-        };
-        let Some(blocks) = fits(program, row_kernel, blocked, &cols, rows) else { continue };
+        let (Step::Kernel(row_kernel), Some(blocked)) = (&steps[at], host_state(marks[at])) else { continue };
+        let Some(blocks) = fits(program, row_kernel, blocked, cols, h.rows) else { continue };
         if !shares_reads(program, row_kernel, &reads) {
             continue;
         }
-        let (hosted, parts) = fuse(program, row_kernel, blocked, blocks, &cols)?;
+        let (hosted, parts) = fuse(program, row_kernel, blocked, blocks, cols)?;
         steps[at] = Step::Kernel(hosted);
         marks[at] = Mark::Host(blocks);
-        return Some((at, cols.combine(program, &kernel.outer, &parts, blocks.blocks)));
+        return Some((at, cols.combine(program, &parts, blocks.blocks)));
     }
     None
 }
@@ -171,16 +180,6 @@ fn step_reads(program: &Program, step: &Step) -> Vec<BufId> {
         Step::Kernel(k) => k.stages.iter().flat_map(|s| loads_of(program, s)).collect(),
         Step::Extern(e) => e.inputs.iter().map(|b| program.storage_of(*b)).collect(),
     }
-}
-
-/// The column reduction's row count.
-fn b_rows(cols: &Columns) -> i64 {
-    cols.sizes.iter().product()
-}
-
-/// The storages the reduction stages load.
-fn reads_of(program: &Program, cols: &Columns) -> HashSet<BufId> {
-    cols.reductions.iter().flat_map(|s| loads_of(program, s)).collect()
 }
 
 /// The storages a step writes.
@@ -289,23 +288,13 @@ fn row_dims(row_kernel: &Kernel, rows: i64) -> Option<usize> {
 /// Whether each load of a buffer the row kernel writes reads, at row `r`,
 /// what the row kernel wrote at row `r`: the same buffer written by one
 /// stage, the same row coefficient, inside what that stage stores per row.
-fn same_rows(
-    program: &Program,
-    row_kernel: &Kernel,
-    blocked: Option<Blocks>,
-    cols: &Columns,
-    reads: &HashSet<BufId>,
-) -> bool {
+fn same_rows(program: &Program, row_kernel: &Kernel, blocked: Option<Blocks>, cols: &Columns, h: &Hostable) -> bool {
     let written: Vec<BufId> = row_kernel.stages.iter().map(|s| program.storage_of(s.out)).collect();
-    if !written.iter().any(|b| reads.contains(b)) && !shares_reads(program, row_kernel, reads) {
-        // Nothing in common: hosting would save no memory traffic.
-        return false;
-    }
     // The row kernel's row dims (blocked: block and row within it).
     let row_dims: Vec<i64> = match blocked {
         Some(b) => vec![b.blocks, b.rows],
         None => {
-            let n = row_dims(row_kernel, b_rows(cols)).unwrap_or(0);
+            let n = row_dims(row_kernel, h.rows).unwrap_or(0);
             row_kernel.outer[..n].iter().filter_map(Expr::as_const).collect()
         }
     };
@@ -342,12 +331,7 @@ fn same_rows(
 /// Whether the row kernel loads some storage in `reads` (the column
 /// reduction reads its inputs too: the rows are in cache once).
 fn shares_reads(program: &Program, row_kernel: &Kernel, reads: &HashSet<BufId>) -> bool {
-    row_kernel.stages.iter().any(|s| {
-        program.scalars.topo(&[s.value]).iter().any(|id| match &program.scalars.get(*id).op {
-            ScalarOp::Load { buf, .. } => reads.contains(&program.storage_of(*buf)),
-            _ => false,
-        })
-    })
+    row_kernel.stages.iter().any(|s| loads_of(program, s).iter().any(|b| reads.contains(b)))
 }
 
 /// Whether `writer` (over row dims `row_dims`, then its own) stores each

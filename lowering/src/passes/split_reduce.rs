@@ -53,26 +53,30 @@ const MIN_BLOCK_ROWS: i64 = 32;
 /// Run the pass over `program` (last: it works on scheduled kernels, and
 /// on constant sizes only; a shape-generic program keeps its kernels).
 pub fn run(program: &mut Program, host: bool) {
-    use super::host_partials::{host_ahead, host_behind, Mark};
+    use super::host_partials::{host_ahead, host_behind, hostable, Mark};
     let mut steps = std::mem::take(&mut program.steps);
     let mut marks = vec![Mark::Open; steps.len()];
     let mut i = 0;
     while i < steps.len() {
-        let kernel = match (&steps[i], marks[i]) {
-            (Step::Kernel(k), Mark::Open) => k.clone(),
-            _ => {
-                i += 1;
-                continue;
-            }
+        let (Step::Kernel(k), Mark::Open) = (&mut steps[i], marks[i]) else {
+            i += 1;
+            continue;
         };
-        if host {
-            if let Some(combine) = host_behind(program, (&mut steps[..i], &mut marks[..i]), &kernel) {
+        // Taken out while the steps around it may change; put back if it stays.
+        let kernel = std::mem::replace(k, Kernel { outer: Vec::new(), stages: Vec::new() });
+        let Some(cols) = columns(program, &kernel) else {
+            steps[i] = Step::Kernel(kernel);
+            i += 1;
+            continue;
+        };
+        if let Some(h) = host.then(|| hostable(program, &cols)).flatten() {
+            if let Some(combine) = host_behind(program, (&mut steps[..i], &mut marks[..i]), &cols, &h) {
                 steps[i] = Step::Kernel(combine);
                 marks[i] = Mark::Done;
                 i += 1;
                 continue;
             }
-            if let Some((at, combine)) = host_ahead(program, (&mut steps[i + 1..], &mut marks[i + 1..]), &kernel) {
+            if let Some((at, combine)) = host_ahead(program, (&mut steps[i + 1..], &mut marks[i + 1..]), &cols, &h) {
                 // The combine runs right after the kernel that now hosts
                 // the partials; the column kernel is gone.
                 steps.insert(i + 2 + at, Step::Kernel(combine));
@@ -82,14 +86,19 @@ pub fn run(program: &mut Program, host: bool) {
                 continue;
             }
         }
-        if let Some((partial, combine)) = split(program, &kernel) {
-            steps[i] = Step::Kernel(partial);
-            steps.insert(i + 1, Step::Kernel(combine));
-            marks[i] = Mark::Done;
-            marks.insert(i + 1, Mark::Done);
-            i += 2;
-        } else {
-            i += 1;
+        match split(program, &cols) {
+            Some((partial, combine)) => {
+                steps[i] = Step::Kernel(partial);
+                steps.insert(i + 1, Step::Kernel(combine));
+                marks[i] = Mark::Done;
+                marks.insert(i + 1, Mark::Done);
+                i += 2;
+            }
+            None => {
+                drop(cols);
+                steps[i] = Step::Kernel(kernel);
+                i += 1;
+            }
         }
     }
     program.steps = steps;
@@ -142,6 +151,8 @@ impl Rows {
 /// A plain column reduction: what both forms of the split (blocks of its
 /// own here, or partials hosted by a row kernel: `host_partials.rs`) need.
 pub(super) struct Columns<'k> {
+    /// The column kernel's outer ranges (the combine's).
+    pub outer: &'k [Expr],
     /// Leading dims of size 1 (a `keepdim` result) before the column dim.
     pub k: usize,
     pub columns: i64,
@@ -177,7 +188,7 @@ pub(super) fn columns<'k>(program: &Program, kernel: &'k Kernel) -> Option<Colum
     {
         return None;
     }
-    Some(Columns { k, columns, sizes, reductions, after })
+    Some(Columns { outer: &kernel.outer, k, columns, sizes, reductions, after })
 }
 
 impl Columns<'_> {
@@ -214,7 +225,7 @@ impl Columns<'_> {
     /// The kernel combining the `[blocks, columns]` partials `parts` (one
     /// per reduction stage, in order) into the original outputs, then the
     /// pointwise stages after them.
-    pub(super) fn combine(&self, program: &mut Program, outer: &[Expr], parts: &[BufId], blocks: i64) -> Kernel {
+    pub(super) fn combine(&self, program: &mut Program, parts: &[BufId], blocks: i64) -> Kernel {
         let k = self.k as u32;
         let mut stages = Vec::new();
         for (stage, &part) in self.reductions.iter().zip(parts) {
@@ -234,14 +245,13 @@ impl Columns<'_> {
             });
         }
         stages.extend(self.after.iter().map(|s| (*s).clone()));
-        Kernel { outer: outer.to_vec(), stages }
+        Kernel { outer: self.outer.to_vec(), stages }
     }
 }
 
 /// `kernel` as a partial kernel and a combining one, if it is a plain
 /// column reduction worth splitting.
-fn split(program: &mut Program, kernel: &Kernel) -> Option<(Kernel, Kernel)> {
-    let cols = columns(program, kernel)?;
+fn split(program: &mut Program, cols: &Columns) -> Option<(Kernel, Kernel)> {
     let split_rows = Rows::choose(cols.sizes.clone())?;
     let b = split_rows.blocks;
     let block_ranges = split_rows.block_ranges();
@@ -259,7 +269,7 @@ fn split(program: &mut Program, kernel: &Kernel) -> Option<(Kernel, Kernel)> {
         parts.push(part);
     }
     let partial = Kernel { outer: vec![Expr::c(b), Expr::c(cols.columns)], stages: partials };
-    let combine = cols.combine(program, &kernel.outer, &parts, b);
+    let combine = cols.combine(program, &parts, b);
     Some((partial, combine))
 }
 
