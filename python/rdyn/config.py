@@ -24,6 +24,11 @@ Environment:
   RDYN_CONV_BACKWARD=auto|aten       CPU gradients of 1x1 and depthwise
                                      convolutions from rdyn's GEMMs and kernels
                                      (auto), or ATen's `convolution_backward`
+  RDYN_SPLIT_REDUCE=0                CPU column reductions stay whole (not split
+                                     into row blocks and a combine)
+  RDYN_HOST_PARTIALS=0               their block partials stay out of the row
+                                     kernels (both read at each compile by
+                                     `runtime/src/device.rs`)
 """
 
 from __future__ import annotations
