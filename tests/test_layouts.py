@@ -253,6 +253,38 @@ def test_small_weight_convolutions_run_channels_last(train) -> None:
         assert_same(p.grad, p64.grad.float(), p64.grad, what=name)
 
 
+@pytest.mark.parametrize("on", [True, False], ids=["chosen", "eager_layout"])
+def test_saved_activations_keep_the_convolution_layout(on, monkeypatch) -> None:
+    """In training, the activations the forward saves for the backward are
+    laid out as rdyn computes them (a channels-last convolution's result
+    and input stay channels-last; the strides are reported to
+    AOTAutograd), and the backward's convolutions run channels-last on
+    them; `RDYN_CONV_LAYOUT=0` keeps eager's layouts. Gradients match
+    float64 eager's either way."""
+    if not on:
+        monkeypatch.setenv("RDYN_CONV_LAYOUT", "0")
+    reported = []
+    report_strides = rdyn.backend._report_strides
+    monkeypatch.setattr(rdyn.backend, "_report_strides", lambda s: reported.extend(s) or report_strides(s))
+    torch.manual_seed(4)
+    block64 = _conv_bn_block(16).double()
+    block32 = _conv_bn_block(16)
+    block32.load_state_dict({k: v.float() if v.is_floating_point() else v for k, v in block64.state_dict().items()})
+    x64 = torch.randn(2, 16, 24, 24, dtype=torch.float64)
+    torch._dynamo.reset()
+    loss = torch.compile(lambda t: block32(t).square().mean(), backend="rdyn")(x64.float())
+    loss.backward()
+    block64(x64).square().mean().backward()
+    for (name, p), p64 in zip(block32.named_parameters(), block64.parameters()):
+        assert_same(p.grad, p64.grad.float(), p64.grad, what=name)
+    channels_last = [s for s in reported if s is not None and len(s) == 4 and s[1] == 1 and s[3] != 1]
+    assert bool(channels_last) == on, reported
+    report = rdyn.explain(block32, x64.float())
+    calls = [k for k in report.kernels if k.name.endswith("library")]
+    backward = [lay for k, lay in zip(calls, _library_layouts(report)) if "convolution_backward" in k.source]
+    assert backward and all((strides[1] == 1) == on for sizes, strides in backward if len(sizes) == 4), backward
+
+
 @pytest.mark.parametrize(
     "src,dst", [(torch.float32, torch.int32), (torch.int32, torch.float32), (torch.float16, torch.int16)]
 )

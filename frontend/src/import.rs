@@ -156,5 +156,8 @@ pub fn graph(data: &Bound<'_, PyAny>) -> PyResult<Graph> {
     let outputs = data.get_item("outputs")?;
     let outputs = outputs.cast::<PyList>()?;
     graph.outputs = outputs.iter().map(|a| arg(&a)).collect::<PyResult<_>>()?;
+    if let Ok(free) = data.get_item("free_layout") {
+        graph.free_layout = free.extract()?;
+    }
     Ok(graph)
 }

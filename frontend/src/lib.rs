@@ -35,7 +35,7 @@ use std::sync::OnceLock;
 
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyList};
+use pyo3::types::{PyDict, PyList, PyTuple};
 
 use rdyn_memplan::{MemPlan, OutputPlan, Storage};
 use rdyn_runtime::compiled::{execute, CompiledGraph as RtGraph, Selected};
@@ -242,6 +242,31 @@ impl CompiledGraph {
                 out.set_item("fallback_reasons", spec.counts.fallback_reasons.clone())?;
             }
             Ok(out)
+        })
+    }
+
+    /// Per output, the strides a call with inputs of this metadata (real
+    /// or fake tensors) returns it with: a tuple of ints, or None for an
+    /// output that is no tensor or of a shape-generic program. Builds the
+    /// specialization, as `describe` does; `backend.py` reports these to
+    /// AOTAutograd for the outputs whose layout rdyn chose.
+    fn output_strides<'py>(&self, py: Python<'py>, args: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyList>> {
+        guarded(|| {
+            let torch = torch(py)?;
+            let (call, _) = call_args(torch, args, false, false)?;
+            let mut key = Vec::new();
+            let selected = self.inner.select_for(&call, &mut key, true).map_err(to_py)?;
+            let plan = selected.mem();
+            let list = PyList::empty(py);
+            for out in &plan.outputs {
+                match (out, &selected) {
+                    (OutputPlan::Buffer(b), Selected::Spec(_)) => {
+                        list.append(PyTuple::new(py, &plan.buffers[b.0 as usize].strides)?)?
+                    }
+                    _ => list.append(py.None())?,
+                }
+            }
+            Ok(list)
         })
     }
 

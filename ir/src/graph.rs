@@ -203,6 +203,11 @@ pub struct Graph {
     pub inputs: Vec<Input>,
     pub nodes: Vec<Node>,
     pub outputs: Vec<Arg>,
+    /// Positions in `outputs` whose layout rdyn may choose: activations a
+    /// training forward saves for its backward, which AOTAutograd hands the
+    /// backward as they are once told their strides (`backend.py`). Every
+    /// other output has its metadata's strides.
+    pub free_layout: Vec<usize>,
     /// Names of size symbols as PyTorch printed them (`s0`, `s77`).
     pub sym_names: Vec<String>,
     /// Symbols defined from others, each after the symbols it reads.
@@ -259,6 +264,11 @@ impl fmt::Display for Graph {
             writeln!(f, "{} = {}({})", outs.join(", "), node.target, args.join(", "))?;
         }
         let outs: Vec<String> = self.outputs.iter().map(|a| a.to_string()).collect();
-        writeln!(f, "return ({})", outs.join(", "))
+        writeln!(f, "return ({})", outs.join(", "))?;
+        if !self.free_layout.is_empty() {
+            let free: Vec<String> = self.free_layout.iter().map(|k| k.to_string()).collect();
+            writeln!(f, "any layout: outputs {}", free.join(", "))?;
+        }
+        Ok(())
     }
 }

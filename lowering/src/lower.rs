@@ -52,7 +52,10 @@ pub fn lower_with(
         uses: graph.use_counts(),
         counts: NodeCounts::default(),
         reductions: Default::default(),
+        laid_out: Default::default(),
+        channels_last: Default::default(),
     };
+    lw.channels_last = lw.channels_last_operands();
     for (k, input) in graph.inputs.iter().enumerate() {
         let Input::Tensor(v) = input else { continue };
         let layout = inputs
@@ -190,7 +193,7 @@ fn lower_one(lw: &mut Lowerer<'_>, node: &Node) -> Result<(), LowerError> {
     }
     for (v, lazy) in node.outputs.iter().zip(outs) {
         let lazy = if lw.uses[v.0 as usize] > 1 && lw.body_size(&lazy) > RECOMPUTE_LIMIT {
-            let strides = lw.meta_strides(*v);
+            let strides = lw.stored_strides(*v);
             let buf = lw.realize(&lazy, Some(strides));
             lw.load_buffer(buf)
         } else {

@@ -6,7 +6,7 @@
 //! is stored once (`body_size`, from the costs in `rdyn_ir::ops`); a `cat`
 //! piece past `CAT_PIECE_LIMIT` is stored too (`rules/data.rs`).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use rdyn_ir::graph::{Arg, Graph, Node, SymFloat, ValueId};
 use rdyn_ir::loops::{contiguous_strides, BinaryOp, BufId, BufRole, Buffer, Program, ReduceOp, ScalarId, ScalarOp};
@@ -41,6 +41,10 @@ pub struct LowerOptions {
     /// kernel before it when one covers the same rows
     /// (`passes/host_partials.rs`).
     pub host_partials: bool,
+    /// With `cpu_kernels`: library convolution backwards run channels-last
+    /// where the forward's rule says so (`rules/conv.rs`
+    /// `channels_last_backward_wins`).
+    pub conv_backward_channels_last: bool,
     /// Binary ops read a Python float operand of a float16/bfloat16 tensor
     /// in float32, as ATen's CUDA kernels do. Otherwise (the CPU's
     /// convention, which wgpu's CPU tensors follow) the float is first
@@ -91,6 +95,13 @@ pub(crate) struct Lowerer<'g> {
     /// Reductions already emitted, by what they compute: identical ones
     /// (e.g. `sum` and the sum inside `mean`) share one buffer.
     pub reductions: HashMap<ReductionKey, BufId>,
+    /// Per value, the buffer a library call's input copy stored it in, laid
+    /// out for that call (a convolution's channels-last input): a graph
+    /// output whose layout rdyn chooses is that buffer (`outputs.rs`).
+    pub laid_out: BTreeMap<ValueId, BufId>,
+    /// NCHW values that library convolutions read channels-last: stored so
+    /// when stored once (`rules/conv.rs` `stored_strides`).
+    pub channels_last: BTreeSet<ValueId>,
 }
 
 /// Bodies larger than this are stored once rather than recomputed in every

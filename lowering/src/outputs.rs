@@ -11,7 +11,7 @@
 //! `Unsupported` (AOTAutograd rebuilds an aliasing output from the input, so it
 //! must not become a copy).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use rdyn_ir::graph::{Arg, Input, ValueId};
 use rdyn_ir::loops::{BufId, BufRole, ProgramOutput};
@@ -29,7 +29,7 @@ impl Lowerer<'_> {
         for (k, node) in self.graph.nodes.iter().enumerate() {
             node.outputs.iter().for_each(|v| producer[v.0 as usize] = Some(k));
         }
-        let mut state = Outputs::default();
+        let mut state = Outputs { free: self.free_values(), ..Outputs::default() };
         for arg in &self.graph.outputs {
             let Arg::Tensor(v) = arg else { continue };
             let (base, chain) = self.view_chain(*v, &producer);
@@ -49,6 +49,42 @@ impl Lowerer<'_> {
             self.prog.outputs.push(out);
         }
         Ok(())
+    }
+
+    /// The outputs whose layout rdyn chooses (`Graph::free_layout`): values
+    /// every position of which is free, in a graph without size symbols
+    /// (the strides reported to AOTAutograd are numbers).
+    pub(crate) fn free_values(&self) -> BTreeSet<ValueId> {
+        let free: BTreeSet<usize> = self.graph.free_layout.iter().copied().collect();
+        if free.is_empty() || !self.graph.sym_names.is_empty() {
+            return BTreeSet::new();
+        }
+        let mut values = BTreeSet::new();
+        let mut pinned = BTreeSet::new();
+        for (k, arg) in self.graph.outputs.iter().enumerate() {
+            if let Arg::Tensor(v) = arg {
+                if free.contains(&k) {
+                    values.insert(*v)
+                } else {
+                    pinned.insert(*v)
+                };
+            }
+        }
+        values.retain(|v| !pinned.contains(v) && !self.graph.inputs.contains(&Input::Tensor(*v)));
+        values
+    }
+
+    /// The lazy and strides of free output `v`: the buffer it already is
+    /// (an extern call's result, or a dense buffer the program writes), or
+    /// the copy a library call's input made of it; None keeps its metadata's.
+    fn free_layout(&mut self, v: ValueId, lazy: &Lazy) -> Option<(Lazy, Vec<Expr>)> {
+        if let Some((buf, strides, offset)) = self.strided_source(lazy) {
+            let own = !matches!(self.prog.buffer(self.prog.storage_of(buf)).role, BufRole::Input(_));
+            return (own && offset.is_const(0) && dense(&lazy.sizes, &strides)).then(|| (lazy.clone(), strides));
+        }
+        let buf = *self.laid_out.get(&v)?;
+        let strides = self.prog.buffer(buf).strides.clone();
+        Some((self.load_buffer(buf), strides))
     }
 
     /// The value `v` views through view ops only (itself if its producer is
@@ -131,7 +167,7 @@ impl Lowerer<'_> {
                 false => self.base_buffer(base, outs)?,
             };
             self.env[base.0 as usize] = Some(self.load_buffer(base_buf));
-            for k in chain {
+            for &k in &chain {
                 let node = &self.graph.nodes[k];
                 if let Ok(Handled::Native(lazies) | Handled::Extern(lazies)) = rules::lower_node(self, node) {
                     for (out, lazy) in node.outputs.iter().zip(lazies) {
@@ -140,8 +176,13 @@ impl Lowerer<'_> {
                 }
             }
         }
-        let lazy = self.value(v, "output")?;
-        let strides = self.meta_strides(v);
+        let mut lazy = self.value(v, "output")?;
+        let mut strides = self.meta_strides(v);
+        if chain.is_empty() && outs.free.contains(&v) {
+            if let Some((free, layout)) = self.free_layout(v, &lazy) {
+                (lazy, strides) = (free, layout);
+            }
+        }
         // Only a view in the ATen graph may come back as an alias of an
         // input; a clone of one must be a copy. AOTAutograd rebuilds an
         // aliasing output from the input and the output's own offset and
@@ -172,4 +213,30 @@ struct Outputs {
     /// Per viewed value, the outputs viewing it (one that is itself an
     /// output counts twice: its views share its storage).
     viewers: BTreeMap<ValueId, usize>,
+    /// The outputs whose layout rdyn chooses.
+    free: BTreeSet<ValueId>,
+}
+
+/// Whether `strides` lay out `sizes` densely: each element once, no gaps
+/// (a permutation of a contiguous layout).
+fn dense(sizes: &[Expr], strides: &[Expr]) -> bool {
+    let mut dims = Vec::with_capacity(sizes.len());
+    for (size, stride) in sizes.iter().zip(strides) {
+        let (Some(n), Some(s)) = (size.as_const(), stride.as_const()) else { return false };
+        if n == 0 {
+            return false;
+        }
+        if n != 1 {
+            dims.push((s, n));
+        }
+    }
+    dims.sort_unstable();
+    let mut next = 1;
+    for (s, n) in dims {
+        if s != next {
+            return false;
+        }
+        next = s * n;
+    }
+    true
 }

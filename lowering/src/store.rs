@@ -130,15 +130,6 @@ impl Lowerer<'_> {
         self.view_buffer(lazy, Some(strides))
     }
 
-    /// A buffer holding `lazy` laid out by `strides`: the source itself when
-    /// it is a view with them, else a copy.
-    pub(crate) fn buffer_with_strides(&mut self, lazy: &Lazy, strides: Vec<Expr>) -> BufId {
-        match self.as_view_with_strides(lazy, &strides) {
-            Some(view) => view,
-            None => self.realize(lazy, Some(strides)),
-        }
-    }
-
     /// A buffer holding `lazy` for a library or eager call: the source itself
     /// when it is a strided view, else a new contiguous buffer.
     pub(crate) fn buffer_for_extern(&mut self, lazy: &Lazy) -> BufId {
@@ -171,7 +162,15 @@ impl Lowerer<'_> {
         for v in node.tensor_inputs() {
             let lazy = self.value(v, &node.target)?;
             let strides = strides_of(self, v);
-            inputs.push(self.buffer_with_strides(&lazy, strides));
+            let buf = match self.as_view_with_strides(&lazy, &strides) {
+                Some(view) => view,
+                None => {
+                    let copy = self.realize(&lazy, Some(strides));
+                    self.laid_out.entry(v).or_insert(copy);
+                    copy
+                }
+            };
+            inputs.push(buf);
         }
         let mut outputs = Vec::new();
         let mut lazies = Vec::new();

@@ -304,3 +304,49 @@ fn outputs_share_storage_only_through_views() {
     assert_eq!(text.matches(" = stage").count(), 2, "{text}");
     check(&text, &["buf3: float32[6, 4] strides [1, 6] offset 0 (view of buf1)", "return (buf1, buf2, buf3)"]);
 }
+
+/// A 3x3 convolution over `[2, 32, 56, 56]` (channels-last wins: the weight
+/// is under an eighth of the input), its ReLU read by a second one.
+fn conv_relu_conv(b: &mut Builder) -> (ValueId, ValueId) {
+    let ints = |v: &[i64]| Arg::List(v.iter().map(|n| Arg::Int(Expr::c(*n))).collect());
+    let conv = |b: &mut Builder, x: ValueId, w: ValueId| {
+        let args = vec![
+            t(x),
+            t(w),
+            Arg::None,
+            ints(&[1, 1]),
+            ints(&[1, 1]),
+            ints(&[1, 1]),
+            Arg::Bool(false),
+            ints(&[0, 0]),
+            Arg::Int(Expr::c(1)),
+        ];
+        b.node("aten.convolution.default", args, &[2, 32, 56, 56])
+    };
+    let x = b.input(&[2, 32, 56, 56]);
+    let (w1, w2) = (b.input(&[32, 32, 3, 3]), b.input(&[32, 32, 3, 3]));
+    let c1 = conv(b, x, w1);
+    let r = b.node("aten.relu.default", vec![t(c1)], &[2, 32, 56, 56]);
+    (r, conv(b, r, w2))
+}
+
+#[test]
+fn an_output_of_free_layout_is_what_the_convolution_reads() {
+    let options = LowerOptions { cpu_kernels: true, ..LowerOptions::default() };
+    // Pinned (eager's NCHW): the ReLU is stored NCHW and copied channels-last.
+    let mut b = Builder::new();
+    let (r, y) = conv_relu_conv(&mut b);
+    let (text, _) = b.lower_for(&[r, y], options);
+    assert_eq!(text.matches("max").count(), 2, "{text}");
+    check(&text, &["buf9: float32[2, 32, 56, 56] strides [100352, 3136, 56, 1]", "return (buf9, buf10)"]);
+    // Free (a training forward's saved activations): the ReLU is computed
+    // once, channels-last, and both outputs are the buffers the
+    // convolutions read and wrote.
+    let mut b = Builder::new();
+    let (r, y) = conv_relu_conv(&mut b);
+    b.graph.free_layout = vec![0, 1];
+    let (text, _) = b.lower_for(&[r, y], options);
+    assert_eq!(text.matches("max").count(), 1, "{text}");
+    check(&text, &["extern library aten.convolution.default (buf6, buf7) -> (buf8)", "return (buf6, buf8)"]);
+    check(&text, &["buf6: float32[2, 32, 56, 56] strides [100352, 1, 1792, 32]"]);
+}

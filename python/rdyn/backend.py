@@ -261,9 +261,13 @@ def _devices(gm: torch.fx.GraphModule, example_inputs) -> set[torch.device]:
     return devices
 
 
-def compile_aten_graph(gm: torch.fx.GraphModule, example_inputs, options: Options | None = None):
+def compile_aten_graph(
+    gm: torch.fx.GraphModule, example_inputs, options: Options | None = None, free_layout: tuple[int, ...] = ()
+):
     """Compile an ATen-level FX graph; returns a boxed callable (one list
-    argument -> list of outputs)."""
+    argument -> list of outputs). `free_layout`: positions of outputs whose
+    strides rdyn may choose (a training forward's saved activations); the
+    strides chosen are reported to AOTAutograd (`_report_strides`)."""
     options = options or Options()
     start = time.perf_counter()
     tensor_devices = _devices(gm, example_inputs)
@@ -281,6 +285,7 @@ def compile_aten_graph(gm: torch.fx.GraphModule, example_inputs, options: Option
     wall = _wall_enter(start)
     try:
         data, info = import_graph(gm)
+        data["free_layout"] = list(free_layout) if device == "cpu" else []
         runner = GraphRunner(info)
         if device == "cuda" and any(
             isinstance(c, torch.Tensor) and c.device.type != "cuda" for c in info["constants"]
@@ -294,6 +299,8 @@ def compile_aten_graph(gm: torch.fx.GraphModule, example_inputs, options: Option
             # Generate the kernels now: a graph the CUDA code generator
             # cannot express yet runs eagerly (counted), not as an error.
             compiled.describe(list(example_inputs) + info["constants"])
+        if data["free_layout"]:
+            _report_strides(compiled.output_strides(list(example_inputs) + info["constants"]))
     except (Unsupported, NotImplementedError) as e:
         # NotImplementedError: a kernel the device's code generator cannot
         # express yet (raised by the CUDA plan above).
@@ -366,7 +373,11 @@ def _compile_captured(gm: torch.fx.GraphModule, example_inputs, opts: Options):
             return compiled
         _py_stats["cache_misses"] += 1
 
-    def fw(graph, inputs):
+    def forward(graph, inputs):
+        return compile_aten_graph(graph, inputs, opts, _saved_activations(graph))
+
+    def backward(graph, inputs):
+        _restride_placeholders(graph, inputs)
         return compile_aten_graph(graph, inputs, opts)
 
     def inference(graph, inputs):
@@ -374,15 +385,74 @@ def _compile_captured(gm: torch.fx.GraphModule, example_inputs, opts: Options):
             context = torch._guards.TracingContext.try_get()
             if _cache.plain_inference(getattr(context, "fw_metadata", None), graph, len(example_inputs)):
                 _cache.store(cache_key, graph)
-        return fw(graph, inputs)
+        return compile_aten_graph(graph, inputs, opts)
 
     return aot_autograd(
-        fw_compiler=fw,
-        bw_compiler=fw,
+        fw_compiler=forward,
+        bw_compiler=backward,
         inference_compiler=inference,
         decompositions=decompositions(opts.device),
         partition_fn=min_cut_rematerialization_partition,
     )(gm, example_inputs)
+
+
+def _saved_activations(graph: torch.fx.GraphModule) -> tuple[int, ...]:
+    """The positions of a training forward's outputs that its backward
+    reads (AOTAutograd's saved tensors), when AOTAutograd will ask for
+    their strides (it then compiles the backward for those strides and
+    hands it the tensors as they are): rdyn may lay them out as the kernels
+    that compute them find cheapest (a convolution's channels-last result,
+    kept so for the backward's convolutions). Otherwise none."""
+    context = torch._guards.TracingContext.try_get()
+    meta = getattr(context, "fw_metadata", None)
+    if os.environ.get("RDYN_CONV_LAYOUT") == "0":
+        return ()
+    if context is None or getattr(context, "output_strides", None) is None or meta is None:
+        return ()
+    # Outputs of tensor subclasses are unwrapped into several graph outputs.
+    plain = all(type(m).__name__ == "PlainTensorMeta" for m in getattr(meta, "subclass_fw_graph_out_meta", None) or ())
+    if not plain or getattr(meta, "num_symints_saved_for_bw", None) is None:
+        return ()
+    # Strides are reported as numbers: a graph of symbolic sizes keeps
+    # eager's layouts (reading them as numbers would specialize them).
+    for node in graph.graph.nodes:
+        val = node.meta.get("val")
+        if node.op == "placeholder" and isinstance(val, torch.SymInt):
+            return ()
+        if node.op == "placeholder" and isinstance(val, torch.Tensor):
+            if not all(type(n) is int for n in (*val.shape, *val.stride(), val.storage_offset())):
+                return ()
+    outputs = torch.utils._pytree.arg_tree_leaves(*next(n for n in graph.graph.nodes if n.op == "output").args)
+    try:
+        saved = range(len(outputs))[meta.tensors_saved_for_backwards_slice]
+    except (AssertionError, AttributeError, TypeError):
+        return ()
+    return tuple(k for k in saved if isinstance(outputs[k], torch.fx.Node))
+
+
+def _report_strides(strides) -> None:
+    """Tell AOTAutograd each forward output's strides (None: the
+    metadata's), as Inductor does, so that its backward is traced for the
+    layout the saved activations come in."""
+    context = torch._guards.TracingContext.try_get()
+    if context is not None and getattr(context, "output_strides", None) is not None:
+        context.output_strides.extend(None if s is None else tuple(s) for s in strides)
+
+
+def _restride_placeholders(graph: torch.fx.GraphModule, inputs) -> None:
+    """Give the backward's placeholders the strides of its example inputs:
+    AOTAutograd restrides the saved activations' fake tensors to what the
+    forward reported, but not the graph's metadata, which rdyn reads."""
+    placeholders = [n for n in graph.graph.nodes if n.op == "placeholder"]
+    for node, example in zip(placeholders, inputs):
+        val = node.meta.get("val")
+        if (
+            isinstance(val, torch.Tensor)
+            and isinstance(example, torch.Tensor)
+            and val.shape == example.shape
+            and val.stride() != example.stride()
+        ):
+            node.meta["val"] = example
 
 
 def decompositions(device: str) -> dict:

@@ -27,8 +27,12 @@ Environment:
   RDYN_SPLIT_REDUCE=0                CPU column reductions stay whole (not split
                                      into row blocks and a combine)
   RDYN_HOST_PARTIALS=0               their block partials stay out of the row
-                                     kernels (both read at each compile by
-                                     `runtime/src/device.rs`)
+                                     kernels
+  RDYN_CONV_LAYOUT=0                 a training forward's saved activations
+                                     keep eager's layout, and CPU convolution
+                                     backwards run in it (all three read at
+                                     each compile, by `runtime/src/device.rs`
+                                     and `backend.py`)
 """
 
 from __future__ import annotations

@@ -58,6 +58,7 @@ impl Caps {
             piecewise_min,
             split_reduce: self.cpu_kernels && env_on("RDYN_SPLIT_REDUCE"),
             host_partials: self.cpu_kernels && env_on("RDYN_HOST_PARTIALS"),
+            conv_backward_channels_last: self.cpu_kernels && env_on("RDYN_CONV_LAYOUT"),
             opmath_scalars: self.opmath_scalars,
         }
     }
@@ -67,7 +68,10 @@ impl Caps {
 /// compile, so a benchmark can compare both in one process:
 /// `RDYN_SPLIT_REDUCE=0` keeps narrow column reductions whole on the CPU,
 /// `RDYN_HOST_PARTIALS=0` keeps their partials out of the row kernels
-/// (`lowering`'s `split_reduce` and `host_partials`).
+/// (`lowering`'s `split_reduce` and `host_partials`), `RDYN_CONV_LAYOUT=0`
+/// runs convolution backwards as eager lays them out
+/// (`conv_backward_channels_last`; `backend.py` then keeps saved
+/// activations in eager's layout too).
 fn env_on(name: &str) -> bool {
     std::env::var(name).map_or(true, |v| v != "0")
 }

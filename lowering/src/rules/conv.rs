@@ -45,13 +45,25 @@
 //! `lower_kernel.rs`). Where the weight is larger (ResNet-18's `[64, 64, 3, 3]`
 //! over `[1, 64, 28, 28]`) the copies and transposes cost more than oneDNN saves,
 //! so those stay NCHW.
+//!
+//! In training the same rule runs the backward channels-last
+//! (`channels_last_backward_wins`), and the forward's saved activations stay
+//! as it computed them: a training forward's saved outputs are of free layout
+//! (`Graph::free_layout`, `outputs.rs`), so the convolution's channels-last
+//! result is saved as it is, and a value a convolution reads channels-last is
+//! stored once channels-last (`channels_last_operands`) rather than NCHW and
+//! again transposed. `python/rdyn/backend.py` reports the strides to
+//! AOTAutograd, which traces the backward for them.
 
 use super::common::{acc_dtype, int_list, library};
 use crate::error::{agree, invalid, shape, unsupported, LowerError};
 use crate::lazy::Lazy;
 use crate::lowerer::{Handled, Lowerer, Res};
+use std::collections::BTreeSet;
+
 use rdyn_ir::graph::{Arg, Node, ValueId};
 use rdyn_ir::loops::{BinaryOp, BufId, Extern, ExternKind, Step};
+use rdyn_ir::op::Op;
 use rdyn_ir::{DType, Device, Expr};
 
 /// A 2-D convolution's operands and geometry (see [`Lowerer::conv2d`]).
@@ -64,6 +76,35 @@ struct Conv2d {
     stride: [i64; 2],
     padding: [i64; 2],
     dilation: [i64; 2],
+}
+
+/// Where a convolution node's arguments are: `input` (the weight follows
+/// it), then `stride` (padding, dilation, transposed, output padding and
+/// groups follow it in that order).
+struct ConvArgs {
+    input: usize,
+    stride: usize,
+}
+
+/// `convolution(input, weight, bias, stride, ...)`.
+const FORWARD: ConvArgs = ConvArgs { input: 0, stride: 3 };
+
+/// `convolution_backward(grad_output, input, weight, bias_sizes, stride, ...)`.
+const BACKWARD: ConvArgs = ConvArgs { input: 1, stride: 4 };
+
+/// Whether a convolution's library call on the CPU runs faster on
+/// channels-last copies of NCHW operands (see
+/// [`Lowerer::channels_last_wins`]): float32, one group, a weight at most an
+/// eighth of the input, 16 input channels or more.
+fn channels_last_pays(conv: &Conv2d) -> bool {
+    // No overflow: `lower.rs` refuses metadata of 2^63 elements or more.
+    let numel = |sizes: &[Expr]| sizes.iter().try_fold(1i64, |n, s| Some(n * s.as_const()?));
+    let (Some(x), Some(w)) = (numel(&conv.x_sizes), numel(&conv.w_sizes)) else { return false };
+    conv.device == Device::Cpu
+        && conv.dtype == DType::F32
+        && conv.groups == 1
+        && w.saturating_mul(8) <= x
+        && conv.x_sizes[1].as_const().is_some_and(|c| c >= 16)
 }
 
 /// A pair from a convolution's int-list argument (one value means both).
@@ -91,6 +132,7 @@ pub(super) fn convolution(lw: &mut Lowerer<'_>, node: &Node) -> Res {
 pub(super) fn convolution_backward(lw: &mut Lowerer<'_>, node: &Node) -> Res {
     match lw.depthwise_weight_grad_geometry(node) {
         Some(kind) => lw.depthwise_weight_grad(node, kind),
+        None if lw.channels_last_backward_wins(node) => lw.channels_last_library(node),
         None => library(lw, node),
     }
 }
@@ -162,23 +204,86 @@ impl Lowerer<'_> {
     /// batch 1 (`[64, 64, 3, 3]` over `[1, 64, 28, 28]`) lost 0.6 ms over
     /// the model.
     fn channels_last_wins(&self, node: &Node) -> bool {
-        let Some(conv) = self.conv2d(node) else { return false };
-        // No overflow: `lower.rs` refuses metadata of 2^63 elements or more.
-        let numel = |sizes: &[Expr]| sizes.iter().try_fold(1i64, |n, s| Some(n * s.as_const()?));
-        let (Some(x), Some(w)) = (numel(&conv.x_sizes), numel(&conv.w_sizes)) else { return false };
+        let Some(conv) = self.conv2d(node, &FORWARD) else { return false };
         let Some(out) = node.outputs.first() else { return false };
-        let nchw = |v: ValueId| {
-            let meta = self.graph.meta(v);
-            self.meta_strides(v) == rdyn_ir::loops::contiguous_strides(&meta.sizes)
-        };
-        let input_nchw = matches!(node.arg(0, "input"), Arg::Tensor(v) if nchw(*v));
-        conv.device == Device::Cpu
-            && conv.dtype == DType::F32
-            && conv.groups == 1
-            && input_nchw
-            && nchw(*out)
-            && w.saturating_mul(8) <= x
-            && conv.x_sizes[1].as_const().is_some_and(|c| c >= 16)
+        let input_nchw = matches!(node.arg(0, "input"), Arg::Tensor(v) if self.is_nchw(*v));
+        input_nchw && self.is_nchw(*out) && channels_last_pays(&conv)
+    }
+
+    /// Whether a library `convolution_backward` on the CPU runs faster
+    /// channels-last: by the forward's rule (`channels_last_wins`), on the
+    /// forward's input and weight, when the input is NCHW or already
+    /// channels-last (a saved activation the forward kept so). oneDNN's
+    /// backward reorders NCHW operands as its forward does: the gradients of
+    /// a 3x3 convolution over `[2, 32, 56, 56]` take 915 µs from NCHW
+    /// tensors, 526 µs from channels-last ones. The output gradient is copied
+    /// channels-last (fused into the kernel that computes it, a batch norm's
+    /// or ReLU's backward), and the gradients come back channels-last: the
+    /// input's is read so by what follows, the weight's copied to its layout
+    /// if it is a graph output (a tenth of the input's size or less).
+    fn channels_last_backward_wins(&self, node: &Node) -> bool {
+        if !(self.options.cpu_kernels && self.options.conv_backward_channels_last) {
+            return false;
+        }
+        let Some(conv) = self.conv2d(node, &BACKWARD) else { return false };
+        let input_ok = matches!(node.arg(1, "input"), Arg::Tensor(v)
+            if self.is_nchw(*v) || self.meta_strides(*v) == channels_last_strides(&self.meta_sizes(*v)));
+        input_ok && channels_last_pays(&conv)
+    }
+
+    /// The NCHW values library convolutions read channels-last (the input
+    /// of one `channels_last_wins` picks, the output gradient and input of a
+    /// backward `channels_last_backward_wins` picks) that no graph output
+    /// pins to its metadata's layout: a value stored once is stored
+    /// channels-last (`stored_strides`), so that the convolution reads it as
+    /// it is rather than through a second, transposed copy.
+    pub(crate) fn channels_last_operands(&self) -> BTreeSet<ValueId> {
+        let free = self.free_values();
+        let mut pinned = Vec::new();
+        self.graph.outputs.iter().for_each(|a| a.tensors(&mut pinned));
+        pinned.retain(|v| !free.contains(v));
+        let mut operands = BTreeSet::new();
+        for node in &self.graph.nodes {
+            let positions: &[usize] = match node.op {
+                Op::Convolution
+                    if self.depthwise_geometry(node).is_none()
+                        && self.patch_kernel(node).is_none()
+                        && self.channels_last_wins(node) =>
+                {
+                    &[0]
+                }
+                Op::ConvolutionBackward
+                    if self.depthwise_weight_grad_geometry(node).is_none()
+                        && self.channels_last_backward_wins(node) =>
+                {
+                    &[0, 1]
+                }
+                _ => continue,
+            };
+            for &pos in positions {
+                if let Some(Arg::Tensor(v)) = node.args.get(pos) {
+                    if self.is_nchw(*v) && !pinned.contains(v) {
+                        operands.insert(*v);
+                    }
+                }
+            }
+        }
+        operands
+    }
+
+    /// The strides a value stored once is stored with: channels-last for
+    /// what library convolutions read so (`channels_last_operands`), else
+    /// its metadata's.
+    pub(crate) fn stored_strides(&self, v: ValueId) -> Vec<Expr> {
+        match self.channels_last.contains(&v) {
+            true => channels_last_strides(&self.meta_sizes(v)),
+            false => self.meta_strides(v),
+        }
+    }
+
+    /// Whether `v`'s metadata lays it out contiguously.
+    fn is_nchw(&self, v: ValueId) -> bool {
+        self.meta_strides(v) == rdyn_ir::loops::contiguous_strides(&self.meta_sizes(v))
     }
 
     /// The library convolution on channels-last copies of its input and
@@ -199,7 +304,7 @@ impl Lowerer<'_> {
     /// transposed, `groups` equal to the input's channels, one filter per
     /// channel, constant channel and kernel sizes.
     fn depthwise_geometry(&self, node: &Node) -> Option<ExternKind> {
-        let conv = self.conv2d(node)?;
+        let conv = self.conv2d(node, &FORWARD)?;
         if conv.device != Device::Cpu || !matches!(conv.dtype, DType::F32 | DType::F64) {
             return None;
         }
@@ -213,16 +318,19 @@ impl Lowerer<'_> {
         positive.then_some(ExternKind::DepthwiseConv2d { stride, padding, dilation })
     }
 
-    /// What the convolution kinds here test of a node: a 2-D, not
-    /// transposed convolution whose input, weight and output share a dtype,
-    /// with int stride, padding, dilation and groups.
-    fn conv2d(&self, node: &Node) -> Option<Conv2d> {
+    /// What the convolution kinds here test of a node (a convolution, or
+    /// its backward, by `at`): a 2-D, not transposed convolution whose
+    /// input, weight and first output share a dtype, with int stride,
+    /// padding, dilation and groups.
+    fn conv2d(&self, node: &Node, at: &ConvArgs) -> Option<Conv2d> {
         let op = node.target.as_str();
         let meta = self.graph.meta(*node.outputs.first()?);
-        let (Arg::Tensor(x), Arg::Tensor(w)) = (node.arg(0, "input"), node.arg(1, "weight")) else { return None };
+        let (Arg::Tensor(x), Arg::Tensor(w)) = (node.arg(at.input, "input"), node.arg(at.input + 1, "weight")) else {
+            return None;
+        };
         let (x, w) = (self.graph.meta(*x), self.graph.meta(*w));
         let same_dtype = x.dtype == meta.dtype && w.dtype == meta.dtype;
-        let transposed = matches!(node.arg(6, "transposed"), Arg::Bool(true));
+        let transposed = matches!(node.arg(at.stride + 3, "transposed"), Arg::Bool(true));
         if !same_dtype || transposed || x.sizes.len() != 4 || w.sizes.len() != 4 {
             return None;
         }
@@ -231,10 +339,10 @@ impl Lowerer<'_> {
             dtype: meta.dtype,
             x_sizes: x.sizes.clone(),
             w_sizes: w.sizes.clone(),
-            groups: node.arg(8, "groups").as_int()?,
-            stride: pair(node.arg(3, "stride"), op)?,
-            padding: pair(node.arg(4, "padding"), op)?,
-            dilation: pair(node.arg(5, "dilation"), op)?,
+            groups: node.arg(at.stride + 5, "groups").as_int()?,
+            stride: pair(node.arg(at.stride, "stride"), op)?,
+            padding: pair(node.arg(at.stride + 1, "padding"), op)?,
+            dilation: pair(node.arg(at.stride + 2, "dilation"), op)?,
         })
     }
 
@@ -256,7 +364,7 @@ impl Lowerer<'_> {
     /// (where known): an error naming what disagrees otherwise.
     fn check_conv2d(&self, node: &Node) -> Result<(), LowerError> {
         let op = node.target.as_str();
-        let Some(conv) = self.conv2d(node) else { return Ok(()) };
+        let Some(conv) = self.conv2d(node, &FORWARD) else { return Ok(()) };
         let (x, w) = (&conv.x_sizes, &conv.w_sizes);
         let groups = conv.groups;
         if let (Some(c), Some(per_group)) = (x[1].as_const(), w[1].as_const()) {
@@ -297,7 +405,7 @@ impl Lowerer<'_> {
     /// no dilation unless 1x1, constant channels and image sizes that the
     /// kernel tiles exactly.
     fn patch_kernel(&self, node: &Node) -> Option<[i64; 2]> {
-        let conv = self.conv2d(node)?;
+        let conv = self.conv2d(node, &FORWARD)?;
         if matches!(conv.device, Device::Cuda(_)) || !conv.dtype.is_float() || conv.groups != 1 {
             return None;
         }
