@@ -222,10 +222,7 @@ impl CompiledGraph {
     /// IR, the kernels' sources and node counts.
     fn describe<'py>(&self, py: Python<'py>, args: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyDict>> {
         guarded(|| {
-            let torch = torch(py)?;
-            let (call, _) = call_args(torch, args, false, false)?;
-            let mut key = Vec::new();
-            let selected = self.inner.select_for(&call, &mut key, true).map_err(to_py)?;
+            let selected = self.built(py, args)?;
             let out = PyDict::new(py);
             out.set_item("graph", self.inner.graph.to_string())?;
             let kernels = PyList::empty(py);
@@ -252,10 +249,7 @@ impl CompiledGraph {
     /// AOTAutograd for the outputs whose layout rdyn chose.
     fn output_strides<'py>(&self, py: Python<'py>, args: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyList>> {
         guarded(|| {
-            let torch = torch(py)?;
-            let (call, _) = call_args(torch, args, false, false)?;
-            let mut key = Vec::new();
-            let selected = self.inner.select_for(&call, &mut key, true).map_err(to_py)?;
+            let selected = self.built(py, args)?;
             let plan = selected.mem();
             let list = PyList::empty(py);
             for out in &plan.outputs {
@@ -288,6 +282,15 @@ impl CompiledGraph {
 }
 
 impl CompiledGraph {
+    /// The specialization for inputs with this metadata (real or fake
+    /// tensors), built if it is not yet: what `describe` and
+    /// `output_strides` read.
+    fn built(&self, py: Python<'_>, args: &Bound<'_, PyAny>) -> PyResult<Selected> {
+        let (call, _) = call_args(torch(py)?, args, false, false)?;
+        let mut key = Vec::new();
+        self.inner.select_for(&call, &mut key, true).map_err(to_py)
+    }
+
     /// Run `selected` on a call's arguments (`objects` the Python objects).
     fn run<'py>(
         &self,

@@ -53,8 +53,10 @@ pub fn lower_with(
         counts: NodeCounts::default(),
         reductions: Default::default(),
         laid_out: Default::default(),
+        free_outputs: Default::default(),
         channels_last: Default::default(),
     };
+    lw.free_outputs = lw.free_values();
     lw.channels_last = lw.channels_last_operands();
     for (k, input) in graph.inputs.iter().enumerate() {
         let Input::Tensor(v) = input else { continue };

@@ -99,6 +99,9 @@ pub(crate) struct Lowerer<'g> {
     /// out for that call (a convolution's channels-last input): a graph
     /// output whose layout rdyn chooses is that buffer (`outputs.rs`).
     pub laid_out: BTreeMap<ValueId, BufId>,
+    /// The graph outputs whose layout rdyn chooses (`outputs.rs`
+    /// `free_values`).
+    pub free_outputs: BTreeSet<ValueId>,
     /// NCHW values that library convolutions read channels-last: stored so
     /// when stored once (`rules/conv.rs` `stored_strides`).
     pub channels_last: BTreeSet<ValueId>,

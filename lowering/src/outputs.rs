@@ -29,7 +29,7 @@ impl Lowerer<'_> {
         for (k, node) in self.graph.nodes.iter().enumerate() {
             node.outputs.iter().for_each(|v| producer[v.0 as usize] = Some(k));
         }
-        let mut state = Outputs { free: self.free_values(), ..Outputs::default() };
+        let mut state = Outputs::default();
         for arg in &self.graph.outputs {
             let Arg::Tensor(v) = arg else { continue };
             let (base, chain) = self.view_chain(*v, &producer);
@@ -77,7 +77,7 @@ impl Lowerer<'_> {
     /// The lazy and strides of free output `v`: the buffer it already is
     /// (an extern call's result, or a dense buffer the program writes), or
     /// the copy a library call's input made of it; None keeps its metadata's.
-    fn free_layout(&mut self, v: ValueId, lazy: &Lazy) -> Option<(Lazy, Vec<Expr>)> {
+    fn chosen_layout(&mut self, v: ValueId, lazy: &Lazy) -> Option<(Lazy, Vec<Expr>)> {
         if let Some((buf, strides, offset)) = self.strided_source(lazy) {
             let own = !matches!(self.prog.buffer(self.prog.storage_of(buf)).role, BufRole::Input(_));
             return (own && offset.is_const(0) && dense(&lazy.sizes, &strides)).then(|| (lazy.clone(), strides));
@@ -178,8 +178,8 @@ impl Lowerer<'_> {
         }
         let mut lazy = self.value(v, "output")?;
         let mut strides = self.meta_strides(v);
-        if chain.is_empty() && outs.free.contains(&v) {
-            if let Some((free, layout)) = self.free_layout(v, &lazy) {
+        if chain.is_empty() && self.free_outputs.contains(&v) {
+            if let Some((free, layout)) = self.chosen_layout(v, &lazy) {
                 (lazy, strides) = (free, layout);
             }
         }
@@ -213,8 +213,6 @@ struct Outputs {
     /// Per viewed value, the outputs viewing it (one that is itself an
     /// output counts twice: its views share its storage).
     viewers: BTreeMap<ValueId, usize>,
-    /// The outputs whose layout rdyn chooses.
-    free: BTreeSet<ValueId>,
 }
 
 /// Whether `strides` lay out `sizes` densely: each element once, no gaps

@@ -403,10 +403,10 @@ def _saved_activations(graph: torch.fx.GraphModule) -> tuple[int, ...]:
     hands it the tensors as they are): rdyn may lay them out as the kernels
     that compute them find cheapest (a convolution's channels-last result,
     kept so for the backward's convolutions). Otherwise none."""
-    context = torch._guards.TracingContext.try_get()
-    meta = getattr(context, "fw_metadata", None)
     if os.environ.get("RDYN_CONV_LAYOUT") == "0":
         return ()
+    context = torch._guards.TracingContext.try_get()
+    meta = getattr(context, "fw_metadata", None)
     if context is None or getattr(context, "output_strides", None) is None or meta is None:
         return ()
     # Outputs of tensor subclasses are unwrapped into several graph outputs.

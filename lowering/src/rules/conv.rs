@@ -116,24 +116,34 @@ fn pair(arg: &Arg, op: &str) -> Option<[i64; 2]> {
     }
 }
 
+/// How a convolution or convolution backward node runs.
+enum Route {
+    /// rdyn's depthwise kernel, or its depthwise weight gradient.
+    Depthwise(ExternKind),
+    /// A GEMM over the patches (`patch_kernel`).
+    Patch([i64; 2]),
+    /// ATen's call on channels-last copies of NCHW operands.
+    ChannelsLast,
+    /// ATen's call, laid out as the metadata says.
+    Library,
+}
+
 pub(super) fn convolution(lw: &mut Lowerer<'_>, node: &Node) -> Res {
-    if let Some(kind) = lw.depthwise_geometry(node) {
-        return lw.depthwise(node, kind);
-    }
-    match lw.patch_kernel(node) {
-        Some(kernel) => lw.patch_gemm(node, kernel),
-        None if lw.channels_last_wins(node) => lw.channels_last_library(node),
-        None => library(lw, node),
+    match lw.route(node) {
+        Route::Depthwise(kind) => lw.depthwise(node, kind),
+        Route::Patch(kernel) => lw.patch_gemm(node, kernel),
+        Route::ChannelsLast => lw.channels_last_library(node),
+        Route::Library => library(lw, node),
     }
 }
 
 /// `convolution_backward`: rdyn's depthwise weight gradient kernel where
 /// the node asks for that gradient alone, else ATen's call.
 pub(super) fn convolution_backward(lw: &mut Lowerer<'_>, node: &Node) -> Res {
-    match lw.depthwise_weight_grad_geometry(node) {
-        Some(kind) => lw.depthwise_weight_grad(node, kind),
-        None if lw.channels_last_backward_wins(node) => lw.channels_last_library(node),
-        None => library(lw, node),
+    match lw.route(node) {
+        Route::Depthwise(kind) => lw.depthwise_weight_grad(node, kind),
+        Route::ChannelsLast => lw.channels_last_library(node),
+        Route::Patch(_) | Route::Library => library(lw, node),
     }
 }
 
@@ -238,28 +248,19 @@ impl Lowerer<'_> {
     /// channels-last (`stored_strides`), so that the convolution reads it as
     /// it is rather than through a second, transposed copy.
     pub(crate) fn channels_last_operands(&self) -> BTreeSet<ValueId> {
-        let free = self.free_values();
-        let mut pinned = Vec::new();
-        self.graph.outputs.iter().for_each(|a| a.tensors(&mut pinned));
-        pinned.retain(|v| !free.contains(v));
+        let mut outputs = Vec::new();
+        self.graph.outputs.iter().for_each(|a| a.tensors(&mut outputs));
+        let pinned: BTreeSet<ValueId> = outputs.into_iter().filter(|v| !self.free_outputs.contains(v)).collect();
         let mut operands = BTreeSet::new();
         for node in &self.graph.nodes {
             let positions: &[usize] = match node.op {
-                Op::Convolution
-                    if self.depthwise_geometry(node).is_none()
-                        && self.patch_kernel(node).is_none()
-                        && self.channels_last_wins(node) =>
-                {
-                    &[0]
-                }
-                Op::ConvolutionBackward
-                    if self.depthwise_weight_grad_geometry(node).is_none()
-                        && self.channels_last_backward_wins(node) =>
-                {
-                    &[0, 1]
-                }
+                Op::Convolution => &[0],
+                Op::ConvolutionBackward => &[0, 1],
                 _ => continue,
             };
+            if !matches!(self.route(node), Route::ChannelsLast) {
+                continue;
+            }
             for &pos in positions {
                 if let Some(Arg::Tensor(v)) = node.args.get(pos) {
                     if self.is_nchw(*v) && !pinned.contains(v) {
@@ -278,6 +279,27 @@ impl Lowerer<'_> {
         match self.channels_last.contains(&v) {
             true => channels_last_strides(&self.meta_sizes(v)),
             false => self.meta_strides(v),
+        }
+    }
+
+    /// How convolution (or convolution backward) `node` runs; the first
+    /// that applies of rdyn's depthwise kernels, a patch GEMM, a
+    /// channels-last library call and a plain one.
+    fn route(&self, node: &Node) -> Route {
+        if node.op == Op::ConvolutionBackward {
+            return match self.depthwise_weight_grad_geometry(node) {
+                Some(kind) => Route::Depthwise(kind),
+                None if self.channels_last_backward_wins(node) => Route::ChannelsLast,
+                None => Route::Library,
+            };
+        }
+        if let Some(kind) = self.depthwise_geometry(node) {
+            return Route::Depthwise(kind);
+        }
+        match self.patch_kernel(node) {
+            Some(kernel) => Route::Patch(kernel),
+            None if self.channels_last_wins(node) => Route::ChannelsLast,
+            None => Route::Library,
         }
     }
 
