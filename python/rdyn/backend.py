@@ -16,7 +16,7 @@ from torch._decomp import core_aten_decompositions, get_decompositions
 from torch._dynamo.backends.common import aot_autograd
 from torch._functorch.partitioners import min_cut_rematerialization_partition
 
-from . import _cache, _rdyn
+from . import _autograd, _cache, _rdyn
 from ._attention import DECOMPOSITIONS as ATTENTION_DECOMPOSITIONS
 from ._attention import decomposed_on
 from ._decomp import DECOMPOSITIONS as RDYN_DECOMPOSITIONS
@@ -373,12 +373,24 @@ def _compile_captured(gm: torch.fx.GraphModule, example_inputs, opts: Options):
             return compiled
         _py_stats["cache_misses"] += 1
 
+    captured = {}
+
     def forward(graph, inputs):
-        return compile_aten_graph(graph, inputs, opts, _saved_activations(graph))
+        context = torch._guards.TracingContext.try_get()
+        captured["meta"] = getattr(context, "fw_metadata", None)
+        captured["inputs"] = len(inputs)
+        captured["forward"] = compile_aten_graph(graph, inputs, opts, _saved_activations(graph))
+        return captured["forward"]
 
     def backward(graph, inputs):
-        _restride_placeholders(graph, inputs)
-        return compile_aten_graph(graph, inputs, opts)
+        # Compiled at its first call (`_autograd.lazy`), through AOTAutograd's
+        # runtime or rdyn's.
+        def build():
+            _restride_placeholders(graph, inputs)
+            return compile_aten_graph(graph, inputs, opts)
+
+        captured["backward"] = _autograd.lazy(build)
+        return captured["backward"]
 
     def inference(graph, inputs):
         if cache_key is not None:
@@ -387,13 +399,25 @@ def _compile_captured(gm: torch.fx.GraphModule, example_inputs, opts: Options):
                 _cache.store(cache_key, graph)
         return compile_aten_graph(graph, inputs, opts)
 
-    return aot_autograd(
-        fw_compiler=forward,
-        bw_compiler=backward,
-        inference_compiler=inference,
-        decompositions=decompositions(opts.device),
-        partition_fn=min_cut_rematerialization_partition,
-    )(gm, example_inputs)
+    # The backward graph is handed over at once (to be compiled lazily all
+    # the same), so that a plain training graph can skip AOTAutograd's
+    # runtime (`_autograd`).
+    with torch._functorch.config.patch(force_non_lazy_backward_lowering=True):
+        compiled = aot_autograd(
+            fw_compiler=forward,
+            bw_compiler=backward,
+            inference_compiler=inference,
+            decompositions=decompositions(opts.device),
+            partition_fn=min_cut_rematerialization_partition,
+        )(gm, example_inputs)
+    # AOTAutograd drops an input passed twice from the graph's.
+    if "backward" in captured and captured["inputs"] == len(example_inputs):
+        lean = _autograd.lean_function(
+            captured["meta"], captured["forward"], captured["backward"], example_inputs, gm
+        )
+        if lean is not None:
+            return lean
+    return compiled
 
 
 def _saved_activations(graph: torch.fx.GraphModule) -> tuple[int, ...]:

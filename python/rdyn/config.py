@@ -33,6 +33,9 @@ Environment:
                                      backwards run in it (all three read at
                                      each compile, by `runtime/src/device.rs`
                                      and `backend.py`)
+  RDYN_AUTOGRAD=aot                  training graphs run through AOTAutograd's
+                                     runtime, not rdyn's leaner one
+                                     (`_autograd.py`; read at each compile)
 """
 
 from __future__ import annotations
