@@ -14,13 +14,17 @@
 //! not depend on the thread count (the blocks are fixed by R).
 //!
 //! Only plain column reductions split:
-//! - one outer dim C, after dims of size 1, and reduction dims of constant
+//! - one outer dim C, after dims of size 1 (unit dims after it are dropped
+//!   first: `squeeze_trailing`), and reduction dims of constant
 //!   sizes, split along the first with a divisor from 4 to 16 (the rows of
 //!   a `[16, 128, 256]` activation split by its batch);
 //! - an associative op (sum, prod, max, min) whose value and output share
 //!   a float dtype, and no scatter;
 //! - no reduction reading what the kernel writes (pointwise stages after
-//!   the reductions, a mean's division, move to the combining kernel);
+//!   the reductions, a mean's division, move to the combining kernel); a
+//!   kernel whose later reductions read its earlier ones (a variance reads
+//!   the mean) is first cut in two where they start (`cut_chain`), and each
+//!   part splits on its own;
 //! - loads affine in every reduction variable, some walking the columns
 //!   contiguously and none walking a matrix along its rows (a per-row
 //!   statistic may).
@@ -64,7 +68,21 @@ pub fn run(program: &mut Program, host: bool) {
         };
         // Taken out while the steps around it may change; put back if it stays.
         let kernel = std::mem::replace(k, Kernel { outer: Vec::new(), stages: Vec::new() });
+        let kernel = match squeeze_trailing(program, &kernel) {
+            Some(squeezed) if columns(program, &squeezed).is_some() || cut_chain(program, &squeezed).is_some() => {
+                squeezed
+            }
+            _ => kernel,
+        };
         let Some(cols) = columns(program, &kernel) else {
+            if let Some((first, second)) = cut_chain(program, &kernel) {
+                // Both parts are column reductions: the first is looked at
+                // next, where the kernel was, then the second.
+                steps[i] = Step::Kernel(first);
+                steps.insert(i + 1, Step::Kernel(second));
+                marks.insert(i + 1, Mark::Open);
+                continue;
+            }
             steps[i] = Step::Kernel(kernel);
             i += 1;
             continue;
@@ -273,6 +291,66 @@ fn split(program: &mut Program, cols: &Columns) -> Option<(Kernel, Kernel)> {
     Some((partial, combine))
 }
 
+/// `kernel` without the unit dims after its last dim larger than one (a
+/// `keepdim` statistic's `[1, C, 1, 1]`, as batch norm's): their variables
+/// are always 0, and the reduction variables move down in their place.
+/// None if there are none, or a size is not constant.
+fn squeeze_trailing(program: &mut Program, kernel: &Kernel) -> Option<Kernel> {
+    let sizes: Vec<i64> = kernel.outer.iter().map(Expr::as_const).collect::<Option<_>>()?;
+    let keep = sizes.iter().rposition(|&n| n != 1)? + 1;
+    let dropped = sizes.len() - keep;
+    if dropped == 0 || kernel.stages.iter().any(|s| s.ranges != kernel.outer || !s.store_indirect.is_empty()) {
+        return None;
+    }
+    let mut stages = Vec::with_capacity(kernel.stages.len());
+    for stage in &kernel.stages {
+        let reduced: Vec<i64> = match &stage.reduce {
+            Some(r) => r.ranges.iter().map(Expr::as_const).collect::<Option<_>>()?,
+            None => Vec::new(),
+        };
+        let vars: Vec<Expr> = (0..sizes.len() + reduced.len())
+            .map(|v| match v {
+                v if v < keep => Expr::v(v as u32),
+                v if v < sizes.len() => Expr::zero(),
+                v => Expr::v((v - dropped) as u32),
+            })
+            .collect();
+        let extents: Vec<i64> = sizes[..keep].iter().chain(&reduced).copied().collect();
+        let ctx = Ctx::with_extents(&extents);
+        stages.push(Stage {
+            out: stage.out,
+            ranges: stage.ranges[..keep].to_vec(),
+            reduce: stage.reduce.clone(),
+            value: program.scalars.substitute(stage.value, &vars, &ctx),
+            store: stage.store.substitute_vars(&vars, &ctx),
+            store_indirect: Vec::new(),
+        });
+    }
+    Some(Kernel { outer: kernel.outer[..keep].to_vec(), stages })
+}
+
+/// A kernel of column reductions in which a later one reads what an earlier
+/// one writes (a variance's sum of squared deviations reads the sum that
+/// gives the mean): cut before the first stage that does, when both parts
+/// are plain column reductions, so that each splits. Both parts still read
+/// the rows once each, as the two stages did.
+fn cut_chain(program: &Program, kernel: &Kernel) -> Option<(Kernel, Kernel)> {
+    let mut written = HashSet::new();
+    let at = kernel.stages.iter().position(|stage| {
+        let reads = program.scalars.topo(&[stage.value]).into_iter().any(|id| {
+            matches!(&program.scalars.get(id).op, ScalarOp::Load { buf, .. } if written.contains(&program.storage_of(*buf)))
+        });
+        written.insert(program.storage_of(stage.out));
+        reads
+    })?;
+    if at == 0 {
+        return None;
+    }
+    let part = |stages: &[Stage]| Kernel { outer: kernel.outer.clone(), stages: stages.to_vec() };
+    let (first, second) = (part(&kernel.stages[..at]), part(&kernel.stages[at..]));
+    (columns(program, &first).is_some() && columns(program, &second).is_some()).then_some((first, second))
+}
+
 /// Whether a pointwise stage comes before a reduction (it would then run
 /// before the combine it might read).
 fn pointwise_first(kernel: &Kernel) -> bool {
@@ -389,6 +467,68 @@ mod tests {
         // Row r = 128·block + row-in-block, column = variable 1.
         let text = p.to_string();
         assert!(text.contains("32768*i0 + i1 + 256*i2") || text.contains("i1 + 256*i2 + 32768*i0"), "{text}");
+    }
+
+    /// A variance's two sums over an `[r, c]` layout in one kernel: `s[c] =
+    /// Σ x[r, c]`, then `v[c] = Σ (x[r, c] - s[c]/r)²`, then `m[c] = s[c]/r`.
+    fn column_variance(rows: i64, columns: i64) -> Program {
+        use rdyn_ir::loops::BinaryOp;
+        let mut p = column_sum(rows, columns, ReduceOp::Sum);
+        let Some(Step::Kernel(kernel)) = p.steps.first().cloned() else { panic!("one kernel") };
+        let first = kernel.stages[0].clone();
+        let x = match &p.scalars.get(p.scalars.topo(&[first.value])[0]).op {
+            ScalarOp::Load { buf, .. } => *buf,
+            other => panic!("{other:?}"),
+        };
+        let temp = |p: &mut Program| {
+            p.add_buffer(Buffer {
+                dtype: DType::F32,
+                sizes: vec![Expr::c(columns)],
+                strides: vec![Expr::c(1)],
+                offset: Expr::zero(),
+                role: BufRole::Temp,
+            })
+        };
+        let (var, mean) = (temp(&mut p), temp(&mut p));
+        let f32 = DType::F32;
+        let load = |p: &mut Program, buf, index| {
+            p.scalars.add(ScalarOp::Load { buf, index, indirect: Vec::new(), mask: None }, f32)
+        };
+        let xv = load(&mut p, x, Expr::v(1).scale(columns).add(&Expr::v(0)));
+        let sum = load(&mut p, first.out, Expr::v(0));
+        let n = p.scalars.constant(rows as f64, f32);
+        let m = p.scalars.binary(BinaryOp::Div, sum, n, f32);
+        let d = p.scalars.binary(BinaryOp::Sub, xv, m, f32);
+        let sq = p.scalars.binary(BinaryOp::Mul, d, d, f32);
+        let stage = |out, value, reduce| Stage {
+            out,
+            ranges: vec![Expr::c(columns)],
+            reduce,
+            value,
+            store: Expr::v(0),
+            store_indirect: Vec::new(),
+        };
+        let rows_sum = Some(Reduce { op: ReduceOp::Sum, ranges: vec![Expr::c(rows)] });
+        let stages = vec![first, stage(var, sq, rows_sum), stage(mean, m, None)];
+        p.steps = vec![Step::Kernel(Kernel { outer: vec![Expr::c(columns)], stages })];
+        p.outputs.push(rdyn_ir::loops::ProgramOutput::Buffer(var));
+        p.outputs.push(rdyn_ir::loops::ProgramOutput::Buffer(mean));
+        p
+    }
+
+    #[test]
+    fn a_variance_after_its_mean_splits_in_two_parts() {
+        let mut p = column_variance(6272, 32);
+        run(&mut p, false);
+        rdyn_ir::verify::verify(&p).unwrap();
+        let kernels: Vec<&Kernel> = p.kernels().collect();
+        // The sum's partials and combine, then the squared deviations'
+        // partials and a combine that also divides the mean.
+        assert_eq!(kernels.len(), 4, "{p}");
+        assert_eq!(kernels[0].outer, vec![Expr::c(16), Expr::c(32)]);
+        assert_eq!(kernels[2].outer, vec![Expr::c(16), Expr::c(32)]);
+        assert_eq!(kernels[3].stages.len(), 2, "{p}");
+        assert!(kernels[3].stages[1].reduce.is_none());
     }
 
     #[test]
