@@ -141,3 +141,19 @@ def test_graphs_aliasing_their_inputs_keep_aotautograd_runtime() -> None:
     assert view.data_ptr() == x.data_ptr()
     (y.sum() + 3 * view.sum()).backward()
     torch.testing.assert_close(x.grad, torch.full_like(x, 5.0))
+
+
+def test_symbolic_sizes_train_through_aotautograds_runtime() -> None:
+    def f(x, w):
+        return torch.nn.functional.gelu(x @ w).sum(-1)
+
+    w = torch.randn(8, 5, requires_grad=True)
+    compiled = torch.compile(f, backend="rdyn", dynamic=True)
+    for rows in (3, 7):
+        w.grad = None
+        x = torch.randn(rows, 8)
+        out = compiled(x, w)
+        out.sum().backward()
+        w64 = w.detach().double().requires_grad_()
+        f(x.double(), w64).sum().backward()
+        torch.testing.assert_close(w.grad, w64.grad.float(), rtol=1e-4, atol=1e-5)

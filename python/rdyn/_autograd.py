@@ -46,13 +46,18 @@ def enabled() -> bool:
 
 
 def lazy(compile_backward):
-    """A backward that `compile_backward()` builds at its first call."""
+    """A backward that `compile_backward()` builds at its first call, in the
+    tracing and compile contexts of the forward's compile (as AOTAutograd's
+    own lazy backward compile does: symbolic sizes resolve there)."""
     state = {}
+    tracing = torch._guards.TracingContext.try_get()
+    compiling = torch._guards.CompileContext.try_get()
 
     def run(args):
         fn = state.get("fn")
         if fn is None:
-            fn = state["fn"] = compile_backward()
+            with torch._guards.tracing(tracing), torch._guards.compile_context(compiling):
+                fn = state["fn"] = compile_backward()
         return fn(args)
 
     run._boxed_call = True
