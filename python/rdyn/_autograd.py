@@ -64,8 +64,15 @@ def lazy(compile_backward):
     return run
 
 
-def _plain_tensor_metas(metas) -> bool:
+def plain_tensor_metas(metas) -> bool:
+    """Whether AOTAutograd's subclass metadata `metas` describes plain
+    tensors (and scalars) only: no subclass unwrapped into several."""
     return all(type(m).__name__ == "PlainTensorMeta" or isinstance(m, int) for m in metas or ())
+
+
+def static_layout(t: torch.Tensor) -> bool:
+    """Whether `t`'s sizes, strides and offset are numbers, not symbols."""
+    return all(type(n) is int for n in (*t.shape, *t.stride(), t.storage_offset()))
 
 
 def _copied_back(info) -> bool:
@@ -96,7 +103,7 @@ def _plain(meta, example_inputs) -> bool:
     if meta.indices_of_inputs_that_requires_grad_with_mutations_in_bw:
         return False
     if not all(
-        _plain_tensor_metas(m)
+        plain_tensor_metas(m)
         for m in (meta.subclass_inp_meta, meta.subclass_fw_graph_out_meta, meta.subclass_tangent_meta)
     ):
         return False
@@ -106,7 +113,7 @@ def _plain(meta, example_inputs) -> bool:
     for t in example_inputs:
         if not isinstance(t, torch.Tensor) or type(t).__name__ not in ("FakeTensor", "Tensor", "Parameter"):
             return False
-        if not all(type(n) is int for n in (*t.shape, *t.stride())):
+        if not static_layout(t):
             return False
     return True
 
@@ -157,20 +164,21 @@ def lean_function(meta, forward, backward, example_inputs, module):
     user = meta.num_forward_returns
     vc_saved = meta.tensors_saved_for_backwards_with_vc_check_slice
     unchecked = meta.tensors_saved_for_backwards_no_vc_check_slice
-    is_input = list(meta.saved_tensor_is_graph_input)
-    # The forward returns the mutated inputs' new values, then the outputs.
+    graph_inputs = {i for i, is_input in enumerate(meta.saved_tensor_is_graph_input) if is_input}
+    # The forward returns the mutated inputs' new values, then the outputs;
+    # the former take no gradient.
     mutated = tuple(meta.mutated_inp_runtime_indices)
-    differentiable = [False] * len(mutated) + [o.requires_grad for o in meta.output_info]
-    wanted = [False] * len(mutated) + [o.requires_grad_for_backward for o in meta.output_info]
+    outputs = [(o.requires_grad, o.requires_grad_for_backward) for o in meta.output_info]
+    non_differentiable = tuple(range(len(mutated))) + tuple(
+        len(mutated) + i for i, (grad, _) in enumerate(outputs) if not grad
+    )
+    with_gradient = tuple(len(mutated) + i for i, (_, wanted) in enumerate(outputs) if wanted)
     deterministic = meta.deterministic
 
     def detached(tensors, first):
         # A saved view of another output would share its autograd view
         # metadata; AOTAutograd detaches those too.
-        return [
-            t if not t._is_view() or (first + i < len(is_input) and is_input[first + i]) else t.detach()
-            for i, t in enumerate(tensors)
-        ]
+        return [t.detach() if t._is_view() and first + i not in graph_inputs else t for i, t in enumerate(tensors)]
 
     class LeanFunction(torch.autograd.Function):
         @staticmethod
@@ -179,10 +187,9 @@ def lean_function(meta, forward, backward, example_inputs, module):
             checked = detached(outs[vc_saved], 0)
             ctx.save_for_backward(*checked)
             ctx.unchecked = detached(outs[unchecked], len(checked))
-            results = outs[:user]
-            ctx.mark_non_differentiable(*(t for t, d in zip(results, differentiable) if not d))
+            ctx.mark_non_differentiable(*(outs[i] for i in non_differentiable))
             ctx._materialize_non_diff_grads = False
-            return tuple(results)
+            return tuple(outs[:user])
 
         @staticmethod
         def backward(ctx, *grads):
@@ -191,7 +198,7 @@ def lean_function(meta, forward, backward, example_inputs, module):
                     "This compiled backward function is being run with torch.use_deterministic_algorithms(True), "
                     "but it was compiled while torch.use_deterministic_algorithms(False) was set."
                 )
-            args = [*ctx.saved_tensors, *ctx.unchecked, *(g for g, w in zip(grads, wanted) if w)]
+            args = [*ctx.saved_tensors, *ctx.unchecked, *(grads[i] for i in with_gradient)]
             with torch.no_grad():
                 results = backward(args)
             if torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in args):

@@ -434,7 +434,7 @@ def _saved_activations(graph: torch.fx.GraphModule) -> tuple[int, ...]:
     if context is None or getattr(context, "output_strides", None) is None or meta is None:
         return ()
     # Outputs of tensor subclasses are unwrapped into several graph outputs.
-    plain = all(type(m).__name__ == "PlainTensorMeta" for m in getattr(meta, "subclass_fw_graph_out_meta", None) or ())
+    plain = _autograd.plain_tensor_metas(getattr(meta, "subclass_fw_graph_out_meta", None))
     if not plain or getattr(meta, "num_symints_saved_for_bw", None) is None:
         return ()
     # Strides are reported as numbers: a graph of symbolic sizes keeps
@@ -443,9 +443,8 @@ def _saved_activations(graph: torch.fx.GraphModule) -> tuple[int, ...]:
         val = node.meta.get("val")
         if node.op == "placeholder" and isinstance(val, torch.SymInt):
             return ()
-        if node.op == "placeholder" and isinstance(val, torch.Tensor):
-            if not all(type(n) is int for n in (*val.shape, *val.stride(), val.storage_offset())):
-                return ()
+        if node.op == "placeholder" and isinstance(val, torch.Tensor) and not _autograd.static_layout(val):
+            return ()
     outputs = torch.utils._pytree.arg_tree_leaves(*next(n for n in graph.graph.nodes if n.op == "output").args)
     try:
         saved = range(len(outputs))[meta.tensors_saved_for_backwards_slice]
