@@ -507,7 +507,7 @@ SPECS: list[dict] = [
     _spec("deit_tiny", "timm deit_tiny_patch16 (12 layers, dim 192), 112px: 50 tokens, batch 2",
           _timm("deit_tiny_patch16_224", 112, batch=2, img_size=112), 6, ("transformer", "timm"), requires=TIMM),
     _spec("swin_tiny", "timm swin_tiny_patch4 (shifted windows of 4), 1x3x128x128",
-          _timm("swin_tiny_patch4_window7_224", 128, img_size=128, window_size=4), 8, ("transformer", "timm"),
+          _timm("swin_tiny_patch4_window7_224", 128, img_size=128, window_size=4, drop_path_rate=0.0), 8, ("transformer", "timm"),
           requires=TIMM),
     _spec("mobilevit_xxs", "timm mobilevit_xxs (convs + unfold/fold attention), 2x3x128x128",
           _timm("mobilevit_xxs", 128, batch=2), 6, ("cnn", "transformer", "timm"), requires=TIMM),
