@@ -210,8 +210,22 @@ class _Pools(torch.nn.Module):
         return torch.nn.functional.avg_pool2d(y, 2, ceil_mode=True)
 
 
+class _Windows(torch.nn.Module):
+    """Sums over short windows, unrolled into pointwise sums: a 2x nearest
+    upsampling (its gradient sums 2x2 windows of a channels-last gradient)
+    and a padded 3x3 average pool, then a sum over a dim of 3."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = torch.nn.functional.interpolate(x, scale_factor=2.0, mode="nearest")
+        y = y.contiguous(memory_format=torch.channels_last) * 1.5
+        y = torch.nn.functional.avg_pool2d(y, 3, 1, 1)
+        return y.unflatten(1, (-1, 3)).sum(2)
+
+
 @pytest.mark.parametrize(
-    "module, shape", [(_Rotary, (2, 12, 64)), (_Pools, (2, 8, 19, 19))], ids=["rotary", "pools"]
+    "module, shape",
+    [(_Rotary, (2, 12, 64)), (_Pools, (2, 8, 19, 19)), (_Windows, (2, 6, 16, 16))],
+    ids=["rotary", "pools", "windows"],
 )
 def test_training_steps_compile_every_stage(module, shape) -> None:
     g = torch.Generator().manual_seed(0)

@@ -151,13 +151,47 @@ fn unsupported_op_falls_back_and_is_counted() {
 #[test]
 fn cumsum_is_a_masked_prefix_reduction_fused_with_its_epilogue() {
     let mut b = Builder::new();
-    let x = b.input(&[8]);
-    let c = b.node("aten.cumsum.default", vec![t(x), Arg::Int(Expr::c(0))], &[8]);
-    let r = b.node("aten.relu.default", vec![t(c)], &[8]);
+    // Long enough to stay a reduction (a window under 16 points is unrolled).
+    let x = b.input(&[32]);
+    let c = b.node("aten.cumsum.default", vec![t(x), Arg::Int(Expr::c(0))], &[32]);
+    let r = b.node("aten.relu.default", vec![t(c)], &[32]);
     let (text, counts) = b.lower(&[r]);
-    check(&text, &["kernel k0 outer [8]", "sum over [8]", "le t2, t3", "where", "max"]);
+    check(&text, &["kernel k0 outer [32]", "sum over [32]", "le t2, t3", "where", "max"]);
     assert_eq!(text.matches("kernel k").count(), 1, "{text}");
     assert_eq!(counts.fallback, 0);
+}
+
+#[test]
+fn a_float_sum_over_a_short_window_is_a_pointwise_sum() {
+    // 2x2 windows (a nearest upsampling's gradient): four loads added in the
+    // reduction's order, no reduction stage, fused with the ReLU after it.
+    let mut b = Builder::new();
+    let x = b.input(&[4, 6, 2, 2]);
+    let dims = Arg::List(vec![Arg::Int(Expr::c(2)), Arg::Int(Expr::c(3))]);
+    let s = b.node("aten.sum.dim_IntList", vec![t(x), dims, Arg::Bool(false)], &[4, 6]);
+    let r = b.node("aten.relu.default", vec![t(s)], &[4, 6]);
+    let (text, counts) = b.lower(&[r]);
+    check(
+        &text,
+        &[
+            "kernel k0 outer [4, 6]",
+            "load buf0[24*i0 + 4*i1]",
+            "load buf0[24*i0 + 4*i1 + 1]",
+            "add",
+            "load buf0[24*i0 + 4*i1 + 3]",
+            "max",
+        ],
+    );
+    assert!(!text.contains("sum over"), "{text}");
+    assert_eq!(text.matches("kernel k").count(), 1, "{text}");
+    assert_eq!(counts.fallback, 0);
+    // A window of 16 points stays a reduction.
+    let mut b = Builder::new();
+    let x = b.input(&[4, 16]);
+    let dims = Arg::List(vec![Arg::Int(Expr::c(1))]);
+    let s = b.node("aten.sum.dim_IntList", vec![t(x), dims, Arg::Bool(false)], &[4]);
+    let (text, _) = b.lower(&[s]);
+    check(&text, &["sum over [16]"]);
 }
 
 #[test]

@@ -39,7 +39,7 @@ use rdyn_ir::{Ctx, DType, Expr};
 use super::common::{acc_dtype, check_dtype, check_index_dtype, checked_dim, disagree, int_arg, native, norm_dim};
 use crate::error::{agree, invalid, shape, unsupported, LowerError};
 use crate::lazy::{vars, Lazy};
-use crate::lowerer::{Handled, Lowerer, Res};
+use crate::lowerer::{Handled, Lowerer, Res, RECOMPUTE_LIMIT};
 
 /// `gather(x, dim, index)` and `index_select(x, dim, index)`.
 pub(super) fn gather(lw: &mut Lowerer<'_>, node: &Node) -> Res {
@@ -424,6 +424,7 @@ impl Lowerer<'_> {
         let value = match node.arg(3, "src") {
             Arg::Tensor(v) => {
                 let src = self.value(*v, op)?;
+                let src = self.scatter_source(src);
                 let map = vars(src.ndim());
                 self.view(&src, ranges.clone(), &map).value
             }
@@ -447,6 +448,7 @@ impl Lowerer<'_> {
     fn index_put_points(&mut self, node: &Node, sizes: &[Expr], buffer: &Buffer) -> Result<Points, LowerError> {
         let indexed = index_tensors(self, node, sizes.len())?;
         let values = self.tensor_arg(node, 2, "values")?;
+        let values = self.scatter_source(values);
         let b_sizes = broadcast_sizes(&indexed);
         let dims: Vec<usize> = indexed.iter().map(|(d, _)| *d).collect();
         let place = Placement::new(sizes.len(), &dims, b_sizes.len());
@@ -460,6 +462,22 @@ impl Lowerer<'_> {
             }
         }
         Ok((ranges, address, indirect, vb.value))
+    }
+
+    /// The values a scatter writes, stored first when computing them costs
+    /// more than `RECOMPUTE_LIMIT`: a scatter stage runs serially (in
+    /// parallel only across leading dims it writes disjointly), and its
+    /// compiled form takes loads whose index varies along its lanes only
+    /// affinely, so a value with its own arithmetic (an average pool's
+    /// gradient, windows and divisors, feeding a max pool's gradient)
+    /// would be computed on one thread, interpreted. Stored, it is computed
+    /// in parallel by a pointwise kernel and the scatter loads it.
+    fn scatter_source(&mut self, values: Lazy) -> Lazy {
+        if self.body_size(&values) <= RECOMPUTE_LIMIT {
+            return values;
+        }
+        let buf = self.realize(&values, None);
+        self.load_buffer(buf)
     }
 
     /// One serial stage writing `value` (combined with what is there by
