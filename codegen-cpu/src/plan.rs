@@ -222,11 +222,16 @@ pub struct Geometry {
 /// `dst[.. + b * dst_b + a] = src[.. + a * src_a + b]`.
 #[derive(Clone, Debug)]
 pub struct TransposeCopy {
-    /// Each element plus `0.0` (the stage's value is its load `+ 0.0`).
-    pub(crate) plus_zero: bool,
+    /// What each float32 element goes through after the copy, in order:
+    /// a binary op with a constant (the stage's value is its load, then
+    /// `x + 0.0`, `max(x, 0.0)`, `x * s`, ...).
+    pub(crate) post: Vec<PostOp>,
     pub(crate) src: BufId,
     pub(crate) dst: BufId,
     pub(crate) itemsize: usize,
+    /// The copy's own dims: the kernel's outer dims, those both sides walk
+    /// as one merged, those of size 1 dropped (the indices are over these).
+    pub(crate) outer: Vec<i64>,
     /// The outer variable along which the store steps by one element.
     pub(crate) a: usize,
     /// The outer variable along which the load steps by one element.
@@ -235,6 +240,14 @@ pub struct TransposeCopy {
     pub(crate) dst_index: IndexFn,
     pub(crate) src_a: i64,
     pub(crate) dst_b: i64,
+}
+
+/// `x = op(x, constant)`, or `op(constant, x)` when `constant_first`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct PostOp {
+    pub(crate) op: BinaryOp,
+    pub(crate) constant: f32,
+    pub(crate) constant_first: bool,
 }
 
 #[derive(Clone, Debug)]

@@ -7,9 +7,14 @@
 //! elements, each copied 8 x 8 at a time through AVX registers (a scalar
 //! loop without AVX, or for elements other than 4 bytes wide), in
 //! parallel over blocks. The values are the same bits either way. A
-//! stage whose value is its load plus `0.0` (what a piecewise split leaves
-//! of a sum of one-hot selects: `unbind`'s gradient) is such a copy too,
-//! each column then added `0.0` while in cache.
+//! stage whose value is its float32 load put through binary ops with
+//! constants is such a copy too, each column then put through them while
+//! in cache by the interpreter's own vector loops (the same values as the
+//! tile executor's): `x + 0.0`, what a piecewise split leaves of a sum of
+//! one-hot selects (`unbind`'s gradient); `max(x, 0.0)`, a ReLU of an NCHW
+//! convolution's output stored channels-last beside a skip connection (a
+//! U-Net decoder's `cat`: 0.38 ms for `[2, 64, 64, 64]` as a strided
+//! gather, 2.7 ns an element).
 //! `[2, 32, 56, 56]` NCHW to channels-last, the suite's conv-BN-ReLU
 //! input: 43 to 33 µs; a compiled `x.contiguous()` of a channels-last `x`
 //! of that size takes 26-28 µs a call (ATen's copy: 71-75 µs).
@@ -22,7 +27,9 @@
 use rdyn_ir::loops::BinaryOp;
 use rdyn_ir::DType;
 
-use crate::plan::{storage_root, BufPlan, IndexFn, Inst, InstOp, KernelPlan, Reg, StagePlan, TileMode, TransposeCopy};
+use crate::plan::{
+    storage_root, BufPlan, IndexFn, Inst, InstOp, KernelPlan, PostOp, Reg, StagePlan, TileMode, TransposeCopy,
+};
 use crate::tile::Memory;
 
 /// Block edge: a 64 x 64 block of float32 is 16 KiB on each side, in L1.
@@ -48,15 +55,13 @@ pub(crate) fn detect(kernel: &KernelPlan, bufs: &[BufPlan]) -> Option<Vec<Transp
             if !stage.inner.is_empty() || stage.reduce.is_some() || !stage.store_indirect.is_empty() {
                 return None;
             }
-            let (inst, value, plus_zero) = match &stage.insts[..] {
-                [inst] => (inst, inst.dst, false),
-                [inst, add] if adds_zero(stage, add, inst.dst) => (inst, add.dst, true),
-                _ => return None,
-            };
+            let (inst, rest) = stage.insts.split_first()?;
+            let (post, value) = post_ops(stage, inst.dst, rest)?;
             let InstOp::Load { buf, dtype, index, indirect, mask: None } = &inst.op else { return None };
             let itemsize = dtype.itemsize();
             let plain = |i: &IndexFn| i.rest.is_none();
             if value != stage.value
+                || (!post.is_empty() && *dtype != DType::F32)
                 || inst.narrow.is_some()
                 || !indirect.is_empty()
                 || *dtype != stage.out_dtype
@@ -67,20 +72,23 @@ pub(crate) fn detect(kernel: &KernelPlan, bufs: &[BufPlan]) -> Option<Vec<Transp
             {
                 return None;
             }
-            let unit = |i: &IndexFn| (0..m).find(|&v| i.step(v as u32) == Some(1));
-            let (a, b) = (unit(&stage.store)?, unit(index)?);
-            let (src_a, dst_b) = (index.step(a as u32)?, stage.store.step(b as u32)?);
+            let (outer, src_index, dst_index) = merged(&kernel.outer, index, &stage.store)?;
+            let n = outer.len() as u32;
+            let unit = |i: &IndexFn| (0..n).find(|&v| i.step(v) == Some(1));
+            let (a, b) = (unit(&dst_index)?, unit(&src_index)?);
+            let (src_a, dst_b) = (src_index.step(a)?, dst_index.step(b)?);
             // A transpose worth blocking: both sides long, far apart.
-            let long = |v: usize| kernel.outer[v] >= 8;
-            (a != b && long(a) && long(b) && src_a.abs() >= 8 && dst_b.abs() >= 8).then(|| TransposeCopy {
-                plus_zero,
+            let long = |v: u32| outer[v as usize] >= 8;
+            (a != b && long(a) && long(b) && src_a.abs() >= 8 && dst_b.abs() >= 8).then_some(TransposeCopy {
+                post,
                 src: *buf,
                 dst: stage.out,
                 itemsize,
-                a,
-                b,
-                src_index: index.clone(),
-                dst_index: stage.store.clone(),
+                outer,
+                a: a as usize,
+                b: b as usize,
+                src_index,
+                dst_index,
                 src_a,
                 dst_b,
             })
@@ -88,27 +96,73 @@ pub(crate) fn detect(kernel: &KernelPlan, bufs: &[BufPlan]) -> Option<Vec<Transp
         .collect()
 }
 
-/// Whether `add` is `x + 0.0` of the float32 register `x`: what a
-/// piecewise split leaves of a sum of selects that one piece decides (the
-/// gradient of `unbind`: `where(i == k, g_k, 0)` summed over `k`). It
-/// differs from `x` only for `-0.0`, which it makes `+0.0`; the copy does
-/// the same add.
-fn adds_zero(stage: &StagePlan, add: &Inst, x: Reg) -> bool {
-    let plus_zero =
-        |r: Reg| stage.consts.iter().any(|(c, op)| *c == r && matches!(op, InstOp::ConstF(v) if v.to_bits() == 0));
-    matches!(add.op, InstOp::Binary(BinaryOp::Add, a, b) if (a == x && plus_zero(b)) || (b == x && plus_zero(a)))
-        && add.narrow.is_none()
-        && stage.out_dtype == DType::F32
+/// The copy's dims, those of `outer` that both sides walk as one merged (a
+/// dim steps by its inner neighbour's step times that one's size, on both
+/// sides) and those of size 1 dropped, with both indices over them. A
+/// nearest upsampling splits `w` as `(w / 2, 2)` for its reads; a copy of
+/// another input beside it (the skip connection of a U-Net's `cat`) walks
+/// the two as one dim of `w`.
+fn merged(outer: &[i64], src: &IndexFn, dst: &IndexFn) -> Option<(Vec<i64>, IndexFn, IndexFn)> {
+    let mut dims: Vec<(i64, i64, i64)> = Vec::new();
+    for (v, &size) in outer.iter().enumerate() {
+        let (s, d) = (src.step(v as u32)?, dst.step(v as u32)?);
+        if size == 1 {
+            continue;
+        }
+        match dims.last_mut() {
+            Some(last) if last.1 == s * size && last.2 == d * size => *last = (last.0 * size, s, d),
+            _ => dims.push((size, s, d)),
+        }
+    }
+    let index = |c0: i64, step: &dyn Fn(&(i64, i64, i64)) -> i64| IndexFn {
+        c0,
+        coefs: dims.iter().enumerate().map(|(v, dim)| (v as u32, step(dim))).collect(),
+        rest: None,
+    };
+    let (src_index, dst_index) = (index(src.c0, &|d| d.1), index(dst.c0, &|d| d.2));
+    Some((dims.iter().map(|d| d.0).collect(), src_index, dst_index))
+}
+
+/// The ops after a copy's load (register `x`): each a float32 binary op
+/// of the previous value and a constant, none narrowed; with the register
+/// holding the last value. `None` for anything else.
+fn post_ops(stage: &StagePlan, x: Reg, insts: &[Inst]) -> Option<(Vec<PostOp>, Reg)> {
+    let constant = |r: Reg| {
+        stage.consts.iter().find_map(|(c, op)| match op {
+            InstOp::ConstF(v) if *c == r => Some(*v as f32),
+            _ => None,
+        })
+    };
+    let mut value = x;
+    let mut post = Vec::with_capacity(insts.len());
+    for inst in insts {
+        let InstOp::Binary(op, p, q) = &inst.op else { return None };
+        let (op, p, q) = (*op, *p, *q);
+        let elementwise =
+            matches!(op, BinaryOp::Add | BinaryOp::Sub | BinaryOp::Mul | BinaryOp::Div | BinaryOp::Max | BinaryOp::Min);
+        if !elementwise || inst.narrow.is_some() || stage.out_dtype != DType::F32 {
+            return None;
+        }
+        let (c, constant_first) = match (p == value, q == value) {
+            (true, false) => (constant(q)?, false),
+            (false, true) => (constant(p)?, true),
+            _ => return None,
+        };
+        post.push(PostOp { op, constant: c, constant_first });
+        value = inst.dst;
+    }
+    Some((post, value))
 }
 
 /// Run the copies of a kernel `detect` accepted.
-pub(crate) fn run(copies: &[TransposeCopy], outer: &[i64], mem: &Memory) {
+pub(crate) fn run(copies: &[TransposeCopy], mem: &Memory) {
     for copy in copies {
-        run_one(copy, outer, mem);
+        run_one(copy, mem);
     }
 }
 
-fn run_one(copy: &TransposeCopy, outer: &[i64], mem: &Memory) {
+fn run_one(copy: &TransposeCopy, mem: &Memory) {
+    let outer = &copy.outer[..];
     let (na, nb) = (outer[copy.a] as usize, outer[copy.b] as usize);
     let (ba, bb) = (na.div_ceil(BLOCK), nb.div_ceil(BLOCK));
     let heads: usize =
@@ -143,7 +197,7 @@ fn run_one(copy: &TransposeCopy, outer: &[i64], mem: &Memory) {
             match copy.itemsize {
                 1 => block.copy(from, to),
                 2 => block.copy(from as *const u16, to as *mut u16),
-                4 if copy.plus_zero => block.copy_plus_zero(from as *const f32, to as *mut f32),
+                4 if !copy.post.is_empty() => block.copy_then(from as *const f32, to as *mut f32, &copy.post),
                 4 => block.copy_4(from as *const u32, to as *mut u32),
                 _ => block.copy(from as *const u64, to as *mut u64),
             }
@@ -186,19 +240,26 @@ impl Block {
         }
     }
 
-    /// float32 elements plus `0.0` (`-0.0` becomes `+0.0`, every other
-    /// value stays): the transposed copy, then the add over each column
-    /// written, while it is in cache.
+    /// float32 elements put through `post` after the transposed copy, each
+    /// column while it is in cache, by the interpreter's vector loops.
     ///
     /// # Safety
     /// As for `copy`.
-    unsafe fn copy_plus_zero(&self, src: *const f32, dst: *mut f32) {
+    unsafe fn copy_then(&self, src: *const f32, dst: *mut f32, post: &[PostOp]) {
         // SAFETY: as the caller says.
         unsafe { self.copy_4(src as *const u32, dst as *mut u32) };
+        let mut before = [0f32; BLOCK];
+        let mut constant = [0f32; BLOCK];
         for c in 0..self.cols {
             // SAFETY: column `c` of the block, which the copy just wrote.
             let column = unsafe { std::slice::from_raw_parts_mut(dst.offset(c as isize * self.dst_stride), self.rows) };
-            column.iter_mut().for_each(|v| *v += 0.0);
+            for p in post {
+                let (x, k) = (&mut before[..self.rows], &mut constant[..self.rows]);
+                x.copy_from_slice(column);
+                k.fill(p.constant);
+                let (a, b) = if p.constant_first { (&*k, &*x) } else { (&*x, &*k) };
+                crate::ops::binary_f32(p.op, a, b, column);
+            }
         }
     }
 
@@ -314,27 +375,41 @@ mod tests {
         }
     }
 
-    /// `x + 0.0` copies: `-0.0` arrives as `+0.0`, every other value (NaN
-    /// included) as the add leaves it, in and around the 8 x 8 squares.
+    /// Copies put through ops with constants (`x + 0.0`: `-0.0` arrives as
+    /// `+0.0`; a ReLU: NaN stays NaN; a scale by a constant on the left)
+    /// give what the ops give elementwise, in and around the 8 x 8 squares.
     #[test]
-    fn plus_zero_copies_add_zero() {
-        for (rows, cols) in [(8, 8), (13, 21), (3, 9)] {
-            let (ss, ds) = (cols + 1, rows + 2);
-            let src: Vec<f32> = (0..rows * ss)
-                .map(|i| match i % 4 {
-                    0 => -0.0,
-                    1 => f32::NAN,
-                    _ => i as f32 - 7.5,
-                })
-                .collect();
-            let block = Block { rows, cols, src_stride: ss as isize, dst_stride: ds as isize };
-            let mut got = vec![1.0f32; cols * ds];
-            // SAFETY: the vectors hold every element the block names.
-            unsafe { block.copy_plus_zero(src.as_ptr(), got.as_mut_ptr()) };
-            for r in 0..rows {
-                for c in 0..cols {
-                    let want = src[r * ss + c] + 0.0;
-                    assert_eq!(got[c * ds + r].to_bits(), want.to_bits(), "{rows} x {cols} at {r}, {c}");
+    fn copies_then_ops_match_the_elementwise_ops() {
+        let plus_zero = vec![PostOp { op: BinaryOp::Add, constant: 0.0, constant_first: false }];
+        let relu_scaled = vec![
+            PostOp { op: BinaryOp::Max, constant: 0.0, constant_first: false },
+            PostOp { op: BinaryOp::Div, constant: 3.0, constant_first: true },
+        ];
+        for post in [plus_zero, relu_scaled] {
+            for (rows, cols) in [(8, 8), (13, 21), (3, 9), (64, 64)] {
+                let (ss, ds) = (cols + 1, rows + 2);
+                let src: Vec<f32> = (0..rows * ss)
+                    .map(|i| match i % 4 {
+                        0 => -0.0,
+                        1 => f32::NAN,
+                        _ => i as f32 - 7.5,
+                    })
+                    .collect();
+                let block = Block { rows, cols, src_stride: ss as isize, dst_stride: ds as isize };
+                let mut got = vec![1.0f32; cols * ds];
+                // SAFETY: the vectors hold every element the block names.
+                unsafe { block.copy_then(src.as_ptr(), got.as_mut_ptr(), &post) };
+                for r in 0..rows {
+                    for c in 0..cols {
+                        let mut want = [src[r * ss + c]];
+                        for p in &post {
+                            let (x, k) = (want, [p.constant]);
+                            let (a, b) = if p.constant_first { (k, x) } else { (x, k) };
+                            crate::ops::binary_f32(p.op, &a, &b, &mut want);
+                        }
+                        let (g, w) = (got[c * ds + r], want[0]);
+                        assert!(g.to_bits() == w.to_bits(), "{rows} x {cols} at {r}, {c}: {g} vs {w}");
+                    }
                 }
             }
         }

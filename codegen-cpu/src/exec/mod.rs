@@ -70,7 +70,7 @@ fn lanes(kernel: &KernelPlan) -> usize {
 /// an integer division by zero happened.
 pub fn run_kernel(kernel: &KernelPlan, mem: &Memory) -> bool {
     if let Some(copies) = &kernel.transpose {
-        crate::transpose::run(copies, &kernel.outer, mem);
+        crate::transpose::run(copies, mem);
         return true;
     }
     let m = kernel.outer.len();
