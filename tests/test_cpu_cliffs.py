@@ -222,10 +222,25 @@ class _Windows(torch.nn.Module):
         return y.unflatten(1, (-1, 3)).sum(2)
 
 
+class _Decoder(torch.nn.Module):
+    """A U-Net decoder step: upsampled, a skip concatenated, a convolution
+    rdyn runs channels-last, a ReLU. The backward's ReLU mask of the NCHW
+    gradient is computed in NCHW order, then copied channels-last for the
+    convolution's backward (`passes/relayout.rs`)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = torch.nn.Conv2d(16, 8, 3, padding=1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        up = torch.nn.functional.interpolate(x, scale_factor=2.0, mode="nearest")
+        return torch.relu(self.conv(torch.cat([up, up * 0.5], 1)))
+
+
 @pytest.mark.parametrize(
     "module, shape",
-    [(_Rotary, (2, 12, 64)), (_Pools, (2, 8, 19, 19)), (_Windows, (2, 6, 16, 16))],
-    ids=["rotary", "pools", "windows"],
+    [(_Rotary, (2, 12, 64)), (_Pools, (2, 8, 19, 19)), (_Windows, (2, 6, 16, 16)), (_Decoder, (2, 8, 16, 16))],
+    ids=["rotary", "pools", "windows", "decoder"],
 )
 def test_training_steps_compile_every_stage(module, shape) -> None:
     g = torch.Generator().manual_seed(0)

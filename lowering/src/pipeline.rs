@@ -27,6 +27,9 @@ pub(crate) fn passes(options: &LowerOptions) -> impl Iterator<Item = Pass> {
         Some(Pass::Reuse),
         // On the CPU, narrow column reductions stream whole rows by blocks.
         (options.cpu_kernels && options.split_reduce).then_some(Pass::SplitReduce { host: options.host_partials }),
+        // On the CPU, a computed stage whose loads cross its store's layout
+        // computes in theirs, then a blocked transpose stores the result.
+        options.cpu_kernels.then_some(Pass::Relayout),
     ]
     .into_iter()
     .flatten()
@@ -61,13 +64,13 @@ mod tests {
         let names = |options: LowerOptions| passes(&options).map(Pass::name).collect::<Vec<_>>().join(", ");
         assert_eq!(names(LowerOptions::default()), "cse, permuted, dce, schedule, forward, reuse");
         let cpu = LowerOptions { cpu_kernels: true, piecewise_min: 64, split_reduce: true, ..LowerOptions::default() };
-        assert_eq!(names(cpu), "cse, permuted, dce, piecewise, schedule, forward, reuse, split_reduce");
+        assert_eq!(names(cpu), "cse, permuted, dce, piecewise, schedule, forward, reuse, split_reduce, relayout");
         assert_eq!(passes(&cpu).nth(3), Some(Pass::Piecewise(64)));
-        let no_pieces = "cse, permuted, dce, schedule, forward, reuse, split_reduce";
+        let no_pieces = "cse, permuted, dce, schedule, forward, reuse, split_reduce, relayout";
         assert_eq!(names(LowerOptions { piecewise_min: 0, ..cpu }), no_pieces);
         assert_eq!(
             names(LowerOptions { split_reduce: false, ..cpu }),
-            "cse, permuted, dce, piecewise, schedule, forward, reuse"
+            "cse, permuted, dce, piecewise, schedule, forward, reuse, relayout"
         );
     }
 }

@@ -17,6 +17,7 @@ mod forward;
 mod host_partials;
 mod permuted;
 mod piecewise;
+mod relayout;
 mod reuse;
 mod schedule;
 mod split_reduce;
@@ -53,12 +54,15 @@ pub enum Pass {
     /// (`host_partials.rs`; the name `split_reduce`, `split_reduce=blocks`
     /// without).
     SplitReduce { host: bool },
+    /// `relayout.rs`: a computed stage whose loads cross its store's
+    /// layout computed in theirs, then copied.
+    Relayout,
 }
 
 /// Why a pass failed.
 #[derive(Debug, thiserror::Error, PartialEq)]
 pub enum PassError {
-    #[error("unknown pass `{0}` (known: print, verify, simplify, cse, permuted, dce, piecewise[=N], schedule, forward, reuse, split_reduce[=blocks])")]
+    #[error("unknown pass `{0}` (known: print, verify, simplify, cse, permuted, dce, piecewise[=N], schedule, forward, reuse, split_reduce[=blocks], relayout)")]
     Unknown(String),
     /// `verify` rejects the program as it was given: every other pass
     /// verifies its own result.
@@ -88,6 +92,7 @@ impl Pass {
             "reuse" => Pass::Reuse,
             "split_reduce" => Pass::SplitReduce { host: true },
             "split_reduce=blocks" => Pass::SplitReduce { host: false },
+            "relayout" => Pass::Relayout,
             other => match other.strip_prefix("piecewise=").and_then(|n| n.parse().ok()) {
                 Some(min) => Pass::Piecewise(min),
                 None => return Err(PassError::Unknown(other.to_string())),
@@ -108,6 +113,7 @@ impl Pass {
             Pass::Forward => "forward",
             Pass::Reuse => "reuse",
             Pass::SplitReduce { .. } => "split_reduce",
+            Pass::Relayout => "relayout",
         }
     }
 
@@ -137,6 +143,7 @@ impl Pass {
             Pass::Forward => forward::run(program),
             Pass::Reuse => reuse::run(program),
             Pass::SplitReduce { host } => split_reduce::run(program, host),
+            Pass::Relayout => relayout::run(program),
         }
     }
 }
@@ -174,6 +181,7 @@ mod tests {
             Pass::Forward,
             Pass::Reuse,
             Pass::SplitReduce { host: true },
+            Pass::Relayout,
         ];
         for pass in all {
             assert_eq!(Pass::from_name(pass.name()), Ok(pass));
