@@ -81,8 +81,8 @@
 //! `piecewise_min`: the fewest elements per piece (`RDYN_PIECEWISE_MIN`).
 //! `split_reduce`: narrow column reductions run as partials over blocks of
 //! rows and a combine (`RDYN_SPLIT_REDUCE=0` keeps them whole).
-//! On the CPU (`cpu_kernels`), `passes/relayout.rs` computes a stage whose
-//! loads cross its store's layout in theirs, then copies it.
+//! `relayout`: a stage whose loads cross its store's layout computes in
+//! theirs, then a copy stores it (`passes/relayout.rs`; `RDYN_RELAYOUT=0`).
 //! `host_partials`: those partials run in the row kernel before them when it
 //! covers the same rows, by blocks, while the rows are in cache
 //! (`passes/host_partials.rs`; `RDYN_HOST_PARTIALS=0` keeps them apart).

@@ -45,6 +45,9 @@ pub struct LowerOptions {
     /// where the forward's rule says so (`rules/conv.rs`
     /// `channels_last_backward_wins`).
     pub conv_backward_channels_last: bool,
+    /// With `cpu_kernels`: a computed stage whose loads cross its store's
+    /// layout is computed in theirs, then copied (`passes/relayout.rs`).
+    pub relayout: bool,
     /// Binary ops read a Python float operand of a float16/bfloat16 tensor
     /// in float32, as ATen's CUDA kernels do. Otherwise (the CPU's
     /// convention, which wgpu's CPU tensors follow) the float is first

@@ -29,7 +29,7 @@ pub(crate) fn passes(options: &LowerOptions) -> impl Iterator<Item = Pass> {
         (options.cpu_kernels && options.split_reduce).then_some(Pass::SplitReduce { host: options.host_partials }),
         // On the CPU, a computed stage whose loads cross its store's layout
         // computes in theirs, then a blocked transpose stores the result.
-        options.cpu_kernels.then_some(Pass::Relayout),
+        (options.cpu_kernels && options.relayout).then_some(Pass::Relayout),
     ]
     .into_iter()
     .flatten()
@@ -63,7 +63,13 @@ mod tests {
     fn piecewise_and_split_reduce_run_on_the_cpu_only() {
         let names = |options: LowerOptions| passes(&options).map(Pass::name).collect::<Vec<_>>().join(", ");
         assert_eq!(names(LowerOptions::default()), "cse, permuted, dce, schedule, forward, reuse");
-        let cpu = LowerOptions { cpu_kernels: true, piecewise_min: 64, split_reduce: true, ..LowerOptions::default() };
+        let cpu = LowerOptions {
+            cpu_kernels: true,
+            piecewise_min: 64,
+            split_reduce: true,
+            relayout: true,
+            ..LowerOptions::default()
+        };
         assert_eq!(names(cpu), "cse, permuted, dce, piecewise, schedule, forward, reuse, split_reduce, relayout");
         assert_eq!(passes(&cpu).nth(3), Some(Pass::Piecewise(64)));
         let no_pieces = "cse, permuted, dce, schedule, forward, reuse, split_reduce, relayout";

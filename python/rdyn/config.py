@@ -28,6 +28,8 @@ Environment:
                                      into row blocks and a combine)
   RDYN_HOST_PARTIALS=0               their block partials stay out of the row
                                      kernels
+  RDYN_RELAYOUT=0                    CPU stages whose loads cross their store's
+                                     layout compute in the store's (no copy after)
   RDYN_CONV_LAYOUT=0                 a training forward's saved activations
                                      keep eager's layout, and CPU convolution
                                      backwards run in it (all three read at

@@ -59,6 +59,7 @@ impl Caps {
             split_reduce: self.cpu_kernels && env_on("RDYN_SPLIT_REDUCE"),
             host_partials: self.cpu_kernels && env_on("RDYN_HOST_PARTIALS"),
             conv_backward_channels_last: self.cpu_kernels && env_on("RDYN_CONV_LAYOUT"),
+            relayout: self.cpu_kernels && env_on("RDYN_RELAYOUT"),
             opmath_scalars: self.opmath_scalars,
         }
     }
@@ -71,7 +72,8 @@ impl Caps {
 /// (`lowering`'s `split_reduce` and `host_partials`), `RDYN_CONV_LAYOUT=0`
 /// runs convolution backwards as eager lays them out
 /// (`conv_backward_channels_last`; `backend.py` then keeps saved
-/// activations in eager's layout too).
+/// activations in eager's layout too), `RDYN_RELAYOUT=0` computes every
+/// stage in its store's layout (`relayout`).
 fn env_on(name: &str) -> bool {
     std::env::var(name).map_or(true, |v| v != "0")
 }
