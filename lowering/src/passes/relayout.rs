@@ -6,9 +6,10 @@
 //!
 //! As one stage, the CPU tiles along the store's contiguous dim and every
 //! such load is a gather, a lane per cache line: 0.19 ms for the `[2, 64,
-//! 64, 32]` ReLU-masked gradient of a U-Net decoder, 1.5 ns an element. In
+//! 64, 32]` ReLU-masked gradient of a U-Net decoder, 0.7 ns an element. In
 //! the loads' layout every load is contiguous, and the copy is
-//! `codegen-cpu`'s blocked transpose (8 x 8 squares through registers).
+//! `codegen-cpu`'s blocked transpose (8 x 8 squares through registers):
+//! 0.023 ms computing, 0.021 ms copying.
 //!
 //! Only single-stage kernels over constant sizes, whose every load either
 //! does not move along the store's contiguous dim (a per-channel

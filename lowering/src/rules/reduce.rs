@@ -132,7 +132,7 @@ impl Lowerer<'_> {
     /// of lanes set up an accumulator, called the compiled body once per
     /// window row and stored the lanes, which for 2x2 windows cost more than
     /// the loads (2x upsampling's gradient, `[2, 32, 32, 32]` from a
-    /// channels-last `[2, 64, 64, 64]`: 150 µs, 2.5 ns an output). Windows
+    /// channels-last `[2, 64, 64, 64]`: 150 µs, 2.3 ns an output). Windows
     /// this short were already tiled along the outer dims (`codegen-cpu`
     /// tiles a reduction along its window only from 16 points), so each
     /// output read its window point by point either way.
