@@ -61,7 +61,6 @@ pub(crate) fn detect(kernel: &KernelPlan, bufs: &[BufPlan]) -> Option<Vec<Transp
             let itemsize = dtype.itemsize();
             let plain = |i: &IndexFn| i.rest.is_none();
             if value != stage.value
-                || (!post.is_empty() && *dtype != DType::F32)
                 || inst.narrow.is_some()
                 || !indirect.is_empty()
                 || *dtype != stage.out_dtype
@@ -250,13 +249,14 @@ impl Block {
         unsafe { self.copy_4(src as *const u32, dst as *mut u32) };
         let mut before = [0f32; BLOCK];
         let mut constant = [0f32; BLOCK];
-        for c in 0..self.cols {
-            // SAFETY: column `c` of the block, which the copy just wrote.
-            let column = unsafe { std::slice::from_raw_parts_mut(dst.offset(c as isize * self.dst_stride), self.rows) };
-            for p in post {
-                let (x, k) = (&mut before[..self.rows], &mut constant[..self.rows]);
+        for p in post {
+            let (x, k) = (&mut before[..self.rows], &mut constant[..self.rows]);
+            k.fill(p.constant);
+            for c in 0..self.cols {
+                // SAFETY: column `c` of the block, which the copy just wrote.
+                let column =
+                    unsafe { std::slice::from_raw_parts_mut(dst.offset(c as isize * self.dst_stride), self.rows) };
                 x.copy_from_slice(column);
-                k.fill(p.constant);
                 let (a, b) = if p.constant_first { (&*k, &*x) } else { (&*x, &*k) };
                 crate::ops::binary_f32(p.op, a, b, column);
             }

@@ -17,7 +17,9 @@
 //! other dim, both dims at least [`MIN_SIDE`] long: the shapes the blocked
 //! copy takes. A stage that only copies is that copy already.
 
-use rdyn_ir::loops::{BufId, BufRole, Buffer, Kernel, Program, ScalarOp, Stage, Step};
+use rdyn_ir::loops::{contiguous_strides, BufId, BufRole, Buffer, Kernel, Program, ScalarOp, Stage, Step};
+
+use crate::lazy::vars;
 use rdyn_ir::{Ctx, Expr, Var};
 
 /// The shortest dim either side of a blocked transpose walks (as
@@ -62,28 +64,26 @@ fn relayout(program: &mut Program, kernel: &mut Kernel) -> Option<Kernel> {
     let steps: Vec<i64> =
         (0..sizes.len()).map(|v| crossing.linear_coef(Var(v as u32)).map(i64::abs)).collect::<Option<_>>()?;
     let order = load_order(&steps);
-    let strides = dense_strides(&sizes, &order);
-    let dtype = program.buffer(stage.out).dtype;
-    let temp = program.add_buffer(Buffer {
-        dtype,
-        sizes: kernel.outer.clone(),
-        strides: strides.iter().map(|s| Expr::c(*s)).collect(),
-        offset: Expr::zero(),
-        role: BufRole::Temp,
-    });
-    let index = |var: &dyn Fn(usize) -> u32| {
-        (0..sizes.len()).fold(Expr::zero(), |acc, v| acc.add(&Expr::v(var(v)).mul(&Expr::c(strides[v]))))
-    };
-    let copy = copy_kernel(program, kernel, (temp, index(&|v| v as u32)), (stage.out, stage.store.clone()));
-    // The computing kernel's variables in the temporary's order, outermost
-    // first: its tiles run along the dim its loads walk by one.
-    let position: Vec<u32> = (0..sizes.len()).map(|v| order.iter().position(|&o| o == v).unwrap_or(v) as u32).collect();
-    let map: Vec<Expr> = position.iter().map(|&p| Expr::v(p)).collect();
-    let value = program.scalars.substitute(kernel.stages[0].value, &map, &Ctx::default());
+    // The temporary: dense, its dims laid out in `order` (outermost first),
+    // so the dim the crossing load walks by one is contiguous in it too.
     let outer: Vec<Expr> = order.iter().map(|&v| kernel.outer[v].clone()).collect();
+    let mut strides = vec![Expr::zero(); order.len()];
+    // The computing kernel's variables in that order: its tiles run along
+    // the dim its loads walk by one. Old variable `v` is `position[v]`.
+    let mut position = vec![Expr::zero(); order.len()];
+    for (p, stride) in contiguous_strides(&outer).into_iter().enumerate() {
+        strides[order[p]] = stride;
+        position[order[p]] = Expr::v(p as u32);
+    }
+    let dtype = program.buffer(stage.out).dtype;
+    let buffer = Buffer { dtype, sizes: kernel.outer.clone(), strides, offset: Expr::zero(), role: BufRole::Temp };
+    let (read, write) = (buffer.address(&vars(order.len())), buffer.address(&position));
+    let temp = program.add_buffer(buffer);
+    let copy = copy_kernel(program, kernel, (temp, read), (stage.out, stage.store.clone()));
+    let value = program.scalars.substitute(kernel.stages[0].value, &position, &Ctx::default());
     let stage = &mut kernel.stages[0];
     stage.out = temp;
-    stage.store = index(&|v| position[v]);
+    stage.store = write;
     stage.value = value;
     stage.ranges = outer.clone();
     kernel.outer = outer;
@@ -129,18 +129,6 @@ fn crossing_load(program: &Program, stage: &Stage, a: usize, unit: &dyn Fn(&Expr
     crossing.filter(|_| computes).map(|(_, index)| index)
 }
 
-/// Dense strides over `sizes`, the variables laid out in `order` (outermost
-/// first).
-fn dense_strides(sizes: &[i64], order: &[usize]) -> Vec<i64> {
-    let mut strides = vec![0; sizes.len()];
-    let mut acc = 1;
-    for &v in order.iter().rev() {
-        strides[v] = acc;
-        acc *= sizes[v].max(1);
-    }
-    strides
-}
-
 /// A kernel over `kernel`'s points copying `from` (a buffer and its index
 /// there) to `to` (the stage's own output and store).
 fn copy_kernel(program: &mut Program, kernel: &Kernel, from: (BufId, Expr), to: (BufId, Expr)) -> Kernel {
@@ -165,13 +153,11 @@ mod tests {
     use super::*;
 
     #[test]
-    fn dense_strides_follow_the_load() {
+    fn the_temporary_follows_the_load() {
         // NCHW steps over (n, h, w, c) vars: c outermost after n, w innermost.
-        let order = load_order(&[512, 8, 1, 32]);
-        assert_eq!(order, vec![0, 3, 1, 2]);
-        assert_eq!(dense_strides(&[2, 4, 8, 16], &order), vec![512, 8, 1, 32]);
+        assert_eq!(load_order(&[512, 8, 1, 32]), vec![0, 3, 1, 2]);
         // A dim the load does not move along (an upsampling's split) goes outermost.
-        let order = load_order(&[0, 8, 1]);
-        assert_eq!(dense_strides(&[2, 3, 8], &order), vec![24, 8, 1]);
+        assert_eq!(load_order(&[0, 8, 1]), vec![0, 1, 2]);
+        assert_eq!(load_order(&[8, 0, 1]), vec![1, 0, 2]);
     }
 }
